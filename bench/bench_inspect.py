@@ -1,0 +1,119 @@
+"""Round trips and wall time of ``proxgpu inspect`` over loopback SSH, against a bare ``ssh true``.
+
+Starts a throwaway OpenSSH server on 127.0.0.1 (see tests/support/sshd.py), then for each host
+shape measures, in the same run:
+
+* floor: OpenSSH's own client running ``true`` on that server (connect, authenticate, one command);
+* proxgpu: connect, gather and build the inventory, in process, with the same key and known_hosts.
+
+Host shapes: this machine ("/"), the ct200 example (8 GPUs) and a synthetic 64-GPU tree, so that
+the round-trip count can be seen not to grow with the number of GPUs.
+
+Run: python bench/bench_inspect.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from proxgpu.inspection import inspect  # noqa: E402
+from proxgpu.ssh import SSHHost, SSHOptions  # noqa: E402
+from tests.support.sshd import Sshd, running_sshd  # noqa: E402
+
+RUNS = 15
+
+
+def median_seconds(action: Callable[[], object], runs: int = RUNS) -> float:
+    """Median wall time of ``action`` over ``runs`` runs, after one warm-up."""
+    action()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def ssh_true(server: Sshd) -> None:
+    subprocess.run(
+        [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-p",
+            str(server.port),
+            "-i",
+            str(server.identity_file),
+            "-o",
+            f"UserKnownHostsFile={server.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            f"{server.user}@127.0.0.1",
+            "true",
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def proxgpu_inspect(server: Sshd, root: str, config: Path) -> int:
+    options = SSHOptions(
+        identity_file=str(server.identity_file),
+        known_hosts=str(server.known_hosts),
+        ssh_config=str(config),
+    )
+    with SSHHost(server.target, options, root=root) as host:
+        inventory = inspect(host)
+        assert inventory.hostname
+        return host.commands_run
+
+
+def synthetic_64_gpu_tree(base: Path) -> Path:
+    """ct200 with 56 more GPUs: copies of one GPU's sysfs entries at new bus numbers."""
+    root = base / "gpu64"
+    shutil.copytree(REPO / "examples/hosts/ct200", root, symlinks=True)
+    devices = root / "sys/bus/pci/devices"
+    for bus in range(0x20, 0x20 + 56):
+        for function in ("0", "1"):
+            shutil.copytree(
+                devices / f"0000:01:00.{function}",
+                devices / f"0000:{bus:02x}:00.{function}",
+                symlinks=True,
+            )
+    return root
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp, running_sshd(Path(tmp)) as server:
+        config = Path(tmp) / "empty_ssh_config"
+        config.touch()
+        floor = median_seconds(lambda: ssh_true(server))
+        print(f"floor: ssh true over loopback: {floor * 1000:.1f} ms (median of {RUNS})")
+        shapes = {
+            "this machine (/)": "/",
+            "ct200 (8 GPUs)": str(REPO / "examples/hosts/ct200"),
+            "synthetic (64 GPUs)": str(synthetic_64_gpu_tree(Path(tmp))),
+        }
+        for name, root in shapes.items():
+            trips = proxgpu_inspect(server, root, config)
+            seconds = median_seconds(lambda root=root: proxgpu_inspect(server, root, config))
+            print(
+                f"{name:22} round trips {trips}  wall {seconds * 1000:7.1f} ms  "
+                f"ratio to floor {seconds / floor:5.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,417 @@
+"""Write the synthetic example hosts under examples/hosts/ (run from anywhere; rewrites them).
+
+Each host is a tree laid out like the host's absolute paths, exactly as ``proxgpu snapshot`` writes
+one: sysfs attributes as one-line files, ``driver`` and ``iommu_group`` as symlinks, bridges marked
+by a ``pci_bus`` directory, procfs and /etc files as they read on a Proxmox VE host. Every value
+follows the kernel's and NVIDIA's formats (see ../shared/reference/formats.md); none is captured
+from a real machine, so a tree made by ``proxgpu snapshot`` on a real host is always preferred.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Dev:
+    """One PCI function as the example wants it."""
+
+    address: str
+    vendor: str
+    device: str
+    cls: str
+    driver: str | None
+    group: int | None
+    node: int
+    subsys: tuple[str, str] = ("0000", "0000")
+    bridge: bool = False
+    boot_vga: bool | None = None
+
+
+@dataclass
+class HostSpec:
+    """A whole example host."""
+
+    name: str
+    kernel: str
+    pve: str
+    cmdline: str
+    nodes: dict[int, tuple[str, int]]
+    devices: list[Dev]
+    efi: bool = False
+    nvidia_minors: dict[str, int] = field(default_factory=dict)
+    model: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+    pci_ids: str = ""
+    char_devices: str = ""
+
+
+def write(root: Path, path: str, text: str) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+def link(root: Path, path: str, to: str) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(to)
+
+
+def cpus_of(spec: HostSpec, node: int) -> str:
+    return spec.nodes[node][0]
+
+
+def all_cpus(spec: HostSpec) -> str:
+    return ",".join(cpus for cpus, _ in spec.nodes.values())
+
+
+def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
+    base = f"/sys/bus/pci/devices/{dev.address}"
+    write(root, f"{base}/vendor", f"0x{dev.vendor}\n")
+    write(root, f"{base}/device", f"0x{dev.device}\n")
+    write(root, f"{base}/class", f"0x{dev.cls}\n")
+    write(root, f"{base}/subsystem_vendor", f"0x{dev.subsys[0]}\n")
+    write(root, f"{base}/subsystem_device", f"0x{dev.subsys[1]}\n")
+    write(root, f"{base}/numa_node", f"{dev.node}\n")
+    # With numa_node -1 the kernel lists every online CPU as local.
+    write(
+        root,
+        f"{base}/local_cpulist",
+        (all_cpus(spec) if dev.node < 0 else cpus_of(spec, dev.node)) + "\n",
+    )
+    write(root, f"{base}/driver_override", "(null)\n")
+    if dev.cls.startswith("0300"):
+        write(root, f"{base}/boot_vga", "1\n" if dev.boot_vga else "0\n")
+    if dev.driver:
+        link(root, f"{base}/driver", f"../../../bus/pci/drivers/{dev.driver}")
+    if dev.group is not None:
+        link(root, f"{base}/iommu_group", f"../../../kernel/iommu_groups/{dev.group}")
+    if dev.bridge:
+        (root / base.lstrip("/") / "pci_bus").mkdir(parents=True)
+
+
+def write_nvidia(root: Path, spec: HostSpec) -> None:
+    write(
+        root,
+        "/proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build  "
+        "(dvs-builder@U16-I3-B03-4-3)  Wed May 21 20:06:11 UTC 2025\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1)\n",
+    )
+    for address, minor in spec.nvidia_minors.items():
+        uuid = f"GPU-{minor:08x}-5a1e-4c2b-9f3d-{address[5:7]}0000c7a200"
+        write(
+            root,
+            f"/proc/driver/nvidia/gpus/{address}/information",
+            f"Model: \t\t {spec.model}\nIRQ:   \t\t {200 + minor}\nGPU UUID: \t {uuid}\n"
+            "Video BIOS: \t 98.02.2e.00.05\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+            f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {address}\nDevice Minor: \t {minor}\n"
+            "GPU Firmware: \t 575.57.08\nGPU Excluded:\t No\n",
+        )
+
+
+def write_host(spec: HostSpec) -> None:
+    root = HERE / spec.name
+    if root.exists():
+        shutil.rmtree(root)
+    write(root, "/proc/sys/kernel/hostname", f"{spec.name}\n")
+    write(root, "/proc/sys/kernel/osrelease", f"{spec.kernel}\n")
+    write(root, "/proc/cmdline", f"{spec.cmdline}\n")
+    write(
+        root,
+        "/proc/devices",
+        "Character devices:\n  1 mem\n  4 tty\n  5 /dev/tty\n 10 misc\n"
+        f"{spec.char_devices}226 drm\n242 vfio\n\nBlock devices:\n  8 sd\n259 blkext\n",
+    )
+    write(
+        root,
+        "/usr/share/perl5/PVE/pvecfg.pm",
+        "package PVE::pvecfg;\n\nuse strict;\nuse warnings;\n\nsub package {\n    return 'pve-manager';\n}\n\n"
+        f"sub version {{\n    return '{spec.pve}';\n}}\n\nsub release {{\n    return '{spec.pve.rsplit('.', 1)[0]}';\n}}\n",
+    )
+    write(root, "/usr/share/misc/pci.ids", spec.pci_ids)
+    for node, (cpus, mem_kib) in spec.nodes.items():
+        write(root, f"/sys/devices/system/node/node{node}/cpulist", f"{cpus}\n")
+        write(
+            root,
+            f"/sys/devices/system/node/node{node}/meminfo",
+            f"Node {node} MemTotal:       {mem_kib:>8} kB\nNode {node} MemFree:        {mem_kib // 2:>8} kB\n",
+        )
+    for dev in spec.devices:
+        write_device(root, spec, dev)
+    if spec.nvidia_minors:
+        write_nvidia(root, spec)
+    if spec.efi:
+        (root / "sys/firmware/efi").mkdir(parents=True)
+    (root / "etc/pve").mkdir(parents=True, exist_ok=True)
+    for path, text in spec.files.items():
+        write(root, path, text)
+
+
+def gpu_pair(
+    address: str,
+    node: int,
+    group: int | None,
+    gpu: tuple[str, str, str],
+    audio: str | None,
+    subsys: tuple[str, str],
+    driver: str = "nvidia",
+) -> list[Dev]:
+    vendor, device, cls = gpu
+    devs = [Dev(address, vendor, device, cls, driver, group, node, subsys)]
+    if audio:
+        devs.append(
+            Dev(address[:-1] + "1", vendor, audio, "040300", "snd_hda_intel", group, node, subsys)
+        )
+    return devs
+
+
+def root_port(address: str, node: int, group: int, device: str = "14ab") -> Dev:
+    return Dev(address, "1022", device, "060400", "pcieport", group, node, bridge=True)
+
+
+PCI_IDS_COMMON = (
+    "# pci.ids subset written by proxgpu snapshot: only devices present on this host\n"
+    "1022  Advanced Micro Devices, Inc. [AMD]\n"
+    "\t14ab  Genoa/Bergamo/Siena PCIe GPP Bridge\n"
+    "1a03  ASPEED Technology, Inc.\n"
+    "\t2000  ASPEED Graphics Family\n"
+)
+
+# As a real 580 driver lists them (see h200-vm): nvidia-modeset has no line of its own.
+NVIDIA_CHARS = (
+    "195 nvidia\n195 nvidiactl\n507 nvidia-caps-imex-channels\n508 nvidia-caps\n"
+    "509 nvidia-nvlink\n510 nvidia-nvswitch\n511 nvidia-uvm\n"
+)
+
+CT200_LXC = """\
+#LLM serving container%3A vLLM on all eight GPUs
+arch: amd64
+cores: 64
+features: nesting=1
+hostname: llm
+memory: 262144
+mp0: /tank/models,mp=/models
+net0: name=eth0,bridge=vmbr0,firewall=1,hwaddr=BC:24:11:4A:2F:11,ip=dhcp,type=veth
+onboot: 1
+ostype: ubuntu
+rootfs: local-zfs:subvol-200-disk-0,size=200G
+swap: 0
+lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.cgroup2.devices.allow: c 511:* rwm
+lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia2 dev/nvidia2 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia3 dev/nvidia3 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia4 dev/nvidia4 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia5 dev/nvidia5 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia6 dev/nvidia6 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia7 dev/nvidia7 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-modeset dev/nvidia-modeset none bind,optional,create=file
+"""
+
+CT200_VM = """\
+#Training VM%3A waits for the node-1 GPUs
+bios: ovmf
+boot: order=scsi0;net0
+cores: 32
+cpu: host
+efidisk0: local-zfs:vm-300-disk-0,efitype=4m,pre-enrolled-keys=1,size=1M
+machine: q35
+memory: 262144
+name: train
+net0: virtio=BC:24:11:8E:03:7A,bridge=vmbr0,firewall=1
+ostype: l26
+scsi0: local-zfs:vm-300-disk-1,discard=on,iothread=1,size=500G
+scsihw: virtio-scsi-single
+smbios1: uuid=7f0c9a3e-2b1d-4e55-9a61-0c2d6b1e9f42
+sockets: 1
+vmgenid: 3c1f5b8e-77a2-4a0e-b1d9-5e2c4f6a8b10
+"""
+
+PVE_BLACKLIST = """\
+# This file contains a list of modules which are not supported by Proxmox VE
+
+# nvidiafb see bugreport https://bugzilla.proxmox.com/show_bug.cgi?id=701
+blacklist nvidiafb
+"""
+
+ETC_MODULES = """\
+# /etc/modules: kernel modules to load at boot time.
+#
+# This file contains the names of kernel modules that should be loaded
+# at boot time, one per line. Lines beginning with "#" are ignored.
+# Parameters can be specified after the module name.
+
+"""
+
+
+def ct200() -> HostSpec:
+    rtx = ("10de", "2bb1", "030000")
+    subsys = ("10de", "204b")
+    devices: list[Dev] = []
+    layout = [
+        ("0000:01:00.0", 0, 12, "0000:00:01.1", 11),
+        ("0000:11:00.0", 0, 20, "0000:10:01.1", 19),
+        ("0000:61:00.0", 0, 36, "0000:60:01.1", 35),
+        ("0000:71:00.0", 0, 44, "0000:70:01.1", 43),
+        ("0000:81:00.0", 1, 60, "0000:80:01.1", 59),
+        ("0000:91:00.0", 1, 68, "0000:90:01.1", 67),
+        ("0000:e1:00.0", 1, 84, "0000:e0:01.1", 83),
+        ("0000:f1:00.0", 1, 92, "0000:f0:01.1", 91),
+    ]
+    for address, node, group, port, port_group in layout:
+        devices.append(root_port(port, node, port_group))
+        devices += gpu_pair(address, node, group, rtx, "22e8", subsys)
+    devices.append(
+        Dev("0000:c1:00.0", "15b3", "1021", "020000", "mlx5_core", 76, 1, ("15b3", "0023"))
+    )
+    return HostSpec(
+        name="ct200",
+        kernel="6.8.12-11-pve",
+        pve="8.4.1",
+        cmdline="initrd=\\EFI\\proxmox\\6.8.12-11-pve\\initrd.img-6.8.12-11-pve "
+        "root=ZFS=rpool/ROOT/pve-1 boot=zfs iommu=pt",
+        nodes={0: ("0-31", 528166912), 1: ("32-63", 528476160)},
+        devices=devices,
+        efi=True,
+        nvidia_minors={address: i for i, (address, *_rest) in enumerate(layout)},
+        model="NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        char_devices=NVIDIA_CHARS,
+        pci_ids=PCI_IDS_COMMON + "10de  NVIDIA Corporation\n"
+        "\t22e8  GB202 High Definition Audio Controller\n"
+        "\t2bb1  GB202GL [RTX PRO 6000 Blackwell Workstation Edition]\n"
+        "15b3  Mellanox Technologies\n\t1021  MT2910 Family [ConnectX-7]\n",
+        files={
+            "/etc/pve/lxc/200.conf": CT200_LXC,
+            "/etc/pve/qemu-server/300.conf": CT200_VM,
+            "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "/etc/modules": ETC_MODULES,
+            "/etc/kernel/cmdline": "root=ZFS=rpool/ROOT/pve-1 boot=zfs iommu=pt\n",
+            "/etc/kernel/proxmox-boot-uuids": "4A1C-2B7F\n4A1C-9E03\n",
+        },
+    )
+
+
+def single_socket() -> HostSpec:
+    rtx4090 = ("10de", "2684", "030000")
+    devices = [
+        root_port("0000:00:01.1", -1, 2),
+        *gpu_pair("0000:01:00.0", -1, 14, rtx4090, "22ba", ("1043", "889d")),
+        root_port("0000:00:03.1", -1, 4),
+        *gpu_pair("0000:0b:00.0", -1, 16, rtx4090, "22ba", ("1043", "889d")),
+    ]
+    devices[1].boot_vga = True
+    return HostSpec(
+        name="single-socket",
+        kernel="6.14.8-2-pve",
+        pve="9.0.3",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=/dev/mapper/pve-root ro quiet",
+        nodes={0: ("0-31", 131728004)},
+        devices=devices,
+        nvidia_minors={"0000:01:00.0": 0, "0000:0b:00.0": 1},
+        model="NVIDIA GeForce RTX 4090",
+        char_devices=NVIDIA_CHARS.replace("511 nvidia-uvm", "505 nvidia-uvm"),
+        pci_ids=PCI_IDS_COMMON + "10de  NVIDIA Corporation\n\t2684  AD102 [GeForce RTX 4090]\n"
+        "\t22ba  AD102 High Definition Audio Controller\n",
+        files={
+            "/etc/default/grub": 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR="Proxmox VE"\n'
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n',
+            "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "/etc/modules": ETC_MODULES,
+            "/etc/pve/lxc/101.conf": "arch: amd64\ncores: 8\nhostname: jellyfin\nmemory: 8192\n"
+            "ostype: debian\nrootfs: local-lvm:vm-101-disk-0,size=16G\n"
+            "unprivileged: 1\ndev0: /dev/nvidia0,gid=44\ndev1: /dev/nvidiactl,gid=44\n"
+            "dev2: /dev/nvidia-uvm,gid=44\n",
+        },
+    )
+
+
+def uneven() -> HostSpec:
+    l40s = ("10de", "26b9", "030200")
+    devices: list[Dev] = []
+    addresses = [
+        "0000:17:00.0",
+        "0000:31:00.0",
+        "0000:4b:00.0",
+        "0000:65:00.0",
+        "0000:7f:00.0",
+        "0000:98:00.0",
+        "0000:b1:00.0",
+        "0000:ca:00.0",
+    ]
+    for i, address in enumerate(addresses):
+        devices += gpu_pair(address, 0 if i < 5 else 1, None, l40s, None, ("10de", "1851"))
+    return HostSpec(
+        name="uneven-5-3",
+        kernel="6.2.16-3-pve",
+        pve="8.0.3",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.2.16-3-pve root=/dev/mapper/pve-root ro quiet",
+        nodes={0: ("0-23,48-71", 263678136), 1: ("24-47,72-95", 264207688)},
+        devices=devices,
+        nvidia_minors={a: i for i, a in enumerate(addresses)},
+        model="NVIDIA L40S",
+        char_devices=NVIDIA_CHARS.replace("511 nvidia-uvm", "506 nvidia-uvm"),
+        pci_ids=PCI_IDS_COMMON + "10de  NVIDIA Corporation\n\t26b9  AD102GL [L40S]\n",
+        files={
+            "/etc/default/grub": 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR="Proxmox VE"\n'
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n',
+            "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "/etc/modules": ETC_MODULES,
+        },
+    )
+
+
+def shared_group() -> HostSpec:
+    a6000 = ("10de", "2230", "030000")
+    subsys = ("10de", "1459")
+    devices = [
+        root_port("0000:00:01.1", 0, 3),
+        *gpu_pair("0000:01:00.0", 0, 14, a6000, "1aef", subsys),
+        root_port("0000:00:03.1", 0, 5),
+        *gpu_pair("0000:02:00.0", 0, 15, a6000, "1aef", subsys),
+        # A PCIe switch without ACS: both GPUs behind it share one IOMMU group with its ports.
+        Dev("0000:80:01.1", "10b5", "8747", "060400", "pcieport", 40, 1, bridge=True),
+        Dev("0000:81:00.0", "10b5", "8747", "060400", "pcieport", 40, 1, bridge=True),
+        Dev("0000:82:08.0", "10b5", "8747", "060400", "pcieport", 40, 1, bridge=True),
+        Dev("0000:82:10.0", "10b5", "8747", "060400", "pcieport", 40, 1, bridge=True),
+        *gpu_pair("0000:83:00.0", 1, 40, a6000, "1aef", subsys),
+        *gpu_pair("0000:84:00.0", 1, 40, a6000, "1aef", subsys),
+    ]
+    return HostSpec(
+        name="shared-iommu-group",
+        kernel="6.8.12-11-pve",
+        pve="8.4.1",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz-6.8.12-11-pve root=/dev/mapper/pve-root ro quiet iommu=pt",
+        nodes={0: ("0-15,32-47", 131728004), 1: ("16-31,48-63", 132071424)},
+        devices=devices,
+        nvidia_minors={"0000:01:00.0": 0, "0000:02:00.0": 1, "0000:83:00.0": 2, "0000:84:00.0": 3},
+        model="NVIDIA RTX A6000",
+        char_devices=NVIDIA_CHARS,
+        pci_ids=PCI_IDS_COMMON
+        + "10b5  PLX Technology, Inc.\n\t8747  PEX 8747 48-Lane, 5-Port PCI Express Gen 3 (8.0 GT/s) Switch\n"
+        "10de  NVIDIA Corporation\n\t1aef  GA102 High Definition Audio Controller\n\t2230  GA102GL [RTX A6000]\n",
+        files={
+            "/etc/default/grub": 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR="Proxmox VE"\n'
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\nGRUB_CMDLINE_LINUX=""\n',
+            "/etc/modules": ETC_MODULES,
+        },
+    )
+
+
+def main() -> None:
+    for spec in (ct200(), single_socket(), uneven(), shared_group()):
+        write_host(spec)
+        print(f"wrote {HERE / spec.name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""``python -m proxgpu``."""
+
+import sys
+
+from proxgpu.cli import main
+
+sys.exit(main())

@@ -1,0 +1,103 @@
+"""The exceptions proxgpu raises.
+
+Every error derives from :class:`ProxgpuError`, carries the facts that explain it as attributes
+and renders a one-line message naming the host and, where there is one, the path. Each class has
+an ``exit_code`` so that the command line can tell the kind of failure without parsing text.
+
+>>> err = SysfsError("pve1", "/sys/bus/pci/devices/0000:01:00.0/class", "missing")
+>>> str(err)
+'pve1: /sys/bus/pci/devices/0000:01:00.0/class: missing'
+>>> err.exit_code
+8
+"""
+
+from __future__ import annotations
+
+
+class ProxgpuError(Exception):
+    """Root of every error proxgpu raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(ProxgpuError):
+    """The options given cannot work together."""
+
+    exit_code = 2
+
+
+class HostError(ProxgpuError):
+    """Something went wrong reaching or using a host."""
+
+    def __init__(self, host: str, detail: str) -> None:
+        super().__init__(f"{host}: {detail}")
+        self.host = host
+        self.detail = detail
+
+
+class HostUnreachableError(HostError):
+    """The host cannot be reached (DNS, refused, timeout, dropped connection)."""
+
+    exit_code = 3
+
+
+class AuthenticationError(HostError):
+    """The host refused every credential offered."""
+
+    exit_code = 4
+
+
+class HostKeyError(HostError):
+    """The host's key is not the one known_hosts expects."""
+
+    exit_code = 5
+
+    def __init__(self, host: str, detail: str, fingerprint: str, known_hosts: str) -> None:
+        super().__init__(host, detail)
+        self.fingerprint = fingerprint
+        self.known_hosts = known_hosts
+
+
+class HostKeyUnknownError(HostKeyError):
+    """The host is not in known_hosts; proxgpu never trusts a new key silently."""
+
+
+class HostKeyChangedError(HostKeyError):
+    """The host offered a key that differs from the one in known_hosts."""
+
+
+class NotRootError(HostError):
+    """The operation needs root on the host."""
+
+    exit_code = 6
+
+
+class CommandError(HostError):
+    """A command on the host ran but failed."""
+
+    exit_code = 7
+
+    def __init__(self, host: str, argv: list[str], returncode: int, stderr: str) -> None:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else "no error output"
+        super().__init__(host, f"{argv[0]} exited with {returncode}: {last}")
+        self.argv = argv
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class SysfsError(HostError):
+    """A file inspection needs is missing or cannot be parsed."""
+
+    exit_code = 8
+
+    def __init__(self, host: str, path: str, reason: str) -> None:
+        super().__init__(host, f"{path}: {reason}")
+        self.path = path
+        self.reason = reason

@@ -1,0 +1,72 @@
+# proxgpu gather: print, in one pass, every file inspection reads.
+# Usage: sh -s -- ROOT   (ROOT is the prefix the host's absolute paths live under, "/" for a live host)
+#
+# Plain POSIX sh plus coreutils, grep, find and awk, so it runs unchanged on a Proxmox VE host, over
+# SSH, and against a snapshot directory. Forks stay constant in the number of devices: one grep reads
+# every small text file, one find reads every symlink, one awk picks the names out of pci.ids.
+#
+# Output: "#..." marker lines, then records "PATH\0DATA" (relative paths, no leading slash):
+#   #section lines   one record per line of a text file
+#   #section links   TYPE\0PATH\0TARGET   (TYPE l = symlink, d = directory that only needs to exist)
+#   #section raw     PATH\0BASE64 of the exact bytes, or PATH\0!unreadable
+set -u
+LC_ALL=C
+export LC_ALL
+cd "$1" 2>/dev/null || { echo "#error cannot enter $1"; exit 3; }
+
+echo "#proxgpu-gather 1"
+echo "#uid $(id -u)"
+
+pciids=
+for f in usr/share/misc/pci.ids usr/share/hwdata/pci.ids; do
+    if [ -f "$f" ]; then pciids=$f; break; fi
+done
+
+pairs=
+for d in sys/bus/pci/devices/*; do
+    { read -r v <"$d/vendor" && read -r p <"$d/device"; } 2>/dev/null && pairs="$pairs ${v#0x}${p#0x}"
+done
+
+echo "#section lines"
+grep -H -s -Z '' \
+    proc/sys/kernel/hostname proc/sys/kernel/osrelease proc/cmdline proc/devices \
+    proc/driver/nvidia/version proc/driver/nvidia/gpus/*/information \
+    sys/devices/system/node/node*/cpulist sys/devices/system/node/node*/meminfo \
+    sys/bus/pci/devices/*/class sys/bus/pci/devices/*/vendor sys/bus/pci/devices/*/device \
+    sys/bus/pci/devices/*/subsystem_vendor sys/bus/pci/devices/*/subsystem_device \
+    sys/bus/pci/devices/*/numa_node sys/bus/pci/devices/*/local_cpulist \
+    sys/bus/pci/devices/*/driver_override sys/bus/pci/devices/*/boot_vga \
+    usr/share/perl5/PVE/pvecfg.pm
+if [ -n "$pciids" ]; then
+    # Only the vendor and device lines of devices present: the whole file is over a megabyte.
+    awk -v pairs="$pairs" -v path="$pciids" '
+        BEGIN { n = split(pairs, a, " "); for (i = 1; i <= n; i++) { want[a[i]] = 1; vend[substr(a[i], 1, 4)] = 1 } }
+        /^C / { exit }
+        /^[0-9a-f][0-9a-f][0-9a-f][0-9a-f]  / { v = substr($0, 1, 4); keep = (v in vend); if (keep) printf "%s%c%s\n", path, 0, $0; next }
+        /^\t[0-9a-f][0-9a-f][0-9a-f][0-9a-f]  / { if (keep && ((v substr($0, 2, 4)) in want)) printf "%s%c%s\n", path, 0, $0 }
+    ' "$pciids"
+fi
+
+echo "#section links"
+set -- sys/bus/pci/devices/*/
+[ -e "$1" ] && find "$@" -maxdepth 1 \( -name driver -o -name iommu_group -o -name pci_bus \) \
+    -printf '%y\0%p\0%l\n' 2>/dev/null
+for d in sys/firmware/efi etc/pve; do
+    [ -d "$d" ] && printf 'd\0%s\0\n' "$d"
+done
+
+echo "#section raw"
+for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
+    etc/modprobe.d/* etc/modules etc/modules-load.d/* etc/initramfs-tools/modules \
+    etc/default/grub etc/default/grub.d/*.cfg etc/kernel/cmdline etc/kernel/proxmox-boot-uuids \
+    etc/driverctl.d/* etc/proxgpu/*; do
+    [ -f "$f" ] || continue
+    if [ -r "$f" ]; then
+        printf '%s\0' "$f"
+        base64 -w0 <"$f"
+        echo
+    else
+        printf '%s\0!unreadable\n' "$f"
+    fi
+done
+echo "#end"

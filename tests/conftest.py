@@ -1,0 +1,42 @@
+"""Shared fixtures: the example hosts and a real OpenSSH server on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.sshd import SSHD, Sshd, running_sshd
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "hosts"
+EXAMPLE_HOSTS = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
+
+
+def require_tool(path: str, package: str) -> str:
+    """Return ``path`` if it exists; else skip, or fail under CI, where nothing may be skipped."""
+    found = shutil.which(path) or (path if os.path.exists(path) else None)
+    if found:
+        return found
+    message = f"{path} not found: install Debian's {package}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(params=EXAMPLE_HOSTS)
+def example_host(request: pytest.FixtureRequest) -> Path:
+    """Each example host tree in turn."""
+    return EXAMPLES / str(request.param)
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """A real OpenSSH server on a free loopback port, with its own host and user keys."""
+    require_tool(SSHD, "openssh-server")
+    require_tool("ssh-keygen", "openssh-client")
+    with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server

@@ -1,0 +1,94 @@
+"""A real OpenSSH server on 127.0.0.1 with throwaway host and user keys.
+
+Used by the test suite (``sshd`` fixture) and by ``bench/bench_inspect.py``. It listens on loopback
+only, on a port free at start-up, and accepts exactly one user key.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Sshd:
+    """A running sshd and the keys that reach it."""
+
+    port: int
+    user: str
+    identity_file: Path
+    known_hosts: Path
+    host_public_key: str
+    workdir: Path
+
+    @property
+    def target(self) -> str:
+        """``user@127.0.0.1:port``, as ``--host`` takes it."""
+        return f"{self.user}@127.0.0.1:{self.port}"
+
+
+def keygen(path: Path) -> None:
+    """Write a passphrase-less ed25519 key pair at ``path`` and ``path.pub``."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sshd exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError("sshd did not start listening")
+
+
+def _config(work: Path, port: int) -> str:
+    return (
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {work}/host_key\nPidFile {work}/sshd.pid\n"
+        f"AuthorizedKeysFile {work}/authorized_keys\nStrictModes no\nUsePAM no\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\nAllowTcpForwarding yes\nLogLevel ERROR\n"
+    )
+
+
+@contextmanager
+def running_sshd(work: Path) -> Iterator[Sshd]:
+    """Start sshd with keys and config under ``work``; stop it on exit."""
+    keygen(work / "host_key")
+    keygen(work / "user_key")
+    (work / "authorized_keys").write_text((work / "user_key.pub").read_text())
+    port = free_port()
+    (work / "sshd_config").write_text(_config(work, port))
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+    proc = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(work / "sshd_config")], stderr=subprocess.PIPE
+    )
+    try:
+        _wait_listening(port, proc)
+        kind, key = (work / "host_key.pub").read_text().split()[:2]
+        (work / "known_hosts").write_text(f"[127.0.0.1]:{port} {kind} {key}\n")
+        yield Sshd(
+            port, getpass.getuser(), work / "user_key", work / "known_hosts", f"{kind} {key}", work
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,120 @@
+"""The command line as a user runs it: output, exit codes, the installed wheel."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxgpu.cli import main
+from tests.conftest import EXAMPLES, REPO
+
+CT200 = str(EXAMPLES / "ct200")
+
+
+def test_inspect_groups_gpus_by_numa_node(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "--root", CT200]) == 0
+    out = capsys.readouterr().out
+    node0, node1 = out.index("NUMA node 0: CPUs 0-31"), out.index("NUMA node 1: CPUs 32-63")
+    assert node0 < out.index("0000:71:00.0") < node1 < out.index("0000:81:00.0")
+    assert "/dev/nvidia4" in out[node1:]
+    assert "Proxmox VE 8.4.1" in out and "systemd-boot" in out
+
+
+def test_inspect_json_is_the_inventory(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "--root", CT200, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["hostname"] == "ct200"
+    assert [g["nvidia_minor"] for g in data["gpus"]] == list(range(8))
+
+
+def test_gpu_vendor_option_filters(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "--root", CT200, "--json", "--gpu-vendor", "0x1002"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpus"] == []
+
+
+def test_snapshot_then_inspect_root(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "snap"
+    assert main(["snapshot", "--root", CT200, "-o", str(out)]) == 0
+    assert f"proxgpu inspect --root {out}" in capsys.readouterr().out
+    assert main(["inspect", "--root", str(out), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["gpus"]) == 8
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "needle"),
+    [
+        (["inspect", "--root", "/no/such/dir"], 3, "dir:/no/such/dir: no such directory"),
+        (["inspect", "--root", "/proc/self/fdinfo"], 8, "no PCI devices found"),
+        (["inspect", "--host", "a:b"], 2, "port 'b' is not a number"),
+    ],
+)
+def test_errors_are_one_line_with_a_kind_specific_exit_code(
+    argv: list[str], code: int, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_snapshot_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "x").write_text("keep")
+    assert main(["snapshot", "--root", CT200, "-o", str(tmp_path)]) == 2
+    assert "not empty" in capsys.readouterr().err
+
+
+def test_installed_wheel_works_from_any_directory(tmp_path: Path) -> None:
+    """`pip install .` (not editable) must ship the gather script and the templates."""
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(REPO),
+        ],
+        check=True,
+        cwd=tmp_path,
+        capture_output=True,
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    result = subprocess.run(
+        [target / "bin" / "proxgpu", "inspect", "--root", CT200, "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["gpus"]) == 8
+    location = subprocess.run(
+        [sys.executable, "-c", "import proxgpu.templates as t; print(t.__path__[0])"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    assert location.startswith(str(target)), "the test must exercise the installed copy"
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "proxgpu", "inspect", "--root", CT200],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert result.returncode == 0 and "ct200" in result.stdout

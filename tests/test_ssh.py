@@ -1,0 +1,203 @@
+"""SSH access against a real OpenSSH server on 127.0.0.1 (started by the ``sshd`` fixture)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from proxgpu.cli import main
+from proxgpu.errors import (
+    AuthenticationError,
+    HostKeyChangedError,
+    HostKeyUnknownError,
+    HostUnreachableError,
+)
+from proxgpu.hosts import DirectoryHost, LocalHost
+from proxgpu.inspection import inspect
+from proxgpu.ssh import SSHHost, SSHOptions
+from tests.conftest import EXAMPLES
+from tests.support.sshd import Sshd, free_port
+
+pytestmark = pytest.mark.sshd
+
+
+def options(sshd: Sshd, tmp_path: Path, **overrides: object) -> SSHOptions:
+    empty_config = tmp_path / "ssh_config"
+    empty_config.touch()
+    settings: dict[str, object] = {
+        "identity_file": str(sshd.identity_file),
+        "known_hosts": str(sshd.known_hosts),
+        "ssh_config": str(empty_config),
+        "connect_timeout": 5.0,
+    }
+    settings.update(overrides)
+    return SSHOptions(**settings)  # type: ignore[arg-type]
+
+
+def same_inventory(a: dict[str, object], b: dict[str, object]) -> bool:
+    return {k: v for k, v in a.items() if k != "source"} == {
+        k: v for k, v in b.items() if k != "source"
+    }
+
+
+def test_inspecting_a_tree_over_ssh_equals_inspecting_it_locally(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    root = str(EXAMPLES / "ct200")
+    with SSHHost(sshd.target, options(sshd, tmp_path), root=root) as host:
+        remote = inspect(host)
+        assert host.commands_run == 1, "inspection must be one round trip"
+    assert remote.source == sshd.target
+    assert same_inventory(remote.model_dump(), inspect(DirectoryHost(root)).model_dump())
+
+
+def test_inspecting_this_machine_over_ssh_equals_inspecting_it_locally(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    with SSHHost(sshd.target, options(sshd, tmp_path)) as host:
+        remote = inspect(host)
+    assert same_inventory(remote.model_dump(), inspect(LocalHost()).model_dump())
+
+
+def test_commands_keep_their_arguments_intact(sshd: Sshd, tmp_path: Path) -> None:
+    tricky = ["printf", "%s|", "a b", "it's", "$HOME", "; rm -rf /", ""]
+    with SSHHost(sshd.target, options(sshd, tmp_path)) as host:
+        result = host.run(tricky)
+        failed = host.run(["sh", "-c", "echo oops >&2; exit 3"])
+    assert result.stdout == b"a b|it's|$HOME|; rm -rf /||"
+    assert (failed.returncode, failed.stderr) == (3, b"oops\n")
+
+
+def test_unknown_host_key_is_refused_with_its_fingerprint(sshd: Sshd, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.touch()
+    with pytest.raises(HostKeyUnknownError) as err:
+        inspect(SSHHost(sshd.target, options(sshd, tmp_path, known_hosts=str(empty))))
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-l", "-f", str(sshd.workdir / "host_key.pub")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()[1]
+    assert err.value.fingerprint == fingerprint
+    assert fingerprint in str(err.value) and "--accept-new-host-key" in str(err.value)
+    assert empty.read_text() == "", "an unknown key must not be recorded without consent"
+
+
+def test_accepting_a_new_host_key_records_it_and_is_then_verified(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    known = tmp_path / "known_hosts"
+    with SSHHost(
+        sshd.target, options(sshd, tmp_path, known_hosts=str(known), accept_new_host_key=True)
+    ) as host:
+        host.check(["true"])
+    assert known.read_text() == f"[127.0.0.1]:{sshd.port} {sshd.host_public_key}\n"
+    with SSHHost(sshd.target, options(sshd, tmp_path, known_hosts=str(known))) as host:
+        assert host.check(["echo", "ok"]).stdout == b"ok\n"
+
+
+def test_changed_host_key_is_refused_even_when_accepting_new_keys(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True
+    )
+    other = (tmp_path / "other.pub").read_text().split()
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {other[0]} {other[1]}\n")
+    with pytest.raises(HostKeyChangedError, match="ssh-keygen -R"):
+        inspect(
+            SSHHost(
+                sshd.target,
+                options(sshd, tmp_path, known_hosts=str(known), accept_new_host_key=True),
+            )
+        )
+
+
+def test_wrong_user_key_fails_authentication_cleanly(sshd: Sshd, tmp_path: Path) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "stranger")],
+        check=True,
+    )
+    with pytest.raises(AuthenticationError, match=f"authentication as {sshd.user} failed"):
+        inspect(
+            SSHHost(
+                sshd.target,
+                options(sshd, tmp_path, identity_file=str(tmp_path / "stranger")),
+            )
+        )
+
+
+def test_closed_port_is_unreachable(sshd: Sshd, tmp_path: Path) -> None:
+    port = free_port()
+    with pytest.raises(HostUnreachableError, match="connection refused"):
+        inspect(SSHHost(f"127.0.0.1:{port}", options(sshd, tmp_path)))
+
+
+def test_ssh_config_alias_supplies_hostname_port_user_and_key(sshd: Sshd, tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.identity_file}\n  UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    with SSHHost("gpu-box", SSHOptions(ssh_config=str(config))) as host:
+        assert host.check(["echo", "via-config"]).stdout == b"via-config\n"
+
+
+def test_proxy_jump_tunnels_through_the_jump_host(sshd: Sshd, tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    common = (
+        f"  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.identity_file}\n"
+    )
+    config.write_text(f"Host jump\n{common}\nHost target\n{common}  ProxyJump jump\n")
+    with SSHHost(
+        "target", SSHOptions(ssh_config=str(config), known_hosts=str(sshd.known_hosts))
+    ) as host:
+        assert host.check(["echo", "tunnelled"]).stdout == b"tunnelled\n"
+        assert len(host._clients) == 2, "one connection to the jump host, one through it"
+
+
+def test_cli_exit_codes_and_one_line_errors(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty_config = tmp_path / "ssh_config"
+    empty_config.touch()
+    base = [
+        "inspect",
+        "--ssh-config",
+        str(empty_config),
+        "-i",
+        str(sshd.identity_file),
+        "--connect-timeout",
+        "5",
+    ]
+    unknown = tmp_path / "unknown_hosts"
+    cases = [
+        ([*base, "--host", sshd.target, "--known-hosts", str(unknown)], 5, "not in"),
+        (
+            [*base, "--host", f"127.0.0.1:{free_port()}", "--known-hosts", str(sshd.known_hosts)],
+            3,
+            "connection refused",
+        ),
+        (
+            [
+                *base,
+                "--host",
+                sshd.target,
+                "--known-hosts",
+                str(sshd.known_hosts),
+                "--root",
+                "/nonexistent",
+            ],
+            3,
+            "cannot read /nonexistent",
+        ),
+    ]
+    for argv, code, text in cases:
+        assert main(argv) == code
+        err = capsys.readouterr().err
+        assert text in err and err.count("\n") == 1 and "Traceback" not in err
