@@ -36,6 +36,7 @@ class Capture:
     raw: dict[str, bytes] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
     dirs: set[str] = field(default_factory=set)
+    files: set[str] = field(default_factory=set)
     unreadable: list[str] = field(default_factory=list)
 
     def text(self, path: str) -> str | None:
@@ -93,6 +94,8 @@ def _record(capture: Capture, section: str, record: bytes) -> None:
         kind, path, target = record.split(b"\0", 2)
         if kind == b"l":
             capture.links[_abs(path)] = target.decode("utf-8", "replace")
+        elif kind == b"f":
+            capture.files.add(_abs(path))
         else:
             capture.dirs.add(_abs(path))
     elif section == "raw":
@@ -125,6 +128,11 @@ def write_tree(capture: Capture, directory: str) -> int:
         entries += 1
     for path in sorted(capture.dirs):
         _inside(out, path).mkdir(parents=True, exist_ok=True)
+        entries += 1
+    for path in sorted(capture.files):
+        target = _inside(out, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()  # only its existence was read: a command the host has
         entries += 1
     for path, link in sorted(capture.links.items()):
         target = _inside(out, path)

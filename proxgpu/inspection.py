@@ -88,6 +88,9 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         numa_nodes=numa_nodes,
         gpus=gpus,
         char_majors=_char_majors(capture),
+        cpu_vendor=_cpu_vendor(capture),
+        driver_modules=_driver_modules(capture),
+        commands=sorted({path.rsplit("/", 1)[1] for path in capture.files}),
         nvidia_driver_version=_nvidia_version(capture),
         is_root=capture.uid == 0,
         guest_configs=_texts(capture, GUEST_CONFIG_PREFIXES, include=True),
@@ -341,6 +344,21 @@ def _char_majors(capture: Capture) -> dict[str, int]:
         if in_char and len(parts) == 2 and parts[0].isdigit():
             majors.setdefault(parts[1], int(parts[0]))
     return majors
+
+
+def _cpu_vendor(capture: Capture) -> str | None:
+    line = capture.first_line("/proc/cpuinfo")
+    return _key_value(line)[1] or None if line else None
+
+
+def _driver_modules(capture: Capture) -> dict[str, str]:
+    pattern = re.compile(r"^/sys/bus/pci/drivers/([^/]+)/module$")
+    modules = {}
+    for path, target in capture.links.items():
+        match = pattern.match(path)
+        if match:
+            modules[match.group(1)] = target.rstrip("/").rsplit("/", 1)[-1]
+    return dict(sorted(modules.items()))
 
 
 def _nvidia_version(capture: Capture) -> str | None:

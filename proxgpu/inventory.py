@@ -101,7 +101,9 @@ class Inventory(_Model):
     """Everything proxgpu knows about one host.
 
     ``guest_configs`` and ``host_files`` map absolute paths to the files' exact text so that later
-    stages can diff against them and detect changes made since inspection.
+    stages can diff against them and detect changes made since inspection. ``driver_modules`` maps
+    a PCI driver's name to the module that provides it (``bochs-drm`` -> ``bochs``); built-in
+    drivers have none. ``commands`` lists the tools found on the host (``driverctl``, ...).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -115,6 +117,9 @@ class Inventory(_Model):
     numa_nodes: list[NumaNode] = Field(default_factory=list)
     gpus: list[Gpu] = Field(default_factory=list)
     char_majors: dict[str, int] = Field(default_factory=dict)
+    cpu_vendor: str | None = None
+    driver_modules: dict[str, str] = Field(default_factory=dict)
+    commands: list[str] = Field(default_factory=list)
     nvidia_driver_version: str | None = None
     is_root: bool = False
     guest_configs: dict[str, str] = Field(default_factory=dict)

@@ -53,6 +53,10 @@ def test_ct200_host_facts() -> None:
     assert inv.char_majors["nvidia-uvm"] == 511
     assert inv.char_majors["nvidia-caps"] == 508
     assert inv.nvidia_driver_version == "575.57.08"
+    assert inv.cpu_vendor == "AuthenticAMD"
+    assert inv.driver_modules["snd_hda_intel"] == "snd_hda_intel"
+    assert "pcieport" not in inv.driver_modules, "a built-in driver has no module"
+    assert "update-initramfs" in inv.commands and "driverctl" not in inv.commands
     assert "c 195:* rwm" in inv.guest_configs["/etc/pve/lxc/200.conf"]
     assert "machine: q35" in inv.guest_configs["/etc/pve/qemu-server/300.conf"]
     assert set(inv.host_files) >= {"/etc/kernel/cmdline", "/etc/modules"}

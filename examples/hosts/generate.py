@@ -48,6 +48,14 @@ class HostSpec:
     files: dict[str, str] = field(default_factory=dict)
     pci_ids: str = ""
     char_devices: str = ""
+    cpu_vendor: str = "AuthenticAMD"
+    tools: tuple[str, ...] = (
+        "usr/sbin/update-initramfs", "usr/sbin/proxmox-boot-tool", "usr/sbin/update-grub",
+        "usr/bin/pvesh", "bin/fuser",
+    )
+
+
+BUILT_IN_DRIVERS = {"pcieport"}
 
 
 def write(root: Path, path: str, text: str) -> None:
@@ -142,8 +150,13 @@ def write_host(spec: HostSpec) -> None:
             f"/sys/devices/system/node/node{node}/meminfo",
             f"Node {node} MemTotal:       {mem_kib:>8} kB\nNode {node} MemFree:        {mem_kib // 2:>8} kB\n",
         )
+    write(root, "/proc/cpuinfo", f"processor\t: 0\nvendor_id\t: {spec.cpu_vendor}\ncpu family\t: 25\n")
     for dev in spec.devices:
         write_device(root, spec, dev)
+    for driver in sorted({d.driver for d in spec.devices if d.driver} - BUILT_IN_DRIVERS):
+        link(root, f"/sys/bus/pci/drivers/{driver}/module", f"../../../../module/{driver}")
+    for tool in spec.tools:
+        write(root, tool, "")
     if spec.nvidia_minors:
         write_nvidia(root, spec)
     if spec.efi:
@@ -352,6 +365,7 @@ def uneven() -> HostSpec:
         devices += gpu_pair(address, 0 if i < 5 else 1, None, l40s, None, ("10de", "1851"))
     return HostSpec(
         name="uneven-5-3",
+        cpu_vendor="GenuineIntel",
         kernel="6.2.16-3-pve",
         pve="8.0.3",
         cmdline="BOOT_IMAGE=/boot/vmlinuz-6.2.16-3-pve root=/dev/mapper/pve-root ro quiet",

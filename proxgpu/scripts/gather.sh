@@ -7,7 +7,8 @@
 #
 # Output: "#..." marker lines, then records "PATH\0DATA" (relative paths, no leading slash):
 #   #section lines   one record per line of a text file
-#   #section links   TYPE\0PATH\0TARGET   (TYPE l = symlink, d = directory that only needs to exist)
+#   #section links   TYPE\0PATH\0TARGET   (TYPE l = symlink; d, f = a directory or file that
+#                                          only needs to exist)
 #   #section raw     PATH\0BASE64 of the exact bytes, or PATH\0!unreadable
 set -u
 LC_ALL=C
@@ -37,6 +38,7 @@ grep -H -s -Z '' \
     sys/bus/pci/devices/*/numa_node sys/bus/pci/devices/*/local_cpulist \
     sys/bus/pci/devices/*/driver_override sys/bus/pci/devices/*/boot_vga \
     usr/share/perl5/PVE/pvecfg.pm
+grep -m 1 -H -s -Z '^vendor_id' proc/cpuinfo
 if [ -n "$pciids" ]; then
     # Only the vendor and device lines of devices present: the whole file is over a megabyte.
     awk -v pairs="$pairs" -v path="$pciids" '
@@ -51,8 +53,15 @@ echo "#section links"
 set -- sys/bus/pci/devices/*/
 [ -e "$1" ] && find "$@" -maxdepth 1 \( -name driver -o -name iommu_group -o -name pci_bus \) \
     -printf '%y\0%p\0%l\n' 2>/dev/null
+# Driver names are not module names (bochs-drm lives in bochs.ko); the module link tells.
+set -- sys/bus/pci/drivers/*/
+[ -e "$1" ] && find "$@" -maxdepth 1 -name module -printf '%y\0%p\0%l\n' 2>/dev/null
 for d in sys/firmware/efi etc/pve; do
     [ -d "$d" ] && printf 'd\0%s\0\n' "$d"
+done
+for f in usr/sbin/driverctl usr/sbin/update-initramfs usr/sbin/proxmox-boot-tool \
+    usr/sbin/update-grub usr/bin/pvesh bin/fuser usr/bin/fuser; do
+    [ -e "$f" ] && printf 'f\0%s\0\n' "$f"
 done
 
 echo "#section raw"

@@ -1,0 +1,122 @@
+"""Wall time of ``plan_split`` on a synthetic 8-node, 64-GPU host, against a floor from one run.
+
+The host has 8 NUMA nodes with 8 GPUs each; every GPU has an HDMI audio function and a bridge in
+its IOMMU group, and the guest configs hold a few containers and VMs with GPU entries, so that
+every check does real work. Scenarios:
+
+* numa: the default split with a container target (8 GPUs host, 56 vfio in 7 groups);
+* vms: the same plus seven VMs of 8 GPUs each, placed one per node.
+
+The floor is rebuilding the inventory from its own dump (``Inventory.model_validate``): the
+cheapest thing any consumer of an inventory does. Run: python bench/bench_plan.py [iterations]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from proxgpu.inventory import Gpu, Inventory, NumaNode, PciFunction  # noqa: E402
+from proxgpu.planning import SplitPolicy, plan_split  # noqa: E402
+
+NODES = 8
+GPUS_PER_NODE = 8
+CPUS_PER_NODE = 16
+
+
+def function(address: str, node: int, group: int, **fields: str | bool) -> PciFunction:
+    kind: dict[str, str | bool] = {"class_code": "0x030200", "vendor_id": "10de"}
+    kind.update(fields)
+    return PciFunction(
+        address=address,
+        device_id="2330",
+        numa_node=node,
+        iommu_group=group,
+        **kind,
+    )
+
+
+def gpu(node: int, slot: int) -> Gpu:
+    index = node * GPUS_PER_NODE + slot
+    bus = f"{node * 0x20 + slot + 1:02x}"
+    address, audio = f"0000:{bus}:00.0", f"0000:{bus}:00.1"
+    bridge = f"0000:{node * 0x20:02x}:{slot + 1:02x}.0"
+    audio_fn = function(audio, node, index, class_code="0x040300", driver="snd_hda_intel")
+    return Gpu(
+        address=address,
+        vendor_id="10de",
+        device_id="2330",
+        class_code="0x030200",
+        model="NVIDIA H100 80GB HBM3",
+        numa_node=node,
+        local_cpus=f"{node * CPUS_PER_NODE}-{(node + 1) * CPUS_PER_NODE - 1}",
+        iommu_group=index,
+        driver="nvidia",
+        functions=[address, audio],
+        function_info=[function(address, node, index, driver="nvidia"), audio_fn],
+        iommu_group_peers=[audio_fn, function(bridge, node, index, is_bridge=True)],
+        nvidia_minor=index,
+    )
+
+
+def synthetic_host() -> Inventory:
+    configs = {
+        "/etc/pve/lxc/200.conf": "cores: 16\nlxc.cgroup2.devices.allow: c 195:* rwm\n",
+        "/etc/pve/lxc/201.conf": "dev0: /dev/nvidia1,gid=44\ndev1: /dev/nvidia2,gid=44\n",
+        "/etc/pve/qemu-server/300.conf": "hostpci0: 21:00,pcie=1\nhostpci1: mapping=gpus\n",
+        "/etc/pve/mapping/pci.cfg": "gpus\n\tmap id=10de:2330,node=bench,path=0000:22:00.0\n",
+    }
+    return Inventory(
+        source="synthetic",
+        hostname="bench",
+        iommu_enabled=True,
+        numa_nodes=[
+            NumaNode(id=n, cpus=f"{n * CPUS_PER_NODE}-{(n + 1) * CPUS_PER_NODE - 1}")
+            for n in range(NODES)
+        ],
+        gpus=[gpu(node, slot) for node in range(NODES) for slot in range(GPUS_PER_NODE)],
+        guest_configs=configs,
+    )
+
+
+def median_seconds(action: Callable[[], object], runs: int) -> float:
+    """Median wall time of ``action`` over ``runs`` runs, after a few warm-ups."""
+    for _ in range(3):
+        action()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    inventory = synthetic_host()
+    dumped = inventory.model_dump()
+    scenarios = {
+        "numa": SplitPolicy(lxc=200),
+        "vms": SplitPolicy(lxc=200, vms=[(300 + n, GPUS_PER_NODE) for n in range(NODES - 1)]),
+    }
+    floor = median_seconds(lambda: Inventory.model_validate(dumped), runs)
+    print(f"{NODES} NUMA nodes, {len(inventory.gpus)} GPUs, {runs} runs each (median)")
+    print(f"  floor (Inventory.model_validate of its dump): {floor * 1e3:8.3f} ms")
+    for name, policy in scenarios.items():
+        plan = plan_split(inventory, policy)
+        took = median_seconds(partial(plan_split, inventory, policy), runs)
+        print(
+            f"  plan_split {name:<5} ({len(plan.groups)} groups): {took * 1e3:8.3f} ms"
+            f"  = {took / floor:5.1f} x floor"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Which devices the guests' Proxmox configs already hand to a guest.
+
+A container claims an NVIDIA GPU through its device node (``devN: /dev/nvidia3``, a raw
+``lxc.mount.entry: /dev/nvidia3 ...``) or its cgroup rule (``c 195:3 rwm``, or ``c 195:* rwm`` for
+every GPU); a VM claims a PCI device through ``hostpciN`` with an address or a ``mapping=`` from
+``/etc/pve/mapping/pci.cfg``. Only the main section of a config counts: pending changes and
+snapshots do not hold devices. The claims keep the addresses and minors as written; matching them
+to GPUs is the planner's job.
+
+>>> configs = {"/etc/pve/lxc/201.conf": "dev0: /dev/nvidia3,gid=44\\n",
+...            "/etc/pve/qemu-server/300.conf": "hostpci0: 81:00,pcie=1\\n"}
+>>> [(c.guest.vmid, c.nvidia_minor, c.pci_address) for c in device_claims(configs, "pve1")]
+[(201, 3, None), (300, None, '81:00')]
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+NVIDIA_MAJOR = 195
+"""The character major of ``/dev/nvidiaN``: registered, so it never changes (unlike nvidia-uvm)."""
+
+PCI_MAPPING_PATH = "/etc/pve/mapping/pci.cfg"
+
+_GUEST_CONFIG = re.compile(r"^/etc/pve/(lxc|qemu-server)/(\d+)\.conf$")
+_LINE = re.compile(r"^(?P<key>[^\s:=]+)\s*[:=]\s*(?P<value>.*?)\s*$")
+_NVIDIA_NODE = re.compile(r"^/dev/nvidia(\d+)$")
+_NVIDIA_RULE = re.compile(rf"^c\s+{NVIDIA_MAJOR}:(\*|\d+)(?:\s|$)")
+_HOSTPCI = re.compile(r"^hostpci\d+$")
+_CGROUP_ALLOW = ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow")
+
+
+class GuestRef(BaseModel):
+    """A guest by type and VMID, as the plan's JSON writes it.
+
+    >>> GuestRef(type="lxc", vmid=200).model_dump()
+    {'type': 'lxc', 'vmid': 200}
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["lxc", "vm"]
+    vmid: int
+
+
+class DeviceClaim(BaseModel):
+    """One config line by which a guest holds a device.
+
+    Exactly one of ``pci_address`` (as written: ``81:00``, ``0000:81:00.0``) and ``nvidia_minor``
+    (``"*"`` for ``c 195:* rwm``) is set. ``mapping`` names the PCI mapping the address came from.
+
+    >>> DeviceClaim(guest=GuestRef(type="lxc", vmid=201), path="/etc/pve/lxc/201.conf",
+    ...             line="lxc.cgroup2.devices.allow: c 195:* rwm", nvidia_minor="*").nvidia_minor
+    '*'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    guest: GuestRef
+    path: str
+    line: str
+    pci_address: str | None = None
+    nvidia_minor: int | Literal["*"] | None = None
+    mapping: str | None = None
+
+
+def device_claims(configs: Mapping[str, str], hostname: str) -> list[DeviceClaim]:
+    """Every device claim in the guest configs, by path then line.
+
+    ``configs`` maps absolute paths to file text (``Inventory.guest_configs``); only
+    ``/etc/pve/lxc/N.conf`` and ``/etc/pve/qemu-server/N.conf`` are guests of this host. PCI
+    mappings resolve through ``/etc/pve/mapping/pci.cfg``, keeping the ``map`` entries whose
+    ``node`` is ``hostname``.
+
+    >>> cfg = "gpu1\\n\\tmap id=10de:2330,node=pve1,path=0000:c1:00.0\\n"
+    >>> configs = {PCI_MAPPING_PATH: cfg, "/etc/pve/qemu-server/301.conf": "hostpci1: mapping=gpu1"}
+    >>> [(c.pci_address, c.mapping) for c in device_claims(configs, "pve1")]
+    [('0000:c1:00.0', 'gpu1')]
+    """
+    mappings = _pci_mappings(configs.get(PCI_MAPPING_PATH, ""), hostname)
+    claims: list[DeviceClaim] = []
+    for path in sorted(configs):
+        match = _GUEST_CONFIG.match(path)
+        if match is None:
+            continue
+        guest = GuestRef(type="lxc" if match[1] == "lxc" else "vm", vmid=int(match[2]))
+        for key, value, line in _main_section(configs[path]):
+            if guest.type == "vm" and _HOSTPCI.match(key):
+                claims.extend(
+                    DeviceClaim(guest=guest, path=path, line=line, pci_address=pci, mapping=name)
+                    for pci, name in _hostpci_addresses(value, mappings)
+                )
+            elif guest.type == "lxc" and (minor := _lxc_minor(key, value)) is not None:
+                claims.append(DeviceClaim(guest=guest, path=path, line=line, nvidia_minor=minor))
+    return claims
+
+
+def _main_section(text: str) -> Iterator[tuple[str, str, str]]:
+    """``(key, value, line)`` for each setting before the first ``[section]`` header."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            return
+        match = _LINE.match(line)
+        # Comments hold the guest's description, never devices.
+        if match is not None and not line.startswith("#"):
+            yield match["key"], match["value"], line
+
+
+def _hostpci_addresses(
+    value: str, mappings: dict[str, list[str]]
+) -> Iterator[tuple[str, str | None]]:
+    """The addresses of a ``hostpciN`` value, each with the mapping it came from."""
+    for part in value.split(","):
+        key, sep, item = part.partition("=")
+        if not sep:
+            key, item = "host", part
+        if key == "host":
+            yield from ((address, None) for address in item.split(";") if address)
+        elif key == "mapping":
+            yield from ((address, item) for address in mappings.get(item, []))
+
+
+def _lxc_minor(key: str, value: str) -> int | Literal["*"] | None:
+    """The nvidia minor a container line gives access to, if any."""
+    if key in _CGROUP_ALLOW:
+        rule = _NVIDIA_RULE.match(value)
+        if rule is None:
+            return None
+        return "*" if rule[1] == "*" else int(rule[1])
+    if re.fullmatch(r"dev\d+", key):
+        # devN: [path=]<Path>[,gid=...]: the path is the default key.
+        first = value.split(",", maxsplit=1)[0]
+        node = first.removeprefix("path=")
+    elif key == "lxc.mount.entry":
+        node = value.split(maxsplit=1)[0] if value else ""
+    else:
+        return None
+    match = _NVIDIA_NODE.match(node)
+    return int(match[1]) if match else None
+
+
+def _pci_mappings(text: str, hostname: str) -> dict[str, list[str]]:
+    """Mapping id -> the ``path`` of each of its ``map`` entries for this host."""
+    mappings: dict[str, list[str]] = {}
+    current: str | None = None
+    for raw in text.splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        if not raw[0].isspace():
+            # A section header: the id, possibly after a type prefix.
+            current = raw.split()[-1]
+            mappings[current] = []
+            continue
+        key, _, value = raw.strip().partition(" ")
+        if key != "map" or current is None:
+            continue
+        fields = dict(item.partition("=")[::2] for item in value.strip().split(","))
+        # Mappings are cluster-wide: another node's map entry names that node's hardware.
+        if fields.get("node", hostname) == hostname and fields.get("path"):
+            mappings[current].append(fields["path"])
+    return mappings

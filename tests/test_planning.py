@@ -1,0 +1,753 @@
+"""Tests for the planner (proxgpu.planning) and the guest claims it checks (proxgpu.claims)."""
+
+from __future__ import annotations
+
+import doctest
+from collections import defaultdict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxgpu import claims, planning
+from proxgpu.claims import GuestRef, device_claims
+from proxgpu.errors import ProxgpuError, UsageError
+from proxgpu.inventory import Gpu, Inventory, NumaNode, PciFunction
+from proxgpu.planning import (
+    Plan,
+    PlanRefusedError,
+    SplitPolicy,
+    check_gpu_set,
+    normalize_pci_address,
+    plan_split,
+)
+
+CT200_NODES = {0: ["01", "11", "61", "71"], 1: ["81", "91", "e1", "f1"]}
+TWO_SOCKETS = {0: "0-31,64-95", 1: "32-63,96-127"}
+
+
+def make_fn(
+    address: str, group: int | None, *, node: int | None = None, **kw: object
+) -> PciFunction:
+    fields: dict[str, object] = {
+        "class_code": "0x030200",
+        "vendor_id": "10de",
+        "device_id": "2330",
+        "driver": "nvidia",
+    }
+    fields.update(kw)
+    return PciFunction(address=address, numa_node=node, iommu_group=group, **fields)
+
+
+def make_gpu(
+    bus: str,
+    node: int | None,
+    *,
+    group: int | None = -1,
+    audio: bool = False,
+    peers: tuple[PciFunction, ...] = (),
+    minor: int | None = None,
+    boot_vga: bool = False,
+    driver: str | None = "nvidia",
+    function: int = 0,
+    slot_functions: tuple[int, ...] = (),
+) -> Gpu:
+    """A GPU at ``0000:<bus>:00.<function>``; ``group=-1`` means its own IOMMU group (the bus)."""
+    address = f"0000:{bus}:00.{function}"
+    iommu = int(bus, 16) if group == -1 else group
+    numbers = sorted({function, *slot_functions, *((1,) if audio else ())})
+    functions = [address] + [f"0000:{bus}:00.{n}" for n in numbers if n != function]
+    info = [make_fn(a, iommu, node=node, driver=driver) for a in functions]
+    own_peers = [fn for fn in info if fn.address != address]
+    return Gpu(
+        address=address,
+        vendor_id="10de",
+        device_id="2330",
+        class_code="0x030200",
+        model="NVIDIA H100",
+        numa_node=node,
+        local_cpus=TWO_SOCKETS.get(node) if node is not None else "0-127",
+        iommu_group=iommu,
+        driver=driver,
+        boot_vga=boot_vga,
+        functions=functions,
+        function_info=info,
+        iommu_group_peers=[*own_peers, *peers],
+        nvidia_minor=minor,
+    )
+
+
+def make_inventory(
+    gpus: list[Gpu],
+    nodes: dict[int, str] | None = None,
+    *,
+    iommu: bool = True,
+    configs: dict[str, str] | None = None,
+) -> Inventory:
+    return Inventory(
+        source="test",
+        hostname="pve1",
+        iommu_enabled=iommu,
+        numa_nodes=[
+            NumaNode(id=i, cpus=c) for i, c in (TWO_SOCKETS if nodes is None else nodes).items()
+        ],
+        gpus=gpus,
+        guest_configs=configs or {},
+    )
+
+
+def ct200(configs: dict[str, str] | None = None, *, iommu: bool = True) -> Inventory:
+    """The ct200 example: 8 GPUs, 4 per socket, each with an HDMI audio function in its group."""
+    gpus = [
+        make_gpu(bus, node, audio=True, minor=minor)
+        for minor, (node, bus) in enumerate(
+            (node, bus) for node, buses in CT200_NODES.items() for bus in buses
+        )
+    ]
+    return make_inventory(gpus, configs=configs, iommu=iommu)
+
+
+def refusal(inventory: Inventory, policy: SplitPolicy | None = None) -> PlanRefusedError:
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(inventory, policy)
+    return caught.value
+
+
+def codes(error: PlanRefusedError) -> list[str]:
+    return [problem.code for problem in error.problems]
+
+
+# --- the JSON contract and the default split ---------------------------------------------------
+
+
+def test_ct200_default_split_matches_the_json_contract() -> None:
+    plan = plan_split(ct200(), SplitPolicy(lxc=200, vms=[(300, None)]))
+    dumped = plan.model_dump(mode="json")
+    assert set(dumped) >= {"groups", "warnings"}
+    host, vfio = dumped["groups"]
+    assert host == {
+        "role": "host",
+        "numa_node": 0,
+        "gpus": ["0000:01:00.0", "0000:11:00.0", "0000:61:00.0", "0000:71:00.0"],
+        "functions": [
+            "0000:01:00.0", "0000:01:00.1", "0000:11:00.0", "0000:11:00.1",
+            "0000:61:00.0", "0000:61:00.1", "0000:71:00.0", "0000:71:00.1",
+        ],
+        "cpus": "0-31,64-95",
+        "memory_nodes": [0],
+        "driver": "nvidia",
+        "guest": {"type": "lxc", "vmid": 200},
+    }  # fmt: skip
+    assert vfio["role"] == "vfio"
+    assert vfio["numa_node"] == 1
+    assert vfio["gpus"] == ["0000:81:00.0", "0000:91:00.0", "0000:e1:00.0", "0000:f1:00.0"]
+    assert "0000:f1:00.1" in vfio["functions"]
+    assert vfio["cpus"] == "32-63,96-127"
+    assert vfio["memory_nodes"] == [1]
+    assert vfio["driver"] == "vfio-pci"
+    assert vfio["guest"] == {"type": "vm", "vmid": 300}
+    assert dumped["warnings"] == []
+
+
+def test_without_targets_the_plan_covers_binding_only() -> None:
+    plan = plan_split(ct200(), SplitPolicy())
+    assert [group.guest for group in plan.groups] == [None, None]
+
+
+def test_plan_is_deterministic_and_round_trips_through_json() -> None:
+    inventory = ct200()
+    policy = SplitPolicy(lxc=200, vms=[(300, 2), (301, 2)])
+    plan = plan_split(inventory, policy)
+    assert plan == plan_split(inventory, policy)
+    assert Plan.model_validate_json(plan.model_dump_json()) == plan
+
+
+def test_unbound_or_vfio_bound_gpu_returns_to_nvidia_on_the_host() -> None:
+    gpus = [make_gpu("01", 0, driver="vfio-pci"), make_gpu("81", 1, driver=None)]
+    host, _ = plan_split(make_inventory(gpus)).groups
+    assert host.driver == "nvidia"
+
+
+def test_no_gpus_is_refused() -> None:
+    assert codes(refusal(make_inventory([]))) == ["no-gpus"]
+
+
+def test_refusal_is_a_proxgpu_error_naming_host_problem_and_fix() -> None:
+    error = refusal(make_inventory([make_gpu("01", None), make_gpu("02", None)]))
+    assert isinstance(error, ProxgpuError)
+    assert error.exit_code != 0
+    text = str(error)
+    assert text.startswith("pve1: plan refused (1 problem)")
+    assert error.problems[0].what in text
+    assert error.problems[0].fix in text
+
+
+# --- tensor-parallel advice and check_gpu_set --------------------------------------------------
+
+
+def test_tp_advice_for_ct200_host_group() -> None:
+    plan = plan_split(ct200(), SplitPolicy(lxc=200))
+    advice = {tp.size: tp.device_sets for tp in plan.tensor_parallel}
+    assert advice == {1: ["0", "1", "2", "3"], 2: ["0,1", "2,3"], 4: ["0,1,2,3"]}
+
+
+def test_tp_advice_numbers_gpus_as_the_container_sees_them() -> None:
+    # A host group across both sockets: sets never straddle, numbers follow the group's PCI order.
+    policy = SplitPolicy(host_gpus=["0000:61:00.0", "0000:71:00.0", "81:00.0", "91:00.0", "e1:00"])
+    plan = plan_split(ct200(), policy)
+    advice = {tp.size: tp.device_sets for tp in plan.tensor_parallel}
+    assert advice == {1: ["0", "1", "2", "3", "4"], 2: ["0,1", "2,3"]}
+
+
+@pytest.mark.parametrize(
+    ("selectors", "local", "node"),
+    [
+        (["0", "1", "2", "3"], True, 0),
+        (["4", "5", "6", "7"], True, 1),
+        (["1", "2", "3", "4"], False, None),
+        (["81:00.0", "0000:91:00.0"], True, 1),
+        (["5"], True, 1),
+    ],
+)
+def test_check_gpu_set_on_ct200(selectors: list[str], local: bool, node: int | None) -> None:
+    check = check_gpu_set(ct200(), selectors)
+    assert (check.numa_local, check.numa_node) == (local, node)
+
+
+def test_check_gpu_set_explains_a_straddling_set() -> None:
+    check = check_gpu_set(ct200(), ["1", "2", "3", "4"])
+    assert [(p.index, p.numa_node) for p in check.gpus] == [(1, 0), (2, 0), (3, 0), (4, 1)]
+    assert "straddle NUMA nodes 0 and 1" in check.explanation
+    assert "node 1 holds 4 (0000:81:00.0)" in check.explanation
+    assert "0,1,2,3; 4,5,6,7" in check.explanation
+
+
+def test_check_gpu_set_of_one_gpu() -> None:
+    assert check_gpu_set(ct200(), ["f1:00.0"]).explanation == "GPU 7 is on NUMA node 1."
+
+
+def test_check_gpu_set_with_unknown_node_is_not_local() -> None:
+    inventory = make_inventory([make_gpu("01", None), make_gpu("02", None)])
+    check = check_gpu_set(inventory, ["0", "1"])
+    assert not check.numa_local
+    assert "unknown" in check.explanation
+
+
+@pytest.mark.parametrize("selectors", [["8"], ["zz"], ["0000:02:00.0"], []])
+def test_check_gpu_set_rejects_bad_selectors(selectors: list[str]) -> None:
+    with pytest.raises(UsageError):
+        check_gpu_set(ct200(), selectors)
+
+
+# --- NUMA: unknown, uneven, empty nodes, more than two nodes ----------------------------------
+
+
+def test_single_socket_with_unknown_numa_is_refused_with_a_way_out() -> None:
+    inventory = make_inventory([make_gpu("01", None), make_gpu("02", None)], {0: "0-15"})
+    error = refusal(inventory)
+    assert codes(error) == ["unknown-numa"]
+    assert "0000:01:00.0 and 0000:02:00.0" in error.problems[0].what
+    assert "--vfio-gpus 0000:02:00.0" in error.problems[0].fix
+
+
+def test_unknown_numa_assigned_by_address_pins_to_every_cpu() -> None:
+    inventory = make_inventory([make_gpu("01", None), make_gpu("02", None)], {0: "0-15"})
+    plan = plan_split(inventory, SplitPolicy(vfio_gpus=["02:00.0"], lxc=200))
+    host, vfio = plan.groups
+    assert (host.gpus, vfio.gpus) == (["0000:01:00.0"], ["0000:02:00.0"])
+    assert host.numa_node is None
+    assert host.cpus == "0-127"  # local_cpulist of an unknown node: every online CPU
+    assert host.memory_nodes == [0]
+    assert plan.tensor_parallel == []
+
+
+def test_unknown_numa_on_a_two_node_host_warns_that_pinning_covers_every_node() -> None:
+    inventory = make_inventory([make_gpu("01", None), make_gpu("81", 1)])
+    plan = plan_split(inventory, SplitPolicy(host_gpus=["01:00.0"]))
+    host, vfio = plan.groups
+    assert (host.memory_nodes, vfio.memory_nodes) == ([0, 1], [1])
+    assert plan.warnings == [
+        "the host group holds GPUs of unknown NUMA node: its pinning covers every node"
+    ]
+
+
+def test_uneven_split_is_reported() -> None:
+    gpus = [make_gpu(f"{i:02x}", 0) for i in range(1, 6)] + [
+        make_gpu(f"{i:02x}", 1) for i in range(0x81, 0x84)
+    ]
+    plan = plan_split(make_inventory(gpus))
+    assert [len(group.gpus) for group in plan.groups] == [5, 3]
+    assert plan.warnings == ["uneven split: 5 GPUs on the host driver, 3 GPUs on vfio-pci"]
+
+
+def test_all_gpus_on_one_node_stay_on_the_host() -> None:
+    plan = plan_split(make_inventory([make_gpu("01", 0), make_gpu("02", 0)]))
+    assert [group.role for group in plan.groups] == ["host"]
+    assert "nothing goes to vfio-pci" in plan.warnings[0]
+    assert any("NUMA node 1" in warning for warning in plan.warnings)
+
+
+def nps4(configs: dict[str, str] | None = None) -> Inventory:
+    nodes = {n: f"{n * 16}-{n * 16 + 15}" for n in range(4)}
+    gpus = [
+        make_gpu(f"{bus:02x}", node, minor=i)
+        for i, (node, bus) in enumerate(
+            (n, 0x10 + 0x20 * n + k) for n in range(4) for k in range(2)
+        )
+    ]
+    return make_inventory(gpus, nodes, configs=configs)
+
+
+def test_nps4_default_keeps_the_lowest_node_and_sends_the_others_per_node() -> None:
+    plan = plan_split(nps4())
+    assert [(g.role, g.numa_node, len(g.gpus)) for g in plan.groups] == [
+        ("host", 0, 2), ("vfio", 1, 2), ("vfio", 2, 2), ("vfio", 3, 2),
+    ]  # fmt: skip
+    assert [g.cpus for g in plan.groups] == ["0-15", "16-31", "32-47", "48-63"]
+
+
+def test_nps4_host_nodes_join_one_host_group_spanning_them() -> None:
+    plan = plan_split(nps4(), SplitPolicy(host_nodes=[0, 1], lxc=200))
+    host = plan.groups[0]
+    assert (host.numa_node, host.memory_nodes, host.cpus) == (None, [0, 1], "0-31")
+    assert len(host.gpus) == 4
+    assert [g.numa_node for g in plan.groups[1:]] == [2, 3]
+    assert any("spans NUMA nodes 0 and 1" in warning for warning in plan.warnings)
+    assert {tp.size: tp.device_sets for tp in plan.tensor_parallel}[2] == ["0,1", "2,3"]
+
+
+def test_nps4_vfio_node_only_keeps_the_rest_on_the_host() -> None:
+    plan = plan_split(nps4(), SplitPolicy(vfio_nodes=[3]))
+    assert [(g.role, g.memory_nodes) for g in plan.groups] == [
+        ("host", [0, 1, 2]),
+        ("vfio", [3]),
+    ]
+
+
+def test_nps4_both_node_lists_must_cover_every_gpu_node() -> None:
+    error = refusal(nps4(), SplitPolicy(host_nodes=[0], vfio_nodes=[1]))
+    assert codes(error) == ["policy", "policy"]
+    assert "NUMA node 2" in error.problems[0].what
+    assert "--host-node 2 or --vfio-node 2" in error.problems[0].fix
+
+
+@pytest.mark.parametrize(
+    ("policy", "fragment"),
+    [
+        (SplitPolicy(host_nodes=[0], vfio_nodes=[0, 1, 2, 3]), "in both --host-node"),
+        (SplitPolicy(vfio_nodes=[7]), "NUMA node 7 holds no GPUs"),
+        (SplitPolicy(vfio_gpus=["0000:99:00.0"]), "no GPU at that address"),
+        (SplitPolicy(vfio_gpus=["gpu0"]), "not a PCI address"),
+        (SplitPolicy(host_gpus=["10:00.0"], vfio_gpus=["0000:10:00"]), "in both --host-gpus"),
+        (SplitPolicy(host_gpus=["10:00.0"], vfio_gpus=["30:00.0"]), "in neither --host-gpus"),
+        (SplitPolicy(lxc=200, vms=[(200, None)]), "named more than once"),
+        (SplitPolicy(vms=[(300, None), (301, None)]), "all ask for the remaining"),
+        (SplitPolicy(vms=[(300, 0)]), "asks for no GPU"),
+    ],
+)
+def test_policy_mistakes_are_refused(policy: SplitPolicy, fragment: str) -> None:
+    error = refusal(nps4(), policy)
+    assert "policy" in codes(error)
+    assert any(fragment in problem.what for problem in error.problems)
+
+
+# --- explicit assignment -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["0000:81:00.0", "81:00.0", "0000:81:00", "81:00", "0000:81:00.1"])
+def test_explicit_vfio_gpus_accept_every_address_form(form: str) -> None:
+    plan = plan_split(ct200(), SplitPolicy(vfio_gpus=[form]))
+    host, vfio = plan.groups
+    assert vfio.gpus == ["0000:81:00.0"]
+    assert vfio.functions == ["0000:81:00.0", "0000:81:00.1"]
+    assert len(host.gpus) == 7
+    assert host.numa_node is None and host.memory_nodes == [0, 1]
+
+
+def test_explicit_addresses_override_node_rules() -> None:
+    plan = plan_split(ct200(), SplitPolicy(host_nodes=[0], host_gpus=["81:00.0"]))
+    host = plan.groups[0]
+    assert host.gpus[-1] == "0000:81:00.0"
+    assert len(plan.groups[1].gpus) == 3
+
+
+def test_both_address_lists_naming_every_gpu() -> None:
+    addresses = [gpu.address for gpu in ct200().gpus]
+    policy = SplitPolicy(host_gpus=addresses[::2], vfio_gpus=addresses[1::2])
+    plan = plan_split(ct200(), policy)
+    assert plan.groups[0].gpus == addresses[::2]
+    assert [group.numa_node for group in plan.groups[1:]] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("value", "normal"),
+    [("81:00.0", "0000:81:00.0"), ("0000:E1:00", "0000:e1:00"), (" 1234:f0:43.7 ", "1234:f0:43.7")],
+)
+def test_normalize_pci_address(value: str, normal: str) -> None:
+    assert normalize_pci_address(value) == normal
+
+
+def test_slot_holding_two_gpus_moves_together() -> None:
+    first = make_gpu("41", 0, function=0, slot_functions=(1,))
+    second = make_gpu("41", 0, function=1, slot_functions=(0,))
+    inventory = make_inventory([first, second, make_gpu("81", 1)])
+    assert plan_split(inventory).groups[0].gpus == ["0000:41:00.0", "0000:41:00.1"]
+    error = refusal(inventory, SplitPolicy(vfio_gpus=["0000:41:00.1"]))
+    assert codes(error) == ["slot-split", "iommu-mixed"]
+    assert "slot 0000:41:00" in error.problems[0].what
+
+
+# --- IOMMU groups --------------------------------------------------------------------------------
+
+
+def shared_group_host() -> Inventory:
+    """Node 1 has two GPUs behind one switch without ACS: one IOMMU group (50)."""
+    a, b = "0000:81:00.0", "0000:82:00.0"
+    gpus = [
+        make_gpu("01", 0),
+        make_gpu("02", 0),
+        make_gpu("81", 1, group=50, peers=(make_fn(b, 50, node=1),)),
+        make_gpu("82", 1, group=50, peers=(make_fn(a, 50, node=1),)),
+    ]
+    return make_inventory(gpus)
+
+
+def test_gpus_sharing_an_iommu_group_move_together() -> None:
+    plan = plan_split(shared_group_host())
+    assert plan.groups[1].gpus == ["0000:81:00.0", "0000:82:00.0"]
+
+
+def test_iommu_group_with_both_roles_is_refused_naming_group_and_members() -> None:
+    error = refusal(shared_group_host(), SplitPolicy(host_nodes=[0], host_gpus=["81:00.0"]))
+    assert codes(error) == ["iommu-mixed"]
+    what = error.problems[0].what
+    assert "IOMMU group 50" in what
+    assert "0000:81:00.0 (host), 0000:82:00.0 (vfio)" in what
+    assert "ACS" in error.problems[0].fix
+
+
+def test_vms_never_split_an_iommu_group() -> None:
+    plan = plan_split(shared_group_host(), SplitPolicy(vms=[(301, 2)]))
+    assert [(g.guest, g.gpus) for g in plan.groups[1:]] == [
+        (GuestRef(type="vm", vmid=301), ["0000:81:00.0", "0000:82:00.0"]),
+    ]
+    error = refusal(shared_group_host(), SplitPolicy(vms=[(300, 1)]))
+    assert codes(error) == ["no-fit"]
+    assert "GPUs sharing an IOMMU group go together" in error.problems[0].what
+
+
+def nic_peer(*, bridge: bool) -> PciFunction:
+    return make_fn(
+        "0000:80:01.0" if bridge else "0000:83:00.0",
+        60,
+        node=1,
+        class_code="0x060400" if bridge else "0x020000",
+        vendor_id="8086",
+        device_id="1572",
+        name="PCI bridge" if bridge else "Ethernet controller X710",
+        driver="pcieport" if bridge else "i40e",
+        is_bridge=bridge,
+    )
+
+
+def test_non_bridge_peer_in_a_vfio_group_is_refused() -> None:
+    gpus = [make_gpu("01", 0), make_gpu("81", 1, group=60, peers=(nic_peer(bridge=False),))]
+    error = refusal(make_inventory(gpus))
+    assert codes(error) == ["iommu-peer"]
+    what = error.problems[0].what
+    assert "IOMMU group 60" in what and "0000:83:00.0" in what
+    assert "Ethernet controller X710, driver i40e" in what
+    assert "--host-gpus 0000:81:00.0" in error.problems[0].fix
+
+
+def test_non_bridge_peer_of_a_host_gpu_is_fine() -> None:
+    gpus = [make_gpu("01", 0, group=60, peers=(nic_peer(bridge=False),)), make_gpu("81", 1)]
+    assert len(plan_split(make_inventory(gpus)).groups) == 2
+
+
+def test_bridge_in_the_group_is_allowed_and_does_not_move() -> None:
+    gpus = [make_gpu("01", 0), make_gpu("81", 1, group=60, peers=(nic_peer(bridge=True),))]
+    vfio = plan_split(make_inventory(gpus)).groups[1]
+    assert vfio.functions == ["0000:81:00.0"]
+
+
+def test_iommu_off_with_a_vfio_group_is_refused_unless_planned() -> None:
+    assert codes(refusal(ct200(iommu=False))) == ["iommu-off"]
+    plan = plan_split(ct200(iommu=False), SplitPolicy(enable_iommu=True))
+    assert plan.enable_iommu
+    assert any("IOMMU is off" in warning for warning in plan.warnings)
+    assert not plan_split(ct200(), SplitPolicy(enable_iommu=True)).enable_iommu
+
+
+def test_iommu_off_without_vfio_is_fine() -> None:
+    plan = plan_split(ct200(iommu=False), SplitPolicy(host_nodes=[0, 1]))
+    assert [group.role for group in plan.groups] == ["host"]
+
+
+def test_boot_vga_to_vfio_warns() -> None:
+    gpus = [make_gpu("01", 0, boot_vga=True), make_gpu("81", 1, boot_vga=True)]
+    plan = plan_split(make_inventory(gpus))
+    boot = [warning for warning in plan.warnings if "boot VGA" in warning]
+    assert len(boot) == 1 and boot[0].startswith("0000:81:00.0")
+
+
+# --- several VMs ---------------------------------------------------------------------------------
+
+
+def test_two_vms_share_the_vfio_node() -> None:
+    plan = plan_split(ct200(), SplitPolicy(lxc=200, vms=[(300, 2), (301, 2)]))
+    assert [(g.guest.vmid if g.guest else None, g.gpus, g.numa_node) for g in plan.groups[1:]] == [
+        (300, ["0000:81:00.0", "0000:91:00.0"], 1),
+        (301, ["0000:e1:00.0", "0000:f1:00.0"], 1),
+    ]
+
+
+def test_each_vm_lands_on_one_node_when_one_fits() -> None:
+    plan = plan_split(nps4(), SplitPolicy(vms=[(300, 1), (301, 2), (302, 2), (303, None)]))
+    vms = {g.guest.vmid: (g.numa_node, len(g.gpus)) for g in plan.groups if g.guest}
+    # The two-GPU VMs each take a whole node; the one-GPU VM and the rest share the last.
+    assert vms == {300: (3, 1), 301: (1, 2), 302: (2, 2), 303: (3, 1)}
+    assert plan.warnings == ["uneven split: 2 GPUs on the host driver, 6 GPUs on vfio-pci"]
+
+
+def test_vm_larger_than_any_node_spans_nodes_with_a_warning() -> None:
+    plan = plan_split(nps4(), SplitPolicy(vms=[(300, 3)]))
+    vm = next(g for g in plan.groups if g.guest)
+    assert (vm.numa_node, len(vm.gpus), vm.memory_nodes) == (None, 3, [1, 2])
+    assert any("VM 300 spans NUMA nodes 1 and 2" in warning for warning in plan.warnings)
+    assert any("go to no VM" in warning for warning in plan.warnings)
+
+
+def test_vms_asking_for_too_many_gpus_are_refused() -> None:
+    error = refusal(ct200(), SplitPolicy(vms=[(300, 3), (301, 2)]))
+    assert codes(error) == ["no-fit"]
+    assert (
+        "VM 301 asks for 2 GPUs, but at most 1 of the 4 vfio GPUs are left for it"
+        in error.problems[0].what
+    )
+
+
+def test_lxc_target_needs_a_host_group() -> None:
+    error = refusal(ct200(), SplitPolicy(lxc=200, vfio_nodes=[0, 1]))
+    assert codes(error) == ["no-fit"]
+
+
+# --- GPUs claimed by other guests --------------------------------------------------------------
+
+
+LXC_201 = "/etc/pve/lxc/201.conf"
+VM_300 = "/etc/pve/qemu-server/300.conf"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "dev0: /dev/nvidia4,gid=44",
+        "dev1: path=/dev/nvidia4,mode=0666",
+        "lxc.mount.entry: /dev/nvidia4 dev/nvidia4 none bind,optional,create=file",
+        "lxc.mount.entry = /dev/nvidia4 dev/nvidia4 none bind,optional,create=file",
+        "lxc.cgroup2.devices.allow: c 195:4 rwm",
+        "lxc.cgroup2.devices.allow: c 195:* rwm",
+    ],
+)
+def test_container_holding_a_vfio_gpu_conflicts(line: str) -> None:
+    inventory = ct200({LXC_201: f"arch: amd64\n{line}\n"})
+    error = refusal(inventory, SplitPolicy(lxc=200))
+    assert codes(error) == (["claimed"] * (4 if "*" in line else 1))
+    assert error.problems[0].what.startswith("0000:81:00.0 goes to vfio-pci but CT 201 uses it")
+    assert LXC_201 in error.problems[0].what
+
+
+def test_wildcard_of_the_target_container_is_no_conflict() -> None:
+    configs = {"/etc/pve/lxc/200.conf": "lxc.cgroup2.devices.allow: c 195:* rwm\n"}
+    assert plan_split(ct200(configs), SplitPolicy(lxc=200)).warnings == []
+
+
+def test_other_container_sharing_a_host_gpu_is_reported_not_refused() -> None:
+    plan = plan_split(ct200({LXC_201: "dev0: /dev/nvidia0\n"}), SplitPolicy(lxc=200))
+    assert plan.warnings == [
+        "0000:01:00.0 is also used by CT 201 ('dev0: /dev/nvidia0' in /etc/pve/lxc/201.conf); "
+        "CT 200 will share it"
+    ]
+
+
+def test_claims_in_snapshot_and_pending_sections_do_not_count() -> None:
+    text = "cores: 4\n\n[pve:pending]\ndev0: /dev/nvidia4\n[snap1]\ndev0: /dev/nvidia5\n"
+    assert plan_split(ct200({LXC_201: text}), SplitPolicy(lxc=200)).warnings == []
+
+
+def test_nvidiactl_and_other_minors_claim_no_gpu() -> None:
+    text = "lxc.cgroup2.devices.allow: c 195:255 rwm\nlxc.cgroup2.devices.allow: c 511:* rwm\n"
+    text += "lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file\n"
+    plan_split(ct200({LXC_201: text}), SplitPolicy(lxc=200))
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["01:00,pcie=1", "host=0000:01:00.0", "0000:81:00.0;0000:01:00", "01:00.1,x-vga=1"],
+)
+def test_vm_passing_a_host_gpu_through_conflicts(value: str) -> None:
+    error = refusal(ct200({VM_300: f"bios: ovmf\nhostpci0: {value}\n"}), SplitPolicy(lxc=200))
+    assert codes(error) == ["claimed"]
+    assert error.problems[0].what.startswith("0000:01:00.0 stays on the host driver but VM 300")
+
+
+def pci_cfg(node: str) -> str:
+    return (
+        "gpu-node0\n"
+        f"\tmap id=10de:2330,iommugroup=1,node={node},path=0000:11:00.0,subsystem-id=10de:16c1\n"
+    )
+
+
+def test_vm_mapping_to_a_host_gpu_conflicts() -> None:
+    configs = {
+        "/etc/pve/mapping/pci.cfg": pci_cfg("pve1"),
+        VM_300: "hostpci0: mapping=gpu-node0,pcie=1\n",
+    }
+    error = refusal(ct200(configs), SplitPolicy(lxc=200))
+    assert codes(error) == ["claimed"]
+    assert "0000:11:00.0" in error.problems[0].what
+    assert "via PCI mapping gpu-node0" in error.problems[0].what
+
+
+def test_mapping_entries_of_another_node_are_ignored() -> None:
+    configs = {
+        "/etc/pve/mapping/pci.cfg": pci_cfg("pve2"),
+        VM_300: "hostpci0: mapping=gpu-node0\n",
+    }
+    plan_split(ct200(configs), SplitPolicy(lxc=200))
+
+
+def test_vm_holding_a_gpu_given_to_another_vm_conflicts() -> None:
+    error = refusal(ct200({VM_300: "hostpci0: 81:00\n"}), SplitPolicy(vms=[(301, None)]))
+    assert codes(error) == ["claimed"]
+    assert "goes to VM 301 but VM 300 already passes it through" in error.problems[0].what
+
+
+def test_target_vm_and_binding_only_plans_accept_existing_passthrough() -> None:
+    configs = {VM_300: "hostpci0: 81:00\n"}
+    assert plan_split(ct200(configs), SplitPolicy(vms=[(300, None)])).warnings == []
+    plan = plan_split(ct200(configs), SplitPolicy())
+    assert plan.warnings == [
+        "0000:81:00.0 is already passed through to VM 300 ('hostpci0: 81:00' in "
+        "/etc/pve/qemu-server/300.conf); binding it to vfio-pci keeps that working"
+    ]
+
+
+def test_device_claims_reads_only_guest_configs_of_this_host() -> None:
+    configs = {
+        "/etc/pve/nodes/pve2/lxc/205.conf": "dev0: /dev/nvidia1\n",
+        "/etc/pve/storage.cfg": "dev0: /dev/nvidia1\n",
+        "/etc/pve/qemu-server/302.conf": "# hostpci0: 81:00\nnet0: virtio=AA:BB,bridge=vmbr0\n",
+        "/etc/pve/qemu-server/303.conf": "hostpci2: host=81:00;91:00.0,mapping=none\n",
+    }
+    found = [(c.guest.vmid, c.pci_address) for c in device_claims(configs, "pve1")]
+    assert found == [(303, "81:00"), (303, "91:00.0")]
+
+
+# --- property tests ------------------------------------------------------------------------------
+
+
+@st.composite
+def random_hosts(draw: st.DrawFn) -> Inventory:
+    """Hosts with 1-4 nodes and up to 12 GPUs; IOMMU groups never cross a node, no foreign peers."""
+    node_count = draw(st.integers(1, 4))
+    gpu_nodes = draw(st.lists(st.integers(0, node_count - 1), min_size=1, max_size=12))
+    specs: list[tuple[str, int, int]] = []
+    for i, node in enumerate(gpu_nodes):
+        shares = bool(specs) and specs[-1][1] == node and draw(st.booleans())
+        specs.append((f"{0x10 + i:02x}", node, specs[-1][2] if shares else 100 + i))
+    members: dict[int, list[str]] = defaultdict(list)
+    for bus, _, group in specs:
+        members[group].append(bus)
+    gpus = [
+        make_gpu(
+            bus,
+            node,
+            group=group,
+            audio=draw(st.booleans()),
+            minor=i,
+            peers=tuple(
+                make_fn(f"0000:{other}:00.0", group, node=node)
+                for other in members[group]
+                if other != bus
+            )
+            + ((nic_peer(bridge=True),) if draw(st.booleans()) else ()),
+        )
+        for i, (bus, node, group) in enumerate(specs)
+    ]
+    nodes = {n: f"{n * 8}-{n * 8 + 7}" for n in range(node_count)}
+    return make_inventory(gpus, nodes)
+
+
+def assert_invariants(inventory: Inventory, plan: Plan) -> dict[str, str]:
+    """No GPU lost or duplicated, functions complete, one role per IOMMU group; -> roles."""
+    placed = [address for group in plan.groups for address in group.gpus]
+    assert sorted(placed) == sorted(gpu.address for gpu in inventory.gpus)
+    moved = sorted(function for group in plan.groups for function in group.functions)
+    assert moved == sorted(function for gpu in inventory.gpus for function in gpu.functions)
+    roles: dict[str, str] = {a: group.role for group in plan.groups for a in group.gpus}
+    by_iommu: dict[int | None, set[str]] = defaultdict(set)
+    for gpu in inventory.gpus:
+        by_iommu[gpu.iommu_group].add(roles[gpu.address])
+    assert all(len(group_roles) == 1 for group_roles in by_iommu.values())
+    return roles
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_hosts())
+def test_property_numa_split_is_complete_and_numa_pure(inventory: Inventory) -> None:
+    plan = plan_split(inventory, SplitPolicy(lxc=200))
+    assert_invariants(inventory, plan)
+    node_of = {gpu.address: gpu.numa_node for gpu in inventory.gpus}
+    for group in plan.groups:
+        assert {node_of[address] for address in group.gpus} == {group.numa_node}
+    assert [group.role for group in plan.groups].count("host") == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_hosts(), st.data())
+def test_property_explicit_assignment_is_honoured_or_refused(
+    inventory: Inventory, data: st.DataObject
+) -> None:
+    addresses = [gpu.address for gpu in inventory.gpus]
+    chosen = data.draw(st.lists(st.sampled_from(addresses), min_size=1, unique=True))
+    wanted = {a: "vfio" if a in chosen else "host" for a in addresses}
+    split_groups = {
+        gpu.iommu_group
+        for gpu in inventory.gpus
+        for other in inventory.gpus
+        if gpu.iommu_group == other.iommu_group and wanted[gpu.address] != wanted[other.address]
+    }
+    try:
+        plan = plan_split(inventory, SplitPolicy(vfio_gpus=chosen))
+    except PlanRefusedError as error:
+        assert split_groups
+        assert set(codes(error)) == {"iommu-mixed"}
+        return
+    assert not split_groups
+    assert assert_invariants(inventory, plan) == wanted
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_hosts(), st.lists(st.integers(1, 3), max_size=4))
+def test_property_vms_get_exactly_what_they_ask(inventory: Inventory, counts: list[int]) -> None:
+    vms = [(300 + i, count) for i, count in enumerate(counts)]
+    try:
+        plan = plan_split(inventory, SplitPolicy(vms=vms, host_nodes=[0]))
+    except PlanRefusedError as error:
+        assert set(codes(error)) <= {"no-fit", "policy"}
+        return
+    assert_invariants(inventory, plan)
+    got = {g.guest.vmid: len(g.gpus) for g in plan.groups if g.guest is not None}
+    assert got == dict(vms)
+
+
+# --- documentation -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", [planning, claims])
+def test_docstring_examples(module: object) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
+    assert result.failed == 0
+    assert result.attempted > 0
