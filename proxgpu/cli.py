@@ -2,20 +2,25 @@
 
 Exit codes: 0 success, 1 other errors, 2 usage, 3 host unreachable, 4 authentication failed,
 5 host key unknown or changed, 6 not root, 7 a command on the host failed, 8 a sysfs file
-missing or unparsable.
+missing or unparsable, 9 plan refused, 10 plan cannot be rendered. ``plan --detailed-exitcode``
+follows Terraform instead: 0 nothing to change, 2 changes pending, 1 any error.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
 
 from proxgpu.capture import gather, write_tree
-from proxgpu.errors import ProxgpuError
+from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.hosts import Host, SSHOptions, connect
 from proxgpu.inspection import GpuFilter, build_inventory
-from proxgpu.report import render_inventory
+from proxgpu.inventory import Inventory
+from proxgpu.planning import SplitPolicy, check_gpu_set, plan_split
+from proxgpu.rendering import RenderOptions, render
+from proxgpu.report import render_changes, render_inventory, render_plan
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -81,10 +86,120 @@ def _gpu_filter(args: argparse.Namespace) -> GpuFilter:
     return GpuFilter(classes=classes, vendors=vendors)
 
 
+def _inventory(args: argparse.Namespace) -> Inventory:
+    with _open_host(args) as host:
+        return build_inventory(gather(host), host.name, _gpu_filter(args))
+
+
+def _plan_options(parser: argparse.ArgumentParser) -> None:
+    split = parser.add_argument_group("the split")
+    split.add_argument(
+        "--split",
+        choices=["numa"],
+        default="numa",
+        help="one group per NUMA node; the lowest node with GPUs stays on the host",
+    )
+    split.add_argument(
+        "--host-node",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="keep this NUMA node's GPUs on the host driver (repeatable)",
+    )
+    split.add_argument(
+        "--vfio-node",
+        type=int,
+        action="append",
+        default=[],
+        metavar="N",
+        help="bind this NUMA node's GPUs to vfio-pci (repeatable)",
+    )
+    split.add_argument("--host-gpus", metavar="ADDR,...", help="keep these GPUs on the host driver")
+    split.add_argument("--vfio-gpus", metavar="ADDR,...", help="bind these GPUs to vfio-pci")
+    split.add_argument("--lxc", type=int, metavar="VMID", help="container that gets the host group")
+    split.add_argument(
+        "--vm",
+        action="append",
+        default=[],
+        metavar="VMID[:N]",
+        help="VM that gets vfio GPUs (N of them; repeatable)",
+    )
+    split.add_argument(
+        "--enable-iommu",
+        action="store_true",
+        help="turn the IOMMU on in the kernel command line if it is off",
+    )
+    files = parser.add_argument_group("how the files are written")
+    files.add_argument(
+        "--bind-method",
+        choices=["modprobe", "driverctl"],
+        default="modprobe",
+        help="boot-time binding: modprobe.d hook (default) or driverctl overrides",
+    )
+    files.add_argument(
+        "--mapping", metavar="NAME", help="give VMs their GPUs through this cluster PCI mapping"
+    )
+
+
+def _split_policy(args: argparse.Namespace) -> SplitPolicy:
+    def addresses(text: str | None) -> list[str]:
+        return [a.strip() for a in (text or "").split(",") if a.strip()]
+
+    vms = []
+    for spec in args.vm:
+        vmid, _, count = spec.partition(":")
+        if not vmid.isdigit() or (count and not count.isdigit()):
+            raise UsageError(f"--vm {spec!r}: expected VMID or VMID:N")
+        vms.append((int(vmid), int(count) if count else None))
+    return SplitPolicy(
+        split=args.split,
+        host_nodes=args.host_node,
+        vfio_nodes=args.vfio_node,
+        host_gpus=addresses(args.host_gpus),
+        vfio_gpus=addresses(args.vfio_gpus),
+        lxc=args.lxc,
+        vms=vms,
+        enable_iommu=args.enable_iommu,
+    )
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Show the split and the exact file changes it needs, without changing anything."""
+    inventory = _inventory(args)
+    plan = plan_split(inventory, _split_policy(args))
+    changes = render(
+        inventory, plan, RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
+    )
+    if args.json:
+        document = plan.model_dump(mode="json")
+        document["changes"] = {
+            **changes.model_dump(mode="json"),
+            "changed": changes.changed,
+            "summary": changes.summary(),
+            "diff": changes.ansible_diff(),
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(render_plan(plan, inventory))
+        print()
+        print(render_changes(changes, color=sys.stdout.isatty()), end="")
+    if args.detailed_exitcode:
+        return 2 if changes.changed else 0
+    return 0
+
+
+def cmd_check_gpus(args: argparse.Namespace) -> int:
+    """Exit 0 when a GPU set is NUMA-local, 1 with an explanation when it straddles nodes."""
+    inventory = _inventory(args)
+    check = check_gpu_set(inventory, [s.strip() for s in args.gpus.split(",") if s.strip()])
+    print(check.explanation, file=sys.stdout if check.numa_local else sys.stderr)
+    return 0 if check.numa_local else 1
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print the host's inventory."""
-    with _open_host(args) as host:
-        inventory = build_inventory(gather(host), host.name, _gpu_filter(args))
+    inventory = _inventory(args)
     if args.json:
         print(inventory.model_dump_json(indent=2))
     else:
@@ -119,6 +234,20 @@ def build_parser() -> argparse.ArgumentParser:
     _host_options(snapshot)
     snapshot.add_argument("-o", "--output", required=True, metavar="DIR")
     snapshot.set_defaults(handler=cmd_snapshot)
+    plan = sub.add_parser("plan", help="show the split and the file changes it needs (dry run)")
+    _host_options(plan)
+    _plan_options(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan and changes as JSON")
+    plan.add_argument(
+        "--detailed-exitcode",
+        action="store_true",
+        help="exit 0 when nothing would change, 2 when changes are pending, 1 on error",
+    )
+    plan.set_defaults(handler=cmd_plan)
+    check = sub.add_parser("check-gpus", help="is a GPU set NUMA-local? (exit 0 yes, 1 no)")
+    check.add_argument("gpus", help="indexes in PCI bus order or addresses, comma-separated")
+    _host_options(check)
+    check.set_defaults(handler=cmd_check_gpus)
     return parser
 
 
@@ -130,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except ProxgpuError as exc:
         print(f"proxgpu: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return 1 if getattr(args, "detailed_exitcode", False) else exc.exit_code
     except KeyboardInterrupt:
         print("proxgpu: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,1 @@
+"""Jinja2 templates for the files proxgpu writes; installed as the package proxgpu.templates."""

@@ -89,7 +89,7 @@ def test_installed_wheel_works_from_any_directory(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     result = subprocess.run(
-        [target / "bin" / "proxgpu", "inspect", "--root", CT200, "--json"],
+        [target / "bin" / "proxgpu", "plan", "--root", CT200, "--lxc", "200", "--vm", "300", "--json"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -97,7 +97,9 @@ def test_installed_wheel_works_from_any_directory(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert len(json.loads(result.stdout)["gpus"]) == 8
+    document = json.loads(result.stdout)
+    assert [g["role"] for g in document["groups"]] == ["host", "vfio"]
+    assert document["changes"]["changed"], "the templates were found and rendered"
     location = subprocess.run(
         [sys.executable, "-c", "import proxgpu.templates as t; print(t.__path__[0])"],
         cwd=tmp_path,

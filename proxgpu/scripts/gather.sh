@@ -68,7 +68,7 @@ echo "#section raw"
 for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
     etc/modprobe.d/* etc/modules etc/modules-load.d/* etc/initramfs-tools/modules \
     etc/default/grub etc/default/grub.d/*.cfg etc/kernel/cmdline etc/kernel/proxmox-boot-uuids \
-    etc/driverctl.d/* etc/proxgpu/*; do
+    etc/driverctl.d/* etc/proxgpu/* etc/initramfs-tools/hooks/proxgpu* usr/local/sbin/proxgpu-*; do
     [ -f "$f" ] || continue
     if [ -r "$f" ]; then
         printf '%s\0' "$f"

@@ -1,0 +1,587 @@
+"""Rendering: turn a plan into the exact files a Proxmox VE host needs, as a change set.
+
+Pure: the inventory carries every file's current text, so rendering reads nothing and writes
+nothing. Whole files proxgpu owns come from the Jinja2 templates in ``templates/``; guest configs
+are edited entry by entry (:mod:`proxgpu.pveconfig`), so every unrelated byte stays as it was.
+Rendering against files that already hold the result yields no change.
+
+>>> from proxgpu.hosts import DirectoryHost
+>>> from proxgpu.inspection import inspect
+>>> from proxgpu.planning import SplitPolicy, plan_split
+>>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))  # doctest: +SKIP
+>>> plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))  # doctest: +SKIP
+>>> render(inventory, plan).summary()  # doctest: +SKIP
+'6 files to change; then: update-initramfs -u -k all; proxmox-boot-tool refresh; reboot required.'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+import jinja2
+from pydantic import BaseModel, ConfigDict
+
+from proxgpu.changes import Action, ChangeSet, FileChange
+from proxgpu.errors import ProxgpuError
+from proxgpu.inventory import Gpu, Inventory, PciFunction
+from proxgpu.planning import Plan, PlanGroup, normalize_pci_address
+from proxgpu.pveconfig import (
+    GuestConfig,
+    PciMappingConfig,
+    format_property_string,
+    parse_property_string,
+)
+
+MODPROBE_CONF = "/etc/modprobe.d/proxgpu-vfio.conf"
+BIND_SCRIPT = "/usr/local/sbin/proxgpu-vfio-bind"
+INITRAMFS_HOOK = "/etc/initramfs-tools/hooks/proxgpu"
+MODULES_LOAD = "/etc/modules-load.d/proxgpu-vfio.conf"
+DRIVERCTL_DIR = "/etc/driverctl.d/"
+KERNEL_CMDLINE = "/etc/kernel/cmdline"
+GRUB_DEFAULT = "/etc/default/grub"
+PCI_MAPPING = "/etc/pve/mapping/pci.cfg"
+NVIDIA_MAJOR = 195
+
+BindMethod = Literal["modprobe", "driverctl"]
+
+
+class RenderError(ProxgpuError):
+    """The plan cannot be turned into files (a target's config is missing, a minor unknown...)."""
+
+    exit_code = 10
+
+
+class RenderOptions(BaseModel):
+    """Choices that change the files but not the split.
+
+    ``bind_method``: ``modprobe`` (a softdep plus an ``install`` hook that writes
+    driver_override before any GPU driver loads, also inside the initramfs) or ``driverctl``
+    (its per-address overrides in /etc/driverctl.d). ``mapping``: give VMs their GPUs through
+    a cluster PCI mapping of this name instead of raw ``hostpciN: host=`` addresses.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bind_method: BindMethod = "modprobe"
+    mapping: str | None = None
+
+
+@dataclass
+class _Render:
+    """What one rendering pass collects."""
+
+    inventory: Inventory
+    plan: Plan
+    options: RenderOptions
+    files: list[FileChange] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def file(self, path: str, after: str | None, why: str, mode: int | None = 0o644) -> None:
+        before = self.inventory.host_files.get(path, self.inventory.guest_configs.get(path))
+        if before is None and after is None:
+            return
+        self.files.append(FileChange(path=path, before=before, after=after, mode=mode, why=why))
+
+
+def render(inventory: Inventory, plan: Plan, options: RenderOptions | None = None) -> ChangeSet:
+    """Every file change and follow-up action ``plan`` needs on the inspected host.
+
+    :raises RenderError: when a target guest has no config or a GPU's device node is unknown.
+    """
+    ctx = _Render(inventory, plan, options or RenderOptions())
+    _render_binding(ctx)
+    _render_kernel_cmdline(ctx)
+    for group in plan.groups:
+        if group.guest is not None and group.guest.type == "lxc":
+            _render_lxc(ctx, group, group.guest.vmid)
+        elif group.guest is not None:
+            _render_vm(ctx, group, group.guest.vmid)
+    return _with_actions(ctx)
+
+
+# --- templates -------------------------------------------------------------------------------
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    def load(name: str) -> str:
+        return resources.files("proxgpu.templates").joinpath(name).read_text(encoding="utf-8")
+
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(load),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # plain config files and shell, never HTML
+    )
+
+
+def render_template(name: str, **values: object) -> str:
+    """Render one template from ``templates/`` with ``values``.
+
+    >>> render_template("driverctl-override.j2", driver="vfio-pci")
+    'vfio-pci\\n'
+    """
+    return _environment().get_template(name).render(**values)
+
+
+# --- boot-time binding -----------------------------------------------------------------------
+
+
+def _functions_by_address(inventory: Inventory) -> dict[str, PciFunction]:
+    return {f.address: f for g in inventory.gpus for f in [*g.function_info, *g.iommu_group_peers]}
+
+
+def _vfio_functions(ctx: _Render) -> list[PciFunction]:
+    known = _functions_by_address(ctx.inventory)
+    addresses = {a for g in ctx.plan.groups if g.role == "vfio" for a in g.functions}
+    return [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
+
+
+def _softdep_modules(ctx: _Render, functions: list[PciFunction]) -> list[str]:
+    modules: set[str] = set()
+    for function in functions:
+        if function.vendor_id == "10de" and function.class_code.startswith("0x03"):
+            modules.update(("nvidia", "nouveau"))
+        if function.driver and function.driver != "vfio-pci":
+            module = ctx.inventory.driver_modules.get(function.driver)
+            if module is None:
+                ctx.warnings.append(
+                    f"{function.address}: driver {function.driver} is built into the kernel, so "
+                    "no boot-time binding can run before it; bind this device with --live"
+                )
+            else:
+                modules.add(module)
+    # A function already on vfio-pci no longer shows the driver it had: keep what we wrote then.
+    previous = ctx.inventory.host_files.get(MODPROBE_CONF, "")
+    modules.update(re.findall(r"^softdep (\S+) pre: vfio-pci$", previous, re.MULTILINE))
+    return sorted(modules)
+
+
+def _render_binding(ctx: _Render) -> None:
+    functions = _vfio_functions(ctx)
+    addresses = [f.address for f in functions]
+    modprobe = bool(functions) and ctx.options.bind_method == "modprobe"
+    ctx.file(
+        MODPROBE_CONF,
+        render_template(
+            "modprobe-vfio.conf.j2",
+            functions=addresses,
+            bind_script=BIND_SCRIPT,
+            modules=_softdep_modules(ctx, functions),
+        )
+        if modprobe
+        else None,
+        "load vfio-pci first and bind by PCI address",
+    )
+    ctx.file(
+        BIND_SCRIPT,
+        render_template(
+            "vfio-bind.sh.j2",
+            functions=addresses,
+            modprobe_conf=MODPROBE_CONF,
+        )
+        if modprobe
+        else None,
+        "mark the vfio functions' driver_override",
+        mode=0o755,
+    )
+    ctx.file(
+        INITRAMFS_HOOK,
+        render_template(
+            "initramfs-hook.sh.j2",
+            bind_script=BIND_SCRIPT,
+        )
+        if modprobe
+        else None,
+        "carry the bind script into the initramfs",
+        mode=0o755,
+    )
+    ctx.file(
+        MODULES_LOAD,
+        render_template(
+            "modules-load-vfio.conf.j2",
+            modules=_vfio_modules(ctx.inventory.kernel),
+        )
+        if functions
+        else None,
+        "load the vfio modules at boot",
+    )
+    _render_driverctl(ctx, addresses if ctx.options.bind_method == "driverctl" else [])
+
+
+def _render_driverctl(ctx: _Render, addresses: list[str]) -> None:
+    if addresses and "driverctl" not in ctx.inventory.commands:
+        ctx.warnings.append("driverctl is not installed on the host: apt install driverctl")
+    ours = render_template("driverctl-override.j2", driver="vfio-pci")
+    stale = [
+        path[len(DRIVERCTL_DIR) + 4 :]
+        for path, text in ctx.inventory.host_files.items()
+        if path.startswith(DRIVERCTL_DIR + "pci-") and text == ours
+    ]
+    known = _functions_by_address(ctx.inventory)
+    for address in sorted(set(addresses) | {a for a in stale if a in known}):
+        wanted = ours if address in addresses else None
+        ctx.file(f"{DRIVERCTL_DIR}pci-{address}", wanted, "driverctl override for vfio-pci")
+
+
+def _vfio_modules(kernel: str | None) -> list[str]:
+    modules = ["vfio", "vfio_iommu_type1", "vfio_pci"]
+    # vfio_virqfd became part of vfio in kernel 6.2.
+    if kernel and _kernel_version(kernel) < (6, 2):
+        modules.append("vfio_virqfd")
+    return modules
+
+
+def _kernel_version(kernel: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", kernel)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+# --- kernel command line ---------------------------------------------------------------------
+
+
+def _iommu_parameters(ctx: _Render) -> list[str]:
+    if ctx.inventory.cpu_vendor == "AuthenticAMD":
+        ctx.warnings.append(
+            "AMD IOMMU is on by default in the kernel: if it stays off after the reboot, "
+            "enable IOMMU/SVM in the firmware setup"
+        )
+        return ["iommu=pt"]
+    return ["intel_iommu=on", "iommu=pt"]
+
+
+def _with_parameters(cmdline: str, parameters: Iterable[str]) -> str:
+    words = cmdline.split()
+    missing = [p for p in parameters if p not in words]
+    return " ".join([*words, *missing])
+
+
+def _render_kernel_cmdline(ctx: _Render) -> None:
+    if ctx.inventory.iommu_enabled or not ctx.plan.enable_iommu:
+        return
+    parameters = _iommu_parameters(ctx)
+    if ctx.inventory.boot_loader == "systemd-boot":
+        current = ctx.inventory.host_files.get(KERNEL_CMDLINE)
+        if current is None:
+            ctx.warnings.append(f"{KERNEL_CMDLINE} is missing: it was built from /proc/cmdline")
+            current = " ".join(
+                w
+                for w in (ctx.inventory.kernel_cmdline or "").split()
+                if not w.startswith(("initrd=", "BOOT_IMAGE="))
+            )
+        after = _with_parameters(current.strip(), parameters) + "\n"
+        ctx.file(KERNEL_CMDLINE, after, "turn the IOMMU on")
+        return
+    grub = ctx.inventory.host_files.get(GRUB_DEFAULT)
+    if grub is None:
+        raise RenderError(
+            f"{ctx.inventory.source}: {GRUB_DEFAULT}: missing, cannot turn the IOMMU on"
+        )
+    ctx.file(GRUB_DEFAULT, _grub_with_parameters(grub, parameters), "turn the IOMMU on")
+
+
+def _grub_with_parameters(text: str, parameters: list[str]) -> str:
+    pattern = re.compile(r'^(GRUB_CMDLINE_LINUX_DEFAULT=)(["\']?)(.*?)\2\s*$', re.MULTILINE)
+    match = pattern.search(text)
+    if match is None:
+        line = f'GRUB_CMDLINE_LINUX_DEFAULT="{" ".join(parameters)}"\n'
+        return text + ("" if text.endswith("\n") or not text else "\n") + line
+    quote = match.group(2) or '"'
+    value = _with_parameters(match.group(3), parameters)
+    return text[: match.start()] + f"{match.group(1)}{quote}{value}{quote}" + text[match.end() :]
+
+
+# --- LXC container ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _DeviceNode:
+    path: str
+    major: int | None
+    minor: int | None
+
+
+def _supports_dev_entries(pve_version: str | None) -> bool:
+    """``devN:`` entries exist from pve-container 5.0.7, which is Proxmox VE 8.1."""
+    match = re.match(r"(\d+)\.(\d+)", pve_version or "")
+    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (8, 1)  # type: ignore[union-attr]
+
+
+def _device_nodes(ctx: _Render, gpus: list[Gpu]) -> list[_DeviceNode]:
+    nodes: list[_DeviceNode] = []
+    nvidia = [g for g in gpus if g.driver == "nvidia"]
+    for gpu in nvidia:
+        if gpu.nvidia_minor is None:
+            raise RenderError(
+                f"{ctx.inventory.source}: /proc/driver/nvidia/gpus/{gpu.address}/information: "
+                "Device Minor unknown, so the container's /dev/nvidiaN cannot be chosen"
+            )
+        nodes.append(_DeviceNode(f"/dev/nvidia{gpu.nvidia_minor}", NVIDIA_MAJOR, gpu.nvidia_minor))
+    if nvidia:
+        uvm = ctx.inventory.char_majors.get("nvidia-uvm")
+        nodes += [
+            _DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
+            _DeviceNode("/dev/nvidia-modeset", NVIDIA_MAJOR, 254),
+            _DeviceNode("/dev/nvidia-uvm", uvm, 0),
+            _DeviceNode("/dev/nvidia-uvm-tools", uvm, 1),
+        ]
+    for gpu in gpus:
+        if gpu.driver != "nvidia":
+            nodes += [
+                _DeviceNode(f"/dev/dri/by-path/pci-{gpu.address}-{kind}", None, None)
+                for kind in ("card", "render")
+            ]
+    return nodes
+
+
+def _is_gpu_node(path: str) -> bool:
+    return path.startswith(("/dev/nvidia", "/dev/dri/"))
+
+
+def _raw_gpu_entry(key: str, value: str, majors: set[int]) -> bool:
+    if key in ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow"):
+        match = re.match(r"c\s+(\d+):", value)
+        return bool(match) and int(match.group(1)) in majors  # type: ignore[union-attr]
+    return key == "lxc.mount.entry" and _is_gpu_node(value.split(" ", 1)[0])
+
+
+def _lxc_entries(
+    ctx: _Render, group: PlanGroup, gpus: list[Gpu], dev_mode: bool
+) -> list[tuple[str, str]]:
+    nodes = _device_nodes(ctx, gpus)
+    if not dev_mode and any(n.major is None for n in nodes):
+        raise RenderError(
+            f"{ctx.inventory.source}: Proxmox VE {ctx.inventory.pve_version} has no devN entries "
+            "and the device's major is unknown (for nvidia-uvm: load it with nvidia-modprobe -u)"
+        )
+    text = render_template(
+        "lxc-devices.conf.j2",
+        use_dev_entries=dev_mode,
+        device_nodes=nodes,
+        cpus=group.cpus,
+        mems=",".join(str(n) for n in group.memory_nodes),
+    )
+    return [
+        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines())
+    ]
+
+
+def _render_lxc(ctx: _Render, group: PlanGroup, vmid: int) -> None:
+    path = f"/etc/pve/lxc/{vmid}.conf"
+    before = ctx.inventory.guest_configs.get(path)
+    if before is None:
+        raise RenderError(f"{ctx.inventory.source}: {path}: no such container config")
+    config = GuestConfig.parse(before)
+    gpus = [ctx.inventory.gpu(a) for a in group.gpus]
+    dev_mode = _supports_dev_entries(ctx.inventory.pve_version)
+    wanted = _lxc_entries(ctx, group, gpus, dev_mode)
+    majors = {
+        NVIDIA_MAJOR,
+        *(m for n, m in ctx.inventory.char_majors.items() if n.startswith("nvidia")),
+    }
+    _sync_dev_entries(config, [v for k, v in wanted if k == "dev"] if dev_mode else [])
+    _sync_raw_entries(
+        config,
+        [
+            (k, v)
+            for k, v in wanted
+            if k.startswith("lxc.cgroup2.devices") or k == "lxc.mount.entry"
+        ],
+        majors,
+    )
+    for key, value in wanted:
+        if key.startswith("lxc.cgroup2.cpuset."):
+            config.set(key, value)
+    ctx.file(path, config.render(), f"container {vmid}: its own GPUs and NUMA pinning", mode=None)
+
+
+def _sync_dev_entries(config: GuestConfig, paths: list[str]) -> None:
+    present: set[str] = set()
+    options: set[str] = set()
+    for key, value in config.entries():
+        if re.fullmatch(r"dev\d+", key):
+            props = parse_property_string(value, "path")
+            path = props.pop("path", "")
+            if _is_gpu_node(path):
+                options.add(format_property_string(props))
+                if path not in paths:
+                    config.delete(key)
+            present.add(path)
+    # New nodes get the options (gid=44, mode...) the container's GPU nodes already share.
+    suffix = "," + options.pop() if len(options) == 1 and "" not in options else ""
+    missing = [p for p in paths if p not in present]
+    for index, path in zip(config.free_indices("dev", len(missing)), missing, strict=True):
+        config.set(f"dev{index}", path + suffix)
+
+
+def _sync_raw_entries(config: GuestConfig, wanted: list[tuple[str, str]], majors: set[int]) -> None:
+    present = set()
+    for key, value in config.entries():
+        if _raw_gpu_entry(key, value, majors):
+            if (key, value) in wanted:
+                present.add((key, value))
+            else:
+                config.remove_raw(key, value)
+    for key, value in wanted:
+        if (key, value) not in present:
+            config.add_raw(key, value)
+
+
+# --- VM --------------------------------------------------------------------------------------
+
+
+def _gpu_slots(inventory: Inventory) -> dict[str, Gpu]:
+    return {gpu.slot: gpu for gpu in inventory.gpus}
+
+
+def _hostpci_slots(value: str) -> list[str]:
+    props = parse_property_string(value, "host")
+    slots = []
+    for address in props.get("host", "").split(";"):
+        try:
+            slots.append(
+                normalize_pci_address(address).rsplit(".", 1)[0]
+                if "." in address
+                else normalize_pci_address(address)
+            )
+        except ValueError:
+            continue
+    return slots
+
+
+def _render_vm(ctx: _Render, group: PlanGroup, vmid: int) -> None:
+    path = f"/etc/pve/qemu-server/{vmid}.conf"
+    before = ctx.inventory.guest_configs.get(path)
+    if before is None:
+        raise RenderError(f"{ctx.inventory.source}: {path}: no such VM config")
+    config = GuestConfig.parse(before)
+    q35 = "q35" in (config.get("machine") or "")
+    if not q35:
+        ctx.warnings.append(
+            f"VM {vmid} is not a q35 machine: its GPUs get no pcie=1; set machine: q35 for PCIe"
+        )
+    gpus = [ctx.inventory.gpu(a) for a in group.gpus]
+    if ctx.options.mapping:
+        _sync_mapping(ctx, gpus)
+        _sync_hostpci(ctx, config, gpus, q35)
+    else:
+        _sync_hostpci(ctx, config, gpus, q35)
+    config.set("numa", "1")
+    config.set("affinity", group.cpus)
+    _vnuma(ctx, config, group, vmid)
+    ctx.file(path, config.render(), f"VM {vmid}: its GPUs and NUMA pinning", mode=None)
+
+
+def _sync_hostpci(ctx: _Render, config: GuestConfig, gpus: list[Gpu], q35: bool) -> None:
+    mapping = ctx.options.mapping
+    gpu_slots = _gpu_slots(ctx.inventory)
+    wanted_slots = [g.slot for g in gpus]
+    kept_slots: set[str] = set()
+    kept_mapped = 0
+    for key, value in config.entries():
+        if not re.fullmatch(r"hostpci\d+", key):
+            continue
+        props = parse_property_string(value, "host")
+        if "mapping" in props:
+            if props["mapping"] == mapping and kept_mapped < len(gpus):
+                kept_mapped += 1
+            elif props["mapping"] == mapping:
+                config.delete(key)
+            continue
+        slots = [s for s in _hostpci_slots(value) if s in gpu_slots]
+        if slots and (mapping or not set(slots) <= set(wanted_slots)):
+            config.delete(key)
+        else:
+            kept_slots.update(slots)
+    extra = ",pcie=1" if q35 else ""
+    if mapping:
+        values = [f"mapping={mapping}{extra}"] * (len(gpus) - kept_mapped)
+    else:
+        values = [f"{slot}{extra}" for slot in wanted_slots if slot not in kept_slots]
+    for index, value in zip(config.free_indices("hostpci", len(values)), values, strict=True):
+        config.set(f"hostpci{index}", value)
+
+
+def _sync_mapping(ctx: _Render, gpus: list[Gpu]) -> None:
+    assert ctx.options.mapping is not None
+    before = ctx.inventory.guest_configs.get(PCI_MAPPING, "")
+    mapping = PciMappingConfig.parse(before)
+    node = ctx.inventory.hostname.split(".")[0]
+    entries = []
+    for gpu in gpus:
+        props = {
+            "id": f"{gpu.vendor_id}:{gpu.device_id}",
+            "iommugroup": str(gpu.iommu_group),
+            "node": node,
+            "path": gpu.slot,
+        }
+        if gpu.subsystem_vendor_id and gpu.subsystem_device_id:
+            props["subsystem-id"] = f"{gpu.subsystem_vendor_id}:{gpu.subsystem_device_id}"
+        entries.append(("map", format_property_string(props)))
+    if ctx.options.mapping not in mapping.ids() or mapping.entries(ctx.options.mapping) != entries:
+        mapping.set_entries(ctx.options.mapping, entries)
+    ctx.file(PCI_MAPPING, mapping.render(), f"PCI mapping {ctx.options.mapping}", mode=None)
+
+
+def _vnuma(ctx: _Render, config: GuestConfig, group: PlanGroup, vmid: int) -> None:
+    if any(re.fullmatch(r"numa\d+", key) for key, _ in config.entries()):
+        ctx.warnings.append(f"VM {vmid} has its own numaN entries: check their hostnodes")
+        return
+    if group.numa_node is None:
+        return
+    vcpus = int(config.get("sockets") or 1) * int(config.get("cores") or 1)
+    memory = config.get("memory") or "512"
+    config.set(
+        "numa0",
+        f"cpus=0-{vcpus - 1},hostnodes={group.numa_node},memory={memory},policy=bind",
+    )
+
+
+# --- actions ---------------------------------------------------------------------------------
+
+
+def _with_actions(ctx: _Render) -> ChangeSet:
+    changed = {f.path for f in ctx.files if f.changed}
+    initramfs = bool(changed & {MODPROBE_CONF, BIND_SCRIPT, INITRAMFS_HOOK})
+    cmdline = bool(changed & {KERNEL_CMDLINE, GRUB_DEFAULT})
+    boot = (
+        initramfs
+        or cmdline
+        or any(p == MODULES_LOAD or p.startswith(DRIVERCTL_DIR) for p in changed)
+    )
+    actions = []
+    if initramfs:
+        actions.append(
+            Action(
+                argv=["update-initramfs", "-u", "-k", "all"],
+                why="the initramfs must carry the new binding",
+            )
+        )
+    if ctx.inventory.boot_loader == "systemd-boot" and (initramfs or cmdline):
+        actions.append(
+            Action(
+                argv=["proxmox-boot-tool", "refresh"],
+                why="copy kernel command line and initramfs to the ESPs",
+            )
+        )
+    elif GRUB_DEFAULT in changed:
+        actions.append(Action(argv=["update-grub"], why="regenerate grub.cfg"))
+    guests = sorted(p for p in changed if p.startswith(("/etc/pve/lxc/", "/etc/pve/qemu-server/")))
+    if guests:
+        ctx.warnings.append(
+            "restart the changed guests to apply their new config: " + ", ".join(guests)
+        )
+    return ChangeSet(
+        host=ctx.inventory.source,
+        files=ctx.files,
+        actions=actions,
+        reboot_required=boot,
+        warnings=ctx.warnings,
+    )
