@@ -15,33 +15,20 @@ Run: python bench/bench_inspect.py
 from __future__ import annotations
 
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.timing import median_seconds  # noqa: E402
 from proxgpu.inspection import inspect  # noqa: E402
 from proxgpu.ssh import SSHHost, SSHOptions  # noqa: E402
 from tests.support.sshd import Sshd, running_sshd  # noqa: E402
 
 RUNS = 15
-
-
-def median_seconds(action: Callable[[], object], runs: int = RUNS) -> float:
-    """Median wall time of ``action`` over ``runs`` runs, after one warm-up."""
-    action()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def ssh_true(server: Sshd) -> None:
@@ -99,7 +86,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, running_sshd(Path(tmp)) as server:
         config = Path(tmp) / "empty_ssh_config"
         config.touch()
-        floor = median_seconds(lambda: ssh_true(server))
+        floor = median_seconds(lambda: ssh_true(server), RUNS, warmups=1)
         print(f"floor: ssh true over loopback: {floor * 1000:.1f} ms (median of {RUNS})")
         shapes = {
             "this machine (/)": "/",
@@ -108,7 +95,9 @@ def main() -> None:
         }
         for name, root in shapes.items():
             trips = proxgpu_inspect(server, root, config)
-            seconds = median_seconds(lambda root=root: proxgpu_inspect(server, root, config))
+            seconds = median_seconds(
+                lambda root=root: proxgpu_inspect(server, root, config), RUNS, warmups=1
+            )
             print(
                 f"{name:22} round trips {trips}  wall {seconds * 1000:7.1f} ms  "
                 f"ratio to floor {seconds / floor:5.2f}"

@@ -13,16 +13,14 @@ cheapest thing any consumer of an inventory does. Run: python bench/bench_plan.p
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.timing import median_seconds  # noqa: E402
 from proxgpu.inventory import Gpu, Inventory, NumaNode, PciFunction  # noqa: E402
 from proxgpu.planning import SplitPolicy, plan_split  # noqa: E402
 
@@ -84,18 +82,6 @@ def synthetic_host() -> Inventory:
         gpus=[gpu(node, slot) for node in range(NODES) for slot in range(GPUS_PER_NODE)],
         guest_configs=configs,
     )
-
-
-def median_seconds(action: Callable[[], object], runs: int) -> float:
-    """Median wall time of ``action`` over ``runs`` runs, after a few warm-ups."""
-    for _ in range(3):
-        action()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -21,13 +21,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from proxgpu.pveconfig import GuestConfig, PciMappingConfig, parse_property_string
+
 NVIDIA_MAJOR = 195
 """The character major of ``/dev/nvidiaN``: registered, so it never changes (unlike nvidia-uvm)."""
 
 PCI_MAPPING_PATH = "/etc/pve/mapping/pci.cfg"
 
 _GUEST_CONFIG = re.compile(r"^/etc/pve/(lxc|qemu-server)/(\d+)\.conf$")
-_LINE = re.compile(r"^(?P<key>[^\s:=]+)\s*[:=]\s*(?P<value>.*?)\s*$")
 _NVIDIA_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 _NVIDIA_RULE = re.compile(rf"^c\s+{NVIDIA_MAJOR}:(\*|\d+)(?:\s|$)")
 _HOSTPCI = re.compile(r"^hostpci\d+$")
@@ -74,21 +75,23 @@ def device_claims(configs: Mapping[str, str], hostname: str) -> list[DeviceClaim
     ``configs`` maps absolute paths to file text (``Inventory.guest_configs``); only
     ``/etc/pve/lxc/N.conf`` and ``/etc/pve/qemu-server/N.conf`` are guests of this host. PCI
     mappings resolve through ``/etc/pve/mapping/pci.cfg``, keeping the ``map`` entries whose
-    ``node`` is ``hostname``.
+    ``node`` is ``hostname`` (a cluster node's name is its short hostname).
 
     >>> cfg = "gpu1\\n\\tmap id=10de:2330,node=pve1,path=0000:c1:00.0\\n"
     >>> configs = {PCI_MAPPING_PATH: cfg, "/etc/pve/qemu-server/301.conf": "hostpci1: mapping=gpu1"}
-    >>> [(c.pci_address, c.mapping) for c in device_claims(configs, "pve1")]
+    >>> [(c.pci_address, c.mapping) for c in device_claims(configs, "pve1.example.org")]
     [('0000:c1:00.0', 'gpu1')]
     """
-    mappings = _pci_mappings(configs.get(PCI_MAPPING_PATH, ""), hostname)
+    mappings = _pci_mappings(configs.get(PCI_MAPPING_PATH, ""), hostname.split(".", maxsplit=1)[0])
     claims: list[DeviceClaim] = []
     for path in sorted(configs):
         match = _GUEST_CONFIG.match(path)
         if match is None:
             continue
         guest = GuestRef(type="lxc" if match[1] == "lxc" else "vm", vmid=int(match[2]))
-        for key, value, line in _main_section(configs[path]):
+        # Only the main section holds devices: pending changes and snapshots do not.
+        for key, value in GuestConfig.parse(configs[path]).entries():
+            line = f"{key}: {value}"
             if guest.type == "vm" and _HOSTPCI.match(key):
                 claims.extend(
                     DeviceClaim(guest=guest, path=path, line=line, pci_address=pci, mapping=name)
@@ -99,30 +102,17 @@ def device_claims(configs: Mapping[str, str], hostname: str) -> list[DeviceClaim
     return claims
 
 
-def _main_section(text: str) -> Iterator[tuple[str, str, str]]:
-    """``(key, value, line)`` for each setting before the first ``[section]`` header."""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            return
-        match = _LINE.match(line)
-        # Comments hold the guest's description, never devices.
-        if match is not None and not line.startswith("#"):
-            yield match["key"], match["value"], line
-
-
 def _hostpci_addresses(
     value: str, mappings: dict[str, list[str]]
 ) -> Iterator[tuple[str, str | None]]:
     """The addresses of a ``hostpciN`` value, each with the mapping it came from."""
-    for part in value.split(","):
-        key, sep, item = part.partition("=")
-        if not sep:
-            key, item = "host", part
-        if key == "host":
-            yield from ((address, None) for address in item.split(";") if address)
-        elif key == "mapping":
-            yield from ((address, item) for address in mappings.get(item, []))
+    try:
+        props = parse_property_string(value, "host")
+    except ValueError:
+        return
+    yield from ((address, None) for address in props.get("host", "").split(";") if address)
+    if "mapping" in props:
+        yield from ((address, props["mapping"]) for address in mappings.get(props["mapping"], []))
 
 
 def _lxc_minor(key: str, value: str) -> int | Literal["*"] | None:
@@ -133,9 +123,10 @@ def _lxc_minor(key: str, value: str) -> int | Literal["*"] | None:
             return None
         return "*" if rule[1] == "*" else int(rule[1])
     if re.fullmatch(r"dev\d+", key):
-        # devN: [path=]<Path>[,gid=...]: the path is the default key.
-        first = value.split(",", maxsplit=1)[0]
-        node = first.removeprefix("path=")
+        try:
+            node = parse_property_string(value, "path").get("path", "")
+        except ValueError:
+            return None
     elif key == "lxc.mount.entry":
         node = value.split(maxsplit=1)[0] if value else ""
     else:
@@ -144,23 +135,19 @@ def _lxc_minor(key: str, value: str) -> int | Literal["*"] | None:
     return int(match[1]) if match else None
 
 
-def _pci_mappings(text: str, hostname: str) -> dict[str, list[str]]:
-    """Mapping id -> the ``path`` of each of its ``map`` entries for this host."""
+def _pci_mappings(text: str, node: str) -> dict[str, list[str]]:
+    """Mapping id -> the ``path`` of each of its ``map`` entries for this node."""
+    config = PciMappingConfig.parse(text)
     mappings: dict[str, list[str]] = {}
-    current: str | None = None
-    for raw in text.splitlines():
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        if not raw[0].isspace():
-            # A section header: the id, possibly after a type prefix.
-            current = raw.split()[-1]
-            mappings[current] = []
-            continue
-        key, _, value = raw.strip().partition(" ")
-        if key != "map" or current is None:
-            continue
-        fields = dict(item.partition("=")[::2] for item in value.strip().split(","))
-        # Mappings are cluster-wide: another node's map entry names that node's hardware.
-        if fields.get("node", hostname) == hostname and fields.get("path"):
-            mappings[current].append(fields["path"])
+    for mapping_id in config.ids():
+        paths = []
+        for key, value in config.entries(mapping_id):
+            try:
+                fields = parse_property_string(value) if key == "map" else {}
+            except ValueError:
+                continue
+            # Mappings are cluster-wide: another node's map entry names that node's hardware.
+            if fields.get("node", node) == node and fields.get("path"):
+                paths.append(fields["path"])
+        mappings[mapping_id] = paths
     return mappings

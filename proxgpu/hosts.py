@@ -9,7 +9,7 @@ host's root is ``/``; a captured host is a directory such as ``examples/hosts/ct
 
 >>> host = LocalHost()
 >>> host.run(["echo", "hello"]).stdout
-b'hello\n'
+b'hello\\n'
 """
 
 from __future__ import annotations

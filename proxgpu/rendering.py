@@ -373,12 +373,16 @@ def _lxc_entries(
     ]
 
 
-def _render_lxc(ctx: _Render, group: PlanGroup, vmid: int) -> None:
-    path = f"/etc/pve/lxc/{vmid}.conf"
+def _guest_config(ctx: _Render, path: str, kind: str) -> GuestConfig:
     before = ctx.inventory.guest_configs.get(path)
     if before is None:
-        raise RenderError(f"{ctx.inventory.source}: {path}: no such container config")
-    config = GuestConfig.parse(before)
+        raise RenderError(f"{ctx.inventory.source}: {path}: no such {kind} config")
+    return GuestConfig.parse(before)
+
+
+def _render_lxc(ctx: _Render, group: PlanGroup, vmid: int) -> None:
+    path = f"/etc/pve/lxc/{vmid}.conf"
+    config = _guest_config(ctx, path, "container")
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
     dev_mode = _supports_dev_entries(ctx.inventory.pve_version)
     wanted = _lxc_entries(ctx, group, gpus, dev_mode)
@@ -458,10 +462,7 @@ def _hostpci_slots(value: str) -> list[str]:
 
 def _render_vm(ctx: _Render, group: PlanGroup, vmid: int) -> None:
     path = f"/etc/pve/qemu-server/{vmid}.conf"
-    before = ctx.inventory.guest_configs.get(path)
-    if before is None:
-        raise RenderError(f"{ctx.inventory.source}: {path}: no such VM config")
-    config = GuestConfig.parse(before)
+    config = _guest_config(ctx, path, "VM")
     q35 = "q35" in (config.get("machine") or "")
     if not q35:
         ctx.warnings.append(
