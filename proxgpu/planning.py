@@ -831,8 +831,9 @@ def _judge_container_claim(
         ctx.problem(
             "claimed",
             f"{address} goes to vfio-pci but CT {vmid} uses it: {_lines(claims)}",
-            f"stop CT {vmid} and remove those entries (replace 'c 195:* rwm' by the minors it "
-            f"keeps), or keep the GPU on the host driver (--host-gpus {address})",
+            f"give CT {vmid} the host group (--lxc {vmid}: proxgpu rewrites its GPU entries), "
+            f"or remove those entries yourself, or keep the GPU on the host driver "
+            f"(--host-gpus {address})",
         )
     elif ctx.policy.lxc is not None:
         ctx.warnings.append(
