@@ -1,0 +1,1 @@
+"""End-to-end tests against a QEMU-emulated dual-NUMA "GPU server" (see ``conftest.py``)."""

@@ -1,0 +1,127 @@
+"""Fixtures that boot the QEMU "GPU server" for end-to-end tests.
+
+``testhost`` (session scope) yields a running :class:`~tests.e2e.testhost.QemuTestHost`:
+
+* ``port``, ``user``, ``identity_file``, ``known_hosts``: what an SSH client (the tool under
+  test) needs to log in as root on 127.0.0.1, verifying the pinned host key;
+* ``console_log``: the guest's serial console, every boot appended in order;
+* ``ssh(argv, timeout)`` -> ``(rc, stdout, stderr)``, ``fetch(remote, local)``;
+* ``reboot()``: cold reboot into whatever kernel/initramfs the guest now has on /boot;
+* ``stop()``.
+
+The guest image is built on first use and cached (see ``image.py``); ``pytest -m "not e2e"``
+never reaches these fixtures, so it builds and boots nothing. Missing host tools skip the
+tests, except under CI (``$CI`` set), where a skipped e2e test would hide a broken setup, so
+they fail instead.
+
+Environment: ``$PROXGPU_TESTHOST_CACHE`` (image cache, default /var/cache/proxgpu-testhost),
+``$PROXGPU_TESTHOST_RUNDIR`` (keep overlays and console logs there instead of pytest's tmp),
+``$PROXGPU_TESTHOST_MIRROR`` (Debian mirror for the build), ``$PROXGPU_TESTHOST_ACCEL=kvm`` (only
+where KVM can run a stock kernel; the default TCG is what the timeouts are sized for).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from .image import GuestImage, cache_root, ensure_image, is_complete, recipe_key
+from .testhost import QemuTestHost, stop_all
+
+HERE = Path(__file__).resolve().parent
+# Debian packages providing the tools: qemu-system-x86, qemu-utils, debootstrap, e2fsprogs,
+# openssh-client.
+REQUIRED_TOOLS = ("qemu-system-x86_64", "qemu-img", "debootstrap", "mkfs.ext4", "ssh-keygen", "ssh")
+INSTALL_HINT = "apt-get install -y qemu-system-x86 qemu-utils debootstrap e2fsprogs openssh-client"
+CONSOLE_TAIL_LINES = 60
+
+
+def _which(tool: str) -> str | None:
+    """Find a tool on $PATH or in the sbin directories a non-login PATH may lack."""
+    extra = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])
+    return shutil.which(tool, path=os.environ.get("PATH", "") + os.pathsep + extra)
+
+
+def _missing_prerequisites() -> list[str]:
+    """Everything that stops this machine from building and booting the test host."""
+    problems = [f"{tool} not found" for tool in REQUIRED_TOOLS if _which(tool) is None]
+    image_cached = is_complete(cache_root() / recipe_key())
+    if not image_cached and os.geteuid() != 0:
+        problems.append("building the guest image needs root (debootstrap, chroot)")
+    return problems
+
+
+def _require_prerequisites() -> None:
+    """Skip the e2e tests if the host lacks tools; fail instead when running under CI."""
+    problems = _missing_prerequisites()
+    if not problems:
+        return
+    message = f"e2e test host unavailable: {'; '.join(problems)} (hint: {INSTALL_HINT})"
+    if os.environ.get("CI"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse e2e-directory tests without the e2e marker, so "not e2e" can never boot a VM."""
+    for item in items:
+        if HERE in item.path.parents and item.get_closest_marker("e2e") is None:
+            raise pytest.UsageError(f"{item.nodeid} is under tests/e2e but not marked e2e")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the tail of the guest's console to the report of a failed e2e test."""
+    report = yield
+    host = getattr(item, "funcargs", {}).get("testhost")
+    if report.failed and isinstance(host, QemuTestHost):
+        report.sections.append(
+            (f"test host console ({host.console_log})", host.console_tail(CONSOLE_TAIL_LINES))
+        )
+    return report
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Last line of defence: no QEMU outlives the test session, however it ended."""
+    stop_all()
+
+
+def _run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where a host keeps its overlay and logs.
+
+    pytest rotates its own temporary directories away after a few sessions, so CI can set
+    $PROXGPU_TESTHOST_RUNDIR to keep console logs as artefacts.
+    """
+    keep_in = os.environ.get("PROXGPU_TESTHOST_RUNDIR")
+    if not keep_in:
+        return tmp_path_factory.mktemp("testhost")
+    Path(keep_in).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="testhost-", dir=keep_in))
+
+
+@pytest.fixture(scope="session")
+def testhost_image() -> GuestImage:
+    """The cached guest image for the current recipe, built first if missing."""
+    _require_prerequisites()
+    return ensure_image()
+
+
+@pytest.fixture(scope="session")
+def testhost(
+    testhost_image: GuestImage, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[QemuTestHost]:
+    """A booted test host on a fresh overlay, shared by the whole session."""
+    accel = os.environ.get("PROXGPU_TESTHOST_ACCEL", "tcg")
+    host = QemuTestHost(testhost_image, _run_directory(tmp_path_factory), accel=accel)
+    try:
+        host.start()
+        yield host
+    finally:
+        host.stop()

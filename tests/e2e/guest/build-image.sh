@@ -1,0 +1,99 @@
+#!/bin/bash
+# Build the e2e test host's guest image into OUT (an empty, new directory):
+#   base.qcow2                 compressed ext4 root filesystem (the backing file of each overlay)
+#   vmlinuz, initrd.img        the kernel and initramfs for QEMU's -kernel/-initrd at first boot
+#   cmdline                    the kernel command line (the image's /etc/kernel/cmdline)
+#   id_ed25519{,.pub}          throwaway key that root in the guest accepts
+#   ssh_host_ed25519_key.pub   the guest's only SSH host key, to pin in known_hosts
+#
+# Needs root (debootstrap, chroot), debootstrap, mkfs.ext4 (e2fsprogs), qemu-img, ssh-keygen and
+# the Debian mirror. No loop device or mount is used: mkfs.ext4 -d fills the filesystem from the
+# directory tree. The harness runs this on a temporary directory and renames it into the cache
+# when it succeeds; every file in this directory feeds the cache key, so any edit here rebuilds.
+set -euo pipefail
+
+OUT=${1:?usage: build-image.sh OUT_DIR}
+HERE=$(cd "$(dirname "$0")" && pwd)
+MIRROR=${PROXGPU_TESTHOST_MIRROR:-http://deb.debian.org/debian}
+SUITE=bookworm
+ROOT=$OUT/rootfs
+
+# The tool's inspection is a POSIX sh script using grep -Z, find -printf, base64 and awk, so
+# the providers of those are named even though minbase would pull most of them in anyway.
+PACKAGES=(
+  linux-image-amd64 initramfs-tools zstd kmod udev systemd-sysv dbus
+  openssh-server openssh-sftp-server
+  pciutils driverctl psmisc procps iproute2
+  coreutils grep findutils mawk
+)
+
+step() { printf '\n=== %s: %s\n' "$(date +%T)" "$*"; }
+
+step "debootstrap $SUITE from $MIRROR"
+mkdir -p "$ROOT"
+debootstrap --variant=minbase --include="$(IFS=,; echo "${PACKAGES[*]}")" \
+  "$SUITE" "$ROOT" "$MIRROR"
+KVER=$(ls "$ROOT/usr/lib/modules")
+[ "$(wc -w <<<"$KVER")" = 1 ] || { echo "expected one kernel, found: $KVER" >&2; exit 1; }
+
+step "configuration files"
+# Copy the overlay's contents, not its (git-checkout) ownership or directory modes.
+cp -r --no-preserve=mode,ownership "$HERE/overlay/." "$ROOT/"
+# The host's resolver configuration means nothing inside the isolated guest.
+: > "$ROOT/etc/resolv.conf"
+chroot "$ROOT" systemctl enable systemd-networkd.service
+# Nothing in the guest needs "network online"; waiting for it only stretches every boot, as do
+# the periodic maintenance timers.
+chroot "$ROOT" systemctl mask systemd-networkd-wait-online.service apt-daily.timer \
+  apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer
+chroot "$ROOT" systemctl set-default multi-user.target
+
+step "ssh keys"
+# The client key and the host key are made here, once per image, so that the harness never has
+# to trust a key it first sees over the network.
+ssh-keygen -q -t ed25519 -N '' -C proxgpu-testhost-client -f "$OUT/id_ed25519"
+install -d -m 700 "$ROOT/root/.ssh"
+install -m 600 "$OUT/id_ed25519.pub" "$ROOT/root/.ssh/authorized_keys"
+rm -f "$ROOT"/etc/ssh/ssh_host_*
+ssh-keygen -q -t ed25519 -N '' -C proxgpu-testhost -f "$ROOT/etc/ssh/ssh_host_ed25519_key"
+cp "$ROOT/etc/ssh/ssh_host_ed25519_key.pub" "$OUT/ssh_host_ed25519_key.pub"
+
+step "slimming"
+# Package caches, documentation and foreign locales are dead weight in a test image.
+rm -rf "$ROOT"/var/cache/apt/*.bin "$ROOT"/var/cache/apt/archives/*.deb \
+  "$ROOT"/var/lib/apt/lists/* "$ROOT"/usr/share/doc/* "$ROOT"/usr/share/man/* \
+  "$ROOT"/usr/share/info/*
+find "$ROOT/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'en*' -exec rm -rf {} +
+# Kernel module trees for hardware and filesystems the emulated machine never has. Kept on
+# purpose: drm (bochs), sound/pci (snd_hda_intel), vfio, virtio, block, net core. scsi goes
+# together with ata because libata needs scsi symbols.
+KMOD=$ROOT/usr/lib/modules/$KVER/kernel
+for tree in drivers/net/wireless drivers/net/ethernet drivers/media drivers/infiniband \
+  drivers/staging drivers/iio drivers/comedi drivers/usb drivers/hid drivers/scsi drivers/ata \
+  drivers/md drivers/isdn drivers/bluetooth drivers/hwmon drivers/input/touchscreen drivers/mtd \
+  drivers/gpu/drm/amd drivers/gpu/drm/nouveau drivers/gpu/drm/i915 drivers/gpu/drm/radeon \
+  net/wireless net/mac80211 net/bluetooth sound/usb sound/soc sound/firewire sound/isa \
+  fs/btrfs fs/xfs fs/ocfs2 fs/nfs fs/nfsd fs/ceph fs/cifs fs/smb fs/gfs2 fs/f2fs fs/ubifs \
+  fs/jfs fs/reiserfs fs/nilfs2; do
+  rm -rf "${KMOD:?}/$tree"
+done
+chroot "$ROOT" depmod -a "$KVER"
+
+step "initramfs"
+# Regenerate with the overlay's MODULES=list configuration (the kernel's postinst built one
+# with the stock MODULES=most).
+chroot "$ROOT" update-initramfs -u -k "$KVER"
+cp "$ROOT/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
+cp "$ROOT/boot/initrd.img-$KVER" "$OUT/initrd.img"
+cp "$ROOT/etc/kernel/cmdline" "$OUT/cmdline"
+
+step "filesystem image"
+# 512 MiB of headroom for what the tests write (regenerated initrds, logs, config files).
+SIZE_MB=$(( $(du -sm "$ROOT" | cut -f1) + 512 ))
+mkfs.ext4 -q -F -L root -d "$ROOT" "$OUT/rootfs.raw" "${SIZE_MB}M"
+qemu-img convert -c -O qcow2 "$OUT/rootfs.raw" "$OUT/base.qcow2"
+rm -f "$OUT/rootfs.raw"
+# The tree has served its purpose; the cache keeps only the artefacts listed above.
+rm -rf --one-file-system "$ROOT"
+ls -l "$OUT"
+step "done ($KVER)"

@@ -1,0 +1,126 @@
+"""proxgpu's own command line against the QEMU test host, over SSH, with host-key verification.
+
+The guest is a real Linux kernel on a q35 machine with two NUMA nodes, an emulated IOMMU and
+eight stand-in GPUs (bochs-display 1234:1111, class 0x0380, each with an HDA audio function on .1
+in the same IOMMU group): 21-24:00 sit on NUMA node 0, 81-84:00 on node 1. They stay on whatever
+driver holds them (bochs-drm, snd_hda_intel), which is exactly the non-NVIDIA case.
+
+The tests in this module run in order and share the guest: inspect, plan, apply, reboot, verify,
+rollback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .testhost import QemuTestHost
+
+pytestmark = pytest.mark.e2e
+
+NODE0 = [f"0000:{bus:02x}:00.0" for bus in (0x21, 0x22, 0x23, 0x24)]
+NODE1 = [f"0000:{bus:02x}:00.0" for bus in (0x81, 0x82, 0x83, 0x84)]
+
+
+def proxgpu(
+    host: QemuTestHost, tmp_path: Path, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ``proxgpu`` command line against the guest."""
+    ssh_config = tmp_path / "empty_ssh_config"
+    ssh_config.touch()
+    argv = [
+        sys.executable,
+        "-m",
+        "proxgpu",
+        *args,
+        "--host",
+        f"{host.user}@127.0.0.1:{host.port}",
+        "-i",
+        str(host.identity_file),
+        "--known-hosts",
+        str(host.known_hosts),
+        "--ssh-config",
+        str(ssh_config),
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def json_of(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_inspect_sees_eight_gpus_four_per_node(testhost: QemuTestHost, tmp_path: Path) -> None:
+    inventory = json_of(proxgpu(testhost, tmp_path, "inspect", "--json"))
+    gpus = {g["address"]: g for g in inventory["gpus"]}
+    assert sorted(gpus) == NODE0 + NODE1
+    assert [gpus[a]["numa_node"] for a in NODE0 + NODE1] == [0] * 4 + [1] * 4
+    assert [n["id"] for n in inventory["numa_nodes"]] == [0, 1]
+    assert inventory["iommu_enabled"]
+    for address, gpu in gpus.items():
+        audio = address[:-1] + "1"
+        assert gpu["functions"] == [address, audio]
+        assert gpu["class_code"] == "0x038000" and gpu["vendor_id"] == "1234"
+        assert gpu["driver"] == "bochs-drm"
+        assert [f["driver"] for f in gpu["function_info"]] == ["bochs-drm", "snd_hda_intel"]
+        assert [f["iommu_group"] for f in gpu["function_info"]] == [gpu["iommu_group"]] * 2
+    groups = [g["iommu_group"] for g in gpus.values()]
+    assert len(set(groups)) == 8, "each stand-in GPU has an IOMMU group of its own"
+    assert inventory["driver_modules"]["bochs-drm"] == "bochs"
+
+
+def test_inspect_table_groups_by_node(testhost: QemuTestHost, tmp_path: Path) -> None:
+    result = proxgpu(testhost, tmp_path, "inspect")
+    assert result.returncode == 0, result.stderr
+    node0, node1 = result.stdout.index("NUMA node 0"), result.stdout.index("NUMA node 1")
+    assert all(node0 < result.stdout.index(a) < node1 for a in NODE0)
+    assert all(result.stdout.index(a) > node1 for a in NODE1)
+
+
+def test_unknown_host_key_is_refused(testhost: QemuTestHost, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.touch()
+    ssh_config = tmp_path / "cfg"
+    ssh_config.touch()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proxgpu",
+            "inspect",
+            "--host",
+            f"root@127.0.0.1:{testhost.port}",
+            "-i",
+            str(testhost.identity_file),
+            "--known-hosts",
+            str(empty),
+            "--ssh-config",
+            str(ssh_config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 5
+    assert "SHA256:" in result.stderr and "--accept-new-host-key" in result.stderr
+
+
+def test_plan_moves_node1_devices_and_their_audio_functions(
+    testhost: QemuTestHost, tmp_path: Path
+) -> None:
+    document = json_of(proxgpu(testhost, tmp_path, "plan", "--split", "numa", "--json"))
+    host, vfio = document["groups"]
+    assert (host["role"], host["numa_node"], host["gpus"]) == ("host", 0, NODE0)
+    assert (vfio["role"], vfio["numa_node"], vfio["gpus"]) == ("vfio", 1, NODE1)
+    assert vfio["functions"] == sorted(NODE1 + [a[:-1] + "1" for a in NODE1])
+    changes = document["changes"]
+    modprobe = next(f for f in changes["files"] if f["path"] == "/etc/modprobe.d/proxgpu-vfio.conf")
+    for module in ("bochs", "snd_hda_intel"):
+        assert f"softdep {module} pre: vfio-pci" in modprobe["after"]
+    assert changes["reboot_required"]
