@@ -101,3 +101,72 @@ class SysfsError(HostError):
         super().__init__(host, f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class PreflightError(HostError):
+    """apply or rollback refused before writing anything (running guest, ``lock:``, ...)."""
+
+    exit_code = 10
+
+
+class FileChangedError(PreflightError):
+    """A file is no longer what the plan was made from (the compare-and-swap check failed)."""
+
+    def __init__(self, host: str, path: str, detail: str) -> None:
+        super().__init__(host, f"{path}: {detail}")
+        self.path = path
+
+
+class DeviceBusyError(PreflightError):
+    """A GPU that would change driver is in use: unbinding it could block the kernel forever."""
+
+    def __init__(self, host: str, addresses: list[str], detail: str) -> None:
+        super().__init__(host, detail)
+        self.addresses = addresses
+
+
+class ConcurrentApplyError(PreflightError):
+    """Another apply or rollback holds the host-wide lock."""
+
+    exit_code = 11
+
+    def __init__(self, host: str, detail: str, owner: dict[str, str]) -> None:
+        super().__init__(host, detail)
+        self.owner = owner
+
+
+class ApplyError(HostError):
+    """An apply failed after writing; ``restored`` says whether every file was put back."""
+
+    exit_code = 12
+
+    def __init__(self, host: str, detail: str, journal_id: str, restored: bool) -> None:
+        super().__init__(host, detail)
+        self.journal_id = journal_id
+        self.restored = restored
+
+
+class RollbackError(HostError):
+    """A rollback cannot start or did not finish."""
+
+    exit_code = 13
+
+
+class LiveRebindError(HostError):
+    """A runtime driver rebind failed, timed out or left a function on the wrong driver."""
+
+    exit_code = 14
+
+    def __init__(self, host: str, address: str, detail: str) -> None:
+        super().__init__(host, f"{address}: {detail}")
+        self.address = address
+
+
+class JournalError(HostError):
+    """A journal entry is missing or cannot be read."""
+
+    exit_code = 15
+
+    def __init__(self, host: str, path: str, detail: str) -> None:
+        super().__init__(host, f"{path}: {detail}")
+        self.path = path

@@ -89,7 +89,17 @@ def test_installed_wheel_works_from_any_directory(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     result = subprocess.run(
-        [target / "bin" / "proxgpu", "plan", "--root", CT200, "--lxc", "200", "--vm", "300", "--json"],
+        [
+            target / "bin" / "proxgpu",
+            "plan",
+            "--root",
+            CT200,
+            "--lxc",
+            "200",
+            "--vm",
+            "300",
+            "--json",
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
