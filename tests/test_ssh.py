@@ -176,7 +176,23 @@ def test_cli_exit_codes_and_one_line_errors(
         "5",
     ]
     unknown = tmp_path / "unknown_hosts"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "wrong")], check=True
+    )
     cases = [
+        (
+            [
+                *base,
+                "-i",
+                str(tmp_path / "wrong"),
+                "--host",
+                sshd.target,
+                "--known-hosts",
+                str(sshd.known_hosts),
+            ],
+            4,
+            "authentication as",
+        ),
         ([*base, "--host", sshd.target, "--known-hosts", str(unknown)], 5, "not in"),
         (
             [*base, "--host", f"127.0.0.1:{free_port()}", "--known-hosts", str(sshd.known_hosts)],
