@@ -23,6 +23,8 @@ from proxgpu.hosts import Host
 
 GATHER_SCRIPT = resources.files("proxgpu").joinpath("scripts/gather.sh").read_bytes()
 
+KEEP = ".proxgpu-keep"
+
 #: Paths a capture must never hold, whatever a future gather script reads.
 FORBIDDEN_PREFIXES = ("/etc/pve/priv", "/etc/ssh", "/root/.ssh", "/home", "/etc/shadow")
 
@@ -127,7 +129,11 @@ def write_tree(capture: Capture, directory: str) -> int:
         target.write_bytes(content)
         entries += 1
     for path in sorted(capture.dirs):
-        _inside(out, path).mkdir(parents=True, exist_ok=True)
+        marker = _inside(out, path)
+        marker.mkdir(parents=True, exist_ok=True)
+        # Only the directory's existence was read; the file keeps it alive in git, which drops
+        # empty directories.
+        (marker / KEEP).touch()
         entries += 1
     for path in sorted(capture.files):
         target = _inside(out, path)

@@ -151,7 +151,14 @@ class _LineFile:
     def _delete(self, indices: Iterable[int]) -> None:
         for index in sorted(set(indices), reverse=True):
             removed = self._lines.pop(index)
-            if not removed.eol and index == len(self._lines) and self._lines:
+            # Keep an unterminated file unterminated, but never by erasing a blank line, which
+            # is nothing but its line ending.
+            if (
+                not removed.eol
+                and index == len(self._lines)
+                and self._lines[-1:] != []
+                and (self._lines[-1].text)
+            ):
                 self._lines[-1] = _Line(self._lines[-1].text, "")
 
 

@@ -64,6 +64,11 @@ def write(root: Path, path: str, text: str) -> None:
     target.write_text(text)
 
 
+def mark_dir(root: Path, path: str) -> None:
+    """A directory whose existence alone is read; the file inside keeps it in git."""
+    write(root, f"{path}/.proxgpu-keep", "")
+
+
 def link(root: Path, path: str, to: str) -> None:
     target = root / path.lstrip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +105,7 @@ def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
     if dev.group is not None:
         link(root, f"{base}/iommu_group", f"../../../kernel/iommu_groups/{dev.group}")
     if dev.bridge:
-        (root / base.lstrip("/") / "pci_bus").mkdir(parents=True)
+        mark_dir(root, f"{base}/pci_bus")
 
 
 def write_nvidia(root: Path, spec: HostSpec) -> None:
@@ -160,8 +165,8 @@ def write_host(spec: HostSpec) -> None:
     if spec.nvidia_minors:
         write_nvidia(root, spec)
     if spec.efi:
-        (root / "sys/firmware/efi").mkdir(parents=True)
-    (root / "etc/pve").mkdir(parents=True, exist_ok=True)
+        mark_dir(root, "/sys/firmware/efi")
+    mark_dir(root, "/etc/pve")
     for path, text in spec.files.items():
         write(root, path, text)
 
