@@ -2,8 +2,11 @@
 
 Exit codes: 0 success, 1 other errors, 2 usage, 3 host unreachable, 4 authentication failed,
 5 host key unknown or changed, 6 not root, 7 a command on the host failed, 8 a sysfs file
-missing or unparsable, 9 plan refused, 10 plan cannot be rendered. ``plan --detailed-exitcode``
-follows Terraform instead: 0 nothing to change, 2 changes pending, 1 any error.
+missing or unparsable, 9 plan refused, 10 apply refused before writing (preflight), 11 another
+apply holds the lock, 12 apply failed (everything restored), 13 rollback failed, 14 live rebind
+failed, 15 journal unreadable, 16 plan cannot be rendered, 17 verify found drift.
+``plan --detailed-exitcode`` follows Terraform instead: 0 nothing to change, 2 changes pending,
+1 any error.
 """
 
 from __future__ import annotations
@@ -20,7 +23,16 @@ from proxgpu.inspection import GpuFilter, build_inventory
 from proxgpu.inventory import Inventory
 from proxgpu.planning import SplitPolicy, check_gpu_set, plan_split
 from proxgpu.rendering import RenderOptions, render
-from proxgpu.report import render_changes, render_inventory, render_plan
+from proxgpu.report import render_changes, render_inventory, render_plan, table
+from proxgpu.transaction import (
+    JournalEntry,
+    apply_changes,
+    history,
+    rollback,
+    verify,
+)
+
+DRIFT_EXIT = 17
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -189,6 +201,112 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress(step: str, message: str) -> None:
+    # Progress goes to stderr so that --json output stays one document on stdout.
+    print(f"[{step}] {message}", file=sys.stderr, flush=True)
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        raise UsageError("not on a terminal: pass --yes to apply without asking")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    """Show the plan and diff, ask, then apply as one transaction (or only check with --dry-run)."""
+    with _open_host(args) as host:
+        inventory = build_inventory(gather(host), host.name, _gpu_filter(args))
+        plan = plan_split(inventory, _split_policy(args))
+        changes = render(
+            inventory, plan, RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
+        )
+        if not args.json:
+            print(render_plan(plan, inventory), end="\n\n")
+            print(render_changes(changes, color=sys.stdout.isatty()), end="")
+        proceed = args.dry_run or args.yes or not changes.changed
+        if not proceed and not _confirm(f"Apply these changes to {host.name}?"):
+            print("Nothing changed.", file=sys.stderr)
+            return 1
+        result = apply_changes(
+            host,
+            changes,
+            plan=plan,
+            dry_run=args.dry_run,
+            live=args.live,
+            inventory=inventory,
+            skip_guest_check=args.skip_guest_check,
+            progress=None if args.json else _progress,
+        )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "plan": plan.model_dump(mode="json"),
+                    "result": result.model_dump(mode="json"),
+                    "diff": changes.ansible_diff(),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print("\n".join(result.messages))
+    return 0
+
+
+def _journal_entry(host: Host, to: str | None) -> JournalEntry:
+    entries = [e for e in history(host) if e.status == "applied" and (to is None or e.id == to)]
+    if not entries:
+        wanted = f"entry {to}" if to else "applied entry"
+        raise UsageError(f"{host.name}: no {wanted} in the journal (see proxgpu history)")
+    return entries[-1]
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Compare the host with the last (or the named) apply; exit 17 on drift."""
+    with _open_host(args) as host:
+        report = verify(host, _journal_entry(host, args.to))
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    elif report.drifted:
+        print("\n".join(f"drift: {line}" for line in report.drift))
+    else:
+        print(f"{host.name}: no drift, the host matches the applied plan")
+    return DRIFT_EXIT if report.drifted else 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    """Restore the files of a journal entry byte for byte and re-run the post-actions."""
+    with _open_host(args) as host:
+        if not args.yes and not _confirm(
+            f"Roll {host.name} back to before {args.to or 'the last apply'}?"
+        ):
+            print("Nothing changed.", file=sys.stderr)
+            return 1
+        result = rollback(
+            host,
+            args.to,
+            force=args.force,
+            live=args.live,
+            break_lock=args.break_lock,
+            progress=_progress,
+        )
+    print("\n".join(result.messages or [f"restored {len(result.files)} files"]))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """List the journal, oldest first."""
+    with _open_host(args) as host:
+        entries = history(host)
+    if args.json:
+        print(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        return 0
+    rows = [["ID", "STATUS", "STARTED", "BY", "FILES"]]
+    rows += [[e.id, e.status, e.started, e.client, str(len(e.files))] for e in entries]
+    print(table(rows) if entries else f"{host.name}: the journal is empty")
+    return 0
+
+
 def cmd_check_gpus(args: argparse.Namespace) -> int:
     """Exit 0 when a GPU set is NUMA-local, 1 with an explanation when it straddles nodes."""
     inventory = _inventory(args)
@@ -244,6 +362,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 0 when nothing would change, 2 when changes are pending, 1 on error",
     )
     plan.set_defaults(handler=cmd_plan)
+    apply = sub.add_parser(
+        "apply", help="apply the split: preflight, backup, atomic writes, actions"
+    )
+    _host_options(apply)
+    _plan_options(apply)
+    apply.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    apply.add_argument("--dry-run", action="store_true", help="check everything, change nothing")
+    apply.add_argument(
+        "--live", action="store_true", help="also rebind the vfio group now, without a reboot"
+    )
+    apply.add_argument(
+        "--skip-guest-check",
+        action="store_true",
+        help="do not ask Proxmox whether the target guests are stopped",
+    )
+    apply.add_argument("--json", action="store_true", help="print the result as one JSON document")
+    apply.set_defaults(handler=cmd_apply)
+    verify_cmd = sub.add_parser(
+        "verify", help="compare the host with the last apply (exit 17: drift)"
+    )
+    _host_options(verify_cmd)
+    verify_cmd.add_argument("--to", metavar="ID", help="journal entry (default: the last applied)")
+    verify_cmd.add_argument("--json", action="store_true")
+    verify_cmd.set_defaults(handler=cmd_verify)
+    back = sub.add_parser("rollback", help="restore the files of a journal entry byte for byte")
+    _host_options(back)
+    back.add_argument("--to", metavar="ID", help="journal entry (default: the last apply)")
+    back.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    back.add_argument("--force", action="store_true", help="even if files changed since the apply")
+    back.add_argument(
+        "--live", action="store_true", help="also return rebound functions to their drivers now"
+    )
+    back.add_argument(
+        "--break-lock", action="store_true", help="take over a lock left by an interrupted apply"
+    )
+    back.set_defaults(handler=cmd_rollback)
+    hist = sub.add_parser("history", help="list the journal of applies and rollbacks")
+    _host_options(hist)
+    hist.add_argument("--json", action="store_true")
+    hist.set_defaults(handler=cmd_history)
     check = sub.add_parser("check-gpus", help="is a GPU set NUMA-local? (exit 0 yes, 1 no)")
     check.add_argument("gpus", help="indexes in PCI bus order or addresses, comma-separated")
     _host_options(check)

@@ -53,7 +53,7 @@ BindMethod = Literal["modprobe", "driverctl"]
 class RenderError(ProxgpuError):
     """The plan cannot be turned into files (a target's config is missing, a minor unknown...)."""
 
-    exit_code = 10
+    exit_code = 16
 
 
 class RenderOptions(BaseModel):
@@ -532,17 +532,17 @@ def _sync_mapping(ctx: _Render, gpus: list[Gpu]) -> None:
 
 
 def _vnuma(ctx: _Render, config: GuestConfig, group: PlanGroup, vmid: int) -> None:
-    if any(re.fullmatch(r"numa\d+", key) for key, _ in config.entries()):
-        ctx.warnings.append(f"VM {vmid} has its own numaN entries: check their hostnodes")
-        return
     if group.numa_node is None:
         return
     vcpus = int(config.get("sockets") or 1) * int(config.get("cores") or 1)
     memory = config.get("memory") or "512"
-    config.set(
-        "numa0",
-        f"cpus=0-{vcpus - 1},hostnodes={group.numa_node},memory={memory},policy=bind",
-    )
+    wanted = f"cpus=0-{vcpus - 1},hostnodes={group.numa_node},memory={memory},policy=bind"
+    existing = [(k, v) for k, v in config.entries() if re.fullmatch(r"numa\d+", k)]
+    if not existing:
+        config.set("numa0", wanted)
+    elif existing != [("numa0", wanted)]:
+        # The guest's own vNUMA layout is the admin's; only point out where it may disagree.
+        ctx.warnings.append(f"VM {vmid} has its own numaN entries: check their hostnodes")
 
 
 # --- actions ---------------------------------------------------------------------------------

@@ -87,6 +87,7 @@ def test_rendering_against_the_result_changes_nothing(name: str, tmp_path: Path)
     second = scenario(name, root)[1]
     assert not second.changed, [f.path for f in second.changed_files()]
     assert second.summary().startswith("No changes")
+    assert not any("numaN" in w for w in second.warnings), "our own numa0 is not the admin's"
 
 
 def test_lxc_gets_exactly_its_own_minors_and_loses_the_wildcard() -> None:

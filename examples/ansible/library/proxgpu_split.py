@@ -1,0 +1,163 @@
+#!/usr/bin/python
+"""Ansible module: split a Proxmox VE host's GPUs along NUMA lines with proxgpu.
+
+It runs on the managed host (proxgpu must be installed in the Python that Ansible uses there) and
+wraps :func:`proxgpu.pipeline.split_host`: check mode plans and diffs without writing, diff mode
+returns every file change, and a real run applies the change set as one transaction.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: proxgpu_split
+short_description: Split a Proxmox VE host's GPUs between its host driver and vfio-pci
+description:
+  - Inspects the host, plans a NUMA-aware split, renders the LXC, VM, modprobe and boot files,
+    and applies them with backups, a journal and rollback on failure (see proxgpu's README).
+options:
+  root:
+    description: Directory laid out like the host (an offline image); default the host itself.
+    type: path
+  lxc:
+    description: Container that gets the GPUs kept on the host driver.
+    type: int
+  vms:
+    description: VMs that get vfio GPUs, as VMID or VMID:N.
+    type: list
+    elements: str
+  host_nodes:
+    description: NUMA nodes whose GPUs stay on the host driver.
+    type: list
+    elements: int
+  vfio_nodes:
+    description: NUMA nodes whose GPUs go to vfio-pci.
+    type: list
+    elements: int
+  host_gpus:
+    description: GPUs (PCI addresses) that stay on the host driver.
+    type: list
+    elements: str
+  vfio_gpus:
+    description: GPUs (PCI addresses) that go to vfio-pci.
+    type: list
+    elements: str
+  enable_iommu:
+    description: Turn the IOMMU on in the kernel command line if it is off.
+    type: bool
+    default: false
+  bind_method:
+    description: Boot-time binding by modprobe.d hook or driverctl overrides.
+    type: str
+    choices: [modprobe, driverctl]
+    default: modprobe
+  mapping:
+    description: Give VMs their GPUs through this cluster PCI mapping.
+    type: str
+  live:
+    description: Also rebind the vfio group now, without a reboot.
+    type: bool
+    default: false
+  gpu_vendor:
+    description: Only PCI functions of these vendor IDs count as GPUs.
+    type: list
+    elements: str
+"""
+
+EXAMPLES = r"""
+- name: Node 0 GPUs stay on nvidia for CT 200, node 1 GPUs go to VM 300
+  proxgpu_split:
+    lxc: 200
+    vms: ["300"]
+"""
+
+RETURN = r"""
+changed:
+  description: Whether files changed (or, in check mode, would change).
+  type: bool
+plan:
+  description: The split, as proxgpu plan --json prints it.
+  type: dict
+actions:
+  description: Follow-up commands, run or (check mode, directory trees) listed.
+  type: list
+reboot_required:
+  description: Whether the new binding needs a reboot.
+  type: bool
+journal_id:
+  description: The journal entry to roll back with proxgpu rollback --to.
+  type: str
+"""
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+ARGUMENTS: dict[str, Any] = {
+    "root": {"type": "path"},
+    "lxc": {"type": "int"},
+    "vms": {"type": "list", "elements": "str", "default": []},
+    "host_nodes": {"type": "list", "elements": "int", "default": []},
+    "vfio_nodes": {"type": "list", "elements": "int", "default": []},
+    "host_gpus": {"type": "list", "elements": "str", "default": []},
+    "vfio_gpus": {"type": "list", "elements": "str", "default": []},
+    "enable_iommu": {"type": "bool", "default": False},
+    "bind_method": {"type": "str", "choices": ["modprobe", "driverctl"], "default": "modprobe"},
+    "mapping": {"type": "str"},
+    "live": {"type": "bool", "default": False},
+    "gpu_vendor": {"type": "list", "elements": "str"},
+}
+
+
+def _vms(specs: list[str]) -> list[tuple[int, int | None]]:
+    vms = []
+    for spec in specs:
+        vmid, _, count = str(spec).partition(":")
+        vms.append((int(vmid), int(count) if count else None))
+    return vms
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENTS, supports_check_mode=True)
+    try:
+        import proxgpu
+        from proxgpu.pipeline import split_host
+        from proxgpu.planning import SplitPolicy
+        from proxgpu.rendering import RenderOptions
+    except ImportError as exc:
+        module.fail_json(msg=f"proxgpu is not installed for {module._name}'s Python: {exc}")
+    p = module.params
+    policy = SplitPolicy(
+        lxc=p["lxc"],
+        vms=_vms(p["vms"]),
+        host_nodes=p["host_nodes"],
+        vfio_nodes=p["vfio_nodes"],
+        host_gpus=p["host_gpus"],
+        vfio_gpus=p["vfio_gpus"],
+        enable_iommu=p["enable_iommu"],
+    )
+    vendors = tuple(v.lower().removeprefix("0x") for v in p["gpu_vendor"] or []) or None
+    try:
+        with proxgpu.connect(root=p["root"]) as host:
+            result = split_host(
+                host,
+                policy,
+                RenderOptions(bind_method=p["bind_method"], mapping=p["mapping"]),
+                check=module.check_mode,
+                live=p["live"],
+                gpu_filter=proxgpu.GpuFilter(vendors=vendors),
+            )
+    except proxgpu.ProxgpuError as exc:
+        module.fail_json(msg=str(exc), error=type(exc).__name__)
+    module.exit_json(
+        changed=result.changed,
+        diff=result.diff if module._diff else [],
+        plan=result.plan.model_dump(mode="json"),
+        actions=result.actions,
+        reboot_required=result.changes.reboot_required,
+        journal_id=result.applied.journal_id,
+        warnings=[*result.plan.warnings, *result.changes.warnings],
+    )
+
+
+if __name__ == "__main__":
+    main()
