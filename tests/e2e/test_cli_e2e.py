@@ -124,3 +124,79 @@ def test_plan_moves_node1_devices_and_their_audio_functions(
     for module in ("bochs", "snd_hda_intel"):
         assert f"softdep {module} pre: vfio-pci" in modprobe["after"]
     assert changes["reboot_required"]
+
+
+def drivers(host: QemuTestHost) -> dict[str, str]:
+    """Each stand-in GPU function's driver in the guest, "-" when unbound."""
+    script = (
+        "for d in /sys/bus/pci/devices/0000:[28]?:00.[01]; do "
+        'if [ -e "$d/driver" ]; then echo "${d##*/} $(basename "$(readlink "$d/driver")")"; '
+        'else echo "${d##*/} -"; fi; done'
+    )
+    rc, out, err = host.ssh(["sh", "-c", script])
+    assert rc == 0, err
+    return dict(line.split() for line in out.splitlines())
+
+
+def assert_split(host: QemuTestHost) -> None:
+    bound = drivers(host)
+    for address in NODE0:
+        assert (bound[address], bound[address[:-1] + "1"]) == ("bochs-drm", "snd_hda_intel")
+    for address in NODE1:
+        assert (bound[address], bound[address[:-1] + "1"]) == ("vfio-pci", "vfio-pci")
+
+
+def assert_original(host: QemuTestHost) -> None:
+    bound = drivers(host)
+    for address in NODE0 + NODE1:
+        assert (bound[address], bound[address[:-1] + "1"]) == ("bochs-drm", "snd_hda_intel")
+
+
+def test_apply_refuses_a_busy_device_instead_of_hanging(
+    testhost: QemuTestHost, tmp_path: Path
+) -> None:
+    holder = "exec 3</dev/dri/by-path/pci-0000:82:00.0-card; setsid sleep 300 <&3 >/dev/null 2>&1 &"
+    rc, _, err = testhost.ssh(["sh", "-c", holder])
+    assert rc == 0, err
+    try:
+        result = proxgpu(testhost, tmp_path, "apply", "--yes", "--live", timeout=300)
+        assert result.returncode == 10, result.stdout + result.stderr
+        assert "0000:82:00.0" in result.stderr and "sleep" in result.stderr
+    finally:
+        testhost.ssh(["pkill", "-f", "sleep 300"])
+    assert_original(testhost)
+    rc, out, _ = testhost.ssh(["ls", "/var/lib/proxgpu/journal"])
+    assert rc != 0 or out.strip() == "", "a refused apply leaves no journal entry"
+
+
+@pytest.mark.parametrize("method", ["modprobe", "driverctl"])
+def test_apply_live_reboot_verify_rollback(
+    testhost: QemuTestHost, tmp_path: Path, method: str
+) -> None:
+    applied = proxgpu(
+        testhost, tmp_path, "apply", "--yes", "--live", "--bind-method", method, "--json"
+    )
+    result = json_of(applied)["result"]
+    assert result["changed"] and result["reboot_required"]
+    assert_split(testhost)
+    groups = {
+        json_of(proxgpu(testhost, tmp_path, "inspect", "--json"))["gpus"][i]["iommu_group"]
+        for i in range(4, 8)
+    }
+    rc, out, _ = testhost.ssh(["ls", "/dev/vfio"])
+    assert rc == 0 and {str(g) for g in groups} <= set(out.split())
+    assert proxgpu(testhost, tmp_path, "verify").returncode == 0
+
+    testhost.reboot()
+    assert_split(testhost)
+    verified = proxgpu(testhost, tmp_path, "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    again = proxgpu(testhost, tmp_path, "apply", "--yes", "--bind-method", method)
+    assert again.returncode == 0 and "No changes" in again.stdout
+
+    back = proxgpu(testhost, tmp_path, "rollback", "--yes")
+    assert back.returncode == 0, back.stderr
+    testhost.reboot()
+    assert_original(testhost)
+    history = json_of(proxgpu(testhost, tmp_path, "history", "--json"))
+    assert history[-1]["status"] == "rolled-back"
