@@ -33,7 +33,7 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "ct200-lxc-vm": ("ct200", {"lxc": 200, "vms": [(300, None)]}, {}),
     "ct200-mapping": ("ct200", {"lxc": 200, "vms": [(300, None)]}, {"mapping": "gpu-node1"}),
     "ct200-driverctl": ("ct200", {"lxc": 200}, {"bind_method": "driverctl"}),
-    "uneven-enable-iommu": ("uneven-5-3", {"enable_iommu": True}, {}),
+    "uneven-enable-iommu": ("uneven-5-3", {"enable_iommu": True, "lxc": 150}, {}),
     "single-socket-by-address": ("single-socket", {"vfio_gpus": ["0000:0b:00.0"], "lxc": 101}, {}),
     "shared-group": ("shared-iommu-group", {}, {}),
 }

@@ -272,6 +272,24 @@ ETC_MODULES = """\
 """
 
 
+UNEVEN_LXC = """\
+arch: amd64
+cores: 48
+hostname: inference
+memory: 131072
+net0: name=eth0,bridge=vmbr0,ip=dhcp,type=veth
+ostype: debian
+rootfs: local-lvm:vm-150-disk-0,size=64G
+lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.cgroup2.devices.allow: c 506:* rwm
+lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file
+lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file
+lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file
+lxc.apparmor.profile: unconfined
+"""
+
+
 def ct200() -> HostSpec:
     rtx = ("10de", "2bb1", "030000")
     subsys = ("10de", "204b")
@@ -385,6 +403,8 @@ def uneven() -> HostSpec:
             'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n',
             "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
             "/etc/modules": ETC_MODULES,
+            # Proxmox VE 8.0 has no devN entries: the container gets raw lxc lines.
+            "/etc/pve/lxc/150.conf": UNEVEN_LXC,
         },
     )
 
