@@ -54,8 +54,8 @@ def test_boot_vga_to_vfio_is_a_warning() -> None:
 
 
 def test_uneven_split_is_reported_and_iommu_off_needs_the_cmdline_change() -> None:
-    assert codes("uneven-5-3", SplitPolicy()) == ["iommu-off"]
-    plan = plan_split(example("uneven-5-3"), SplitPolicy(enable_iommu=True))
+    assert codes("uneven-5-3", SplitPolicy(lxc=150)) == ["iommu-off"]
+    plan = plan_split(example("uneven-5-3"), SplitPolicy(enable_iommu=True, lxc=150))
     assert [len(g.gpus) for g in plan.groups] == [5, 3]
     assert any("uneven" in w for w in plan.warnings)
     assert plan.enable_iommu
