@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -421,6 +422,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("proxgpu: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        # A bug, not bad input: still one line, with the traceback one variable away.
+        if os.environ.get("PROXGPU_DEBUG"):
+            raise
+        print(
+            f"proxgpu: internal error: {type(exc).__name__}: {exc} "
+            "(set PROXGPU_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

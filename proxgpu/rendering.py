@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Literal
 
 import jinja2
@@ -107,10 +108,18 @@ def render(inventory: Inventory, plan: Plan, options: RenderOptions | None = Non
 # --- templates -------------------------------------------------------------------------------
 
 
+def _templates() -> Traversable:
+    try:
+        return resources.files("proxgpu.templates")
+    except ModuleNotFoundError:
+        # Run from a source checkout without installing: templates/ sits beside the package.
+        return resources.files("proxgpu").joinpath("..", "templates")
+
+
 @cache
 def _environment() -> jinja2.Environment:
     def load(name: str) -> str:
-        return resources.files("proxgpu.templates").joinpath(name).read_text(encoding="utf-8")
+        return _templates().joinpath(name).read_text(encoding="utf-8")
 
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(load),

@@ -130,3 +130,18 @@ def test_python_dash_m_runs_the_cli() -> None:
         cwd=REPO,
     )
     assert result.returncode == 0 and "ct200" in result.stdout
+
+
+def test_an_internal_error_is_one_line_unless_debugging(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*_args: object) -> None:
+        raise KeyError("boom")
+
+    monkeypatch.setattr("proxgpu.cli.build_inventory", broken)
+    assert main(["inspect", "--root", CT200]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: KeyError" in err and "PROXGPU_DEBUG" in err
+    monkeypatch.setenv("PROXGPU_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main(["inspect", "--root", CT200])
