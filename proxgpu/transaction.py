@@ -4,9 +4,22 @@
 hash, ``lock:`` keys, running guests, busy GPUs), then backs up every file it touches and writes a
 journal entry, then replaces each file atomically (a temp file in the same directory, renamed over
 it), then runs the post-actions and, when asked, the live rebind. On any failure it puts every file
-back from the backup. The number of commands it sends does not grow with the number of files: one
-locks and reads every file's hash, one stages the backups and temp files, one renames them all,
-one records the outcome and unlocks, plus one per post-action.
+back from the backup.
+
+On a live host with pvesh, a VM config (``/etc/pve/qemu-server/<vmid>.conf``) is changed through
+the Proxmox API instead (:mod:`proxgpu.pveapi`: ``PUT /nodes/<node>/qemu/<vmid>/config`` with the
+main-section keys that change, ``delete`` for those that go, and ``digest`` so that Proxmox itself
+refuses a concurrent edit); container configs (the API cannot set raw ``lxc.*`` keys), the PCI
+mapping file and host files are written as files. Proxmox rewrites a config in its own order, so
+the hash journalled for such a file is the one read back after the write. Backups, the
+compare-and-swap checks, restore on failure and rollback (a byte-for-byte file restore under
+Proxmox's per-guest lock) treat both kinds alike.
+
+The number of commands it sends does not grow with the number of files: one locks and reads every
+file's hash (and the node name, and whether pvesh is there), one stages the backups and temp
+files, one renames them all (and reads back the configs written through the API), one records the
+outcome and unlocks, plus one per post-action; on a Proxmox host also one API call per guest
+whose status is checked and one per VM config written through the API.
 
 What it keeps on the host, under ``host.root``:
 
@@ -29,7 +42,7 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -55,6 +68,15 @@ from proxgpu.inspection import inspect
 from proxgpu.inventory import Inventory
 from proxgpu.live import Binding
 from proxgpu.planning import VFIO_DRIVER, Plan
+from proxgpu.pveapi import (
+    PveApiError,
+    PveResource,
+    config_digest,
+    config_update,
+    guest_status,
+    proxmox_api,
+    same_config,
+)
 from proxgpu.pveconfig import GuestConfig
 
 JOURNAL_DIR = "/var/lib/proxgpu/journal"
@@ -76,14 +98,17 @@ _ACTIVE: set[str] = set()
 # Usage: sh -c PROBE sh MODE LOCK OWNER TAKEOVER NEED_ROOT JOURNAL_DIR PATH...
 # MODE "lock" takes the lock (a directory made complete, owner file inside, then renamed into
 # place, so it never exists without its owner); "read" only reads. Records:
-#   #uid N | #notroot | #lock | #locked B64(owner) | #held B64(owner) | #inprogress ID
-#   #file I other | #file I file SHA256 MODE UID GID | #file I absent PARENT_EXISTS | #end
+#   #uid N | #node NAME | #pvesh | #notroot | #lock | #locked B64(owner) | #held B64(owner)
+#   #inprogress ID | #file I other | #file I file SHA256 MODE UID GID
+#   #file I absent PARENT_EXISTS | #end
 _PROBE = r"""
 set -u
 mode=$1 lock=$2 owner=$3 takeover=$4 need_root=$5 journal=$6
 shift 6
 uid=$(id -u)
 echo "#uid $uid"
+echo "#node $(uname -n)"
+if command -v pvesh >/dev/null 2>&1; then echo "#pvesh"; fi
 if [ "$need_root" = 1 ] && [ "$uid" != 0 ]; then echo "#notroot"; exit 0; fi
 if [ "$mode" = lock ]; then
     mkdir -p "${lock%/*}" || exit 1
@@ -166,10 +191,11 @@ done
 echo "#end"
 """
 
-# Usage: sh -c COMMIT sh [PATH TMP WANT_SHA GUEST_LOCK]...   (TMP "-": remove; WANT_SHA "-":
-# must be absent; GUEST_LOCK "-": none). Each file is checked once more and renamed under
-# Proxmox's own config lock, so a concurrent `qm set` cannot slip in between. Records:
-#   #done I | #changed I | #guestlocked I | #failed I RC | #end
+# Usage: sh -c COMMIT sh [PATH TMP WANT_SHA GUEST_LOCK]...   (TMP "-": remove; TMP "=": written
+# through the API, only report its hash; WANT_SHA "-": must be absent; GUEST_LOCK "-": none).
+# Each file is checked once more and renamed under Proxmox's own config lock, so a concurrent
+# `qm set` cannot slip in between. Records:
+#   #api I SHA256|- | #done I | #changed I | #guestlocked I | #failed I RC | #end
 _COMMIT = r"""
 set -u
 one='p=$1 tmp=$2 want=$3
@@ -185,6 +211,13 @@ i=0
 while [ $# -ge 4 ]; do
     p=$1 tmp=$2 want=$3 lock=$4
     shift 4
+    if [ "$tmp" = = ]; then
+        sum=-
+        if [ -f "$p" ] && [ ! -L "$p" ]; then sum=$(sha256sum < "$p") || sum=-; fi
+        echo "#api $i ${sum%% *}"
+        i=$((i + 1))
+        continue
+    fi
     if [ "$lock" = - ]; then
         sh -c "$one" sh "$p" "$tmp" "$want"
     else
@@ -274,18 +307,17 @@ done
 echo "#end"
 """
 
-# Usage: sh -c GUESTS sh [TYPE VMID]...  (TYPE qemu or lxc). Asks the Proxmox API through pvesh on
-# this same connection. Records: #nopvesh | #guest TYPE VMID RC B64(output) | #end
-_GUESTS = r"""
+# Usage: sh -c TEXTS sh PATH...  Records: #text I B64(content) | #text I - (absent) | #end
+_READ_TEXTS = r"""
 set -u
-command -v pvesh >/dev/null 2>&1 || { echo "#nopvesh"; exit 0; }
-node=$(uname -n)
-node=${node%%.*}
-while [ $# -ge 2 ]; do
-    out=$(timeout 60 pvesh get "/nodes/$node/$1/$2/status/current" --output-format json 2>&1)
-    rc=$?
-    echo "#guest $1 $2 $rc $(printf '%s' "$out" | base64 -w0)"
-    shift 2
+i=0
+for p; do
+    if [ -f "$p" ] && [ ! -L "$p" ]; then
+        echo "#text $i $(base64 -w0 < "$p")"
+    else
+        echo "#text $i -"
+    fi
+    i=$((i + 1))
 done
 echo "#end"
 """
@@ -298,6 +330,8 @@ class _Model(BaseModel):
 class JournalFile(_Model):
     """One file an apply touched: how it was (``existed``, mode as octal text, owner), the hashes
     before and after, and its copy's name in the backup directory (``None`` when it was absent).
+    ``via`` says how it was written: as a file, or through the Proxmox API (``sha256_after`` is
+    then the hash read back from the file Proxmox wrote, once known).
 
     >>> JournalFile(path="/etc/modules", existed=False, sha256_before=None,
     ...             sha256_after="ab" * 32).backup is None
@@ -312,6 +346,7 @@ class JournalFile(_Model):
     sha256_before: str | None
     sha256_after: str | None
     backup: str | None = None
+    via: Literal["file", "api"] = "file"
 
 
 class JournalEntry(_Model):
@@ -468,6 +503,8 @@ class _Probe:
     owner: dict[str, str] | None
     in_progress: list[str]
     files: list[_FileState]
+    node: str = ""
+    pvesh: bool = False
 
 
 # --- running the scripts -------------------------------------------------------------------------
@@ -546,12 +583,57 @@ def _probe(
     if "#notroot" in words:
         raise NotRootError(host.name, "proxgpu must run as root to change this host")
     owner = next((_parse_owner(r[1]) for r in records if r[0] in ("#locked", "#held")), None)
+    node = next((r[1] for r in records if r[0] == "#node" and len(r) > 1), "")
     return _Probe(
         locked="#lock" in words,
         owner=owner,
         in_progress=[r[1] for r in records if r[0] == "#inprogress"],
         files=[_file_state(r[2:]) for r in records if r[0] == "#file"],
+        node=node.split(".")[0],  # Proxmox's node name is the hostname up to the first dot
+        pvesh="#pvesh" in words,
     )
+
+
+def _read_files(host: Host, paths: Sequence[str]) -> list[bytes | None]:
+    """The bytes of each file (``None``: absent or not a regular file), in one command."""
+    records = _script(host, "read back", _READ_TEXTS, paths)
+    found: list[bytes | None] = [None] * len(paths)
+    for record in records:
+        if record[0] == "#text" and record[2] != "-":
+            found[int(record[1])] = base64.b64decode(record[2])
+    return found
+
+
+def _with_hashes(entry: JournalEntry, hashes: Mapping[str, str]) -> JournalEntry:
+    """``entry`` with the ``sha256_after`` of the files in ``hashes`` replaced."""
+    files = [
+        f.model_copy(update={"sha256_after": hashes[f.path]}) if f.path in hashes else f
+        for f in entry.files
+    ]
+    return entry.model_copy(update={"files": files})
+
+
+def _recognise(
+    host: Host, layout: _Layout, entry: JournalEntry, paths: Iterable[str]
+) -> JournalEntry:
+    """Read the VM configs in ``paths`` (one command) and take as ``entry``'s result each one that
+    says what the change set's ``after`` says, in whatever order Proxmox wrote it."""
+    wanted = sorted(set(paths))
+    planned = {f.path: f.after for f in entry.changeset.files}
+    hashes = {}
+    for path, data in zip(
+        wanted, _read_files(host, [layout.on_host(p) for p in wanted]), strict=True
+    ):
+        after = planned.get(path)
+        if data is None or after is None:
+            continue
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            continue
+        if same_config(text, after):
+            hashes[path] = hashlib.sha256(data).hexdigest()
+    return _with_hashes(entry, hashes)
 
 
 def _file_state(fields: list[str]) -> _FileState:
@@ -627,7 +709,14 @@ def _refuse_locked_guests(host: Host, changes: Sequence[FileChange]) -> None:
                 )
 
 
-def _check_guests(host: Host, changes: Sequence[FileChange], inventory: Inventory | None) -> None:
+def _check_guests(
+    host: Host,
+    changes: Sequence[FileChange],
+    has_pvesh: bool,
+    api: Callable[[], PveResource],
+    node: str,
+) -> None:
+    """Refuse unless every guest whose config changes is stopped, asking the Proxmox API."""
     guests = sorted(
         {
             ("qemu" if m[1] == "qemu-server" else "lxc", m[2])
@@ -637,42 +726,43 @@ def _check_guests(host: Host, changes: Sequence[FileChange], inventory: Inventor
     )
     if not guests:
         return
-    names = ", ".join(f"{kind} {vmid}" for kind, vmid in guests)
-    missing = PreflightError(
-        host.name,
-        f"pvesh is not on this host, so whether {names} are running cannot be checked; stop them "
-        "and pass skip_guest_check (--skip-guest-check) to apply anyway",
-    )
-    if inventory is not None and "pvesh" not in inventory.commands:
-        raise missing
-    records = _script(host, "guest status", _GUESTS, [a for g in guests for a in g])
-    if any(r[0] == "#nopvesh" for r in records):
-        raise missing
-    for _, kind, vmid, rc, b64 in (r for r in records if r[0] == "#guest"):
-        _check_guest_status(host, kind, vmid, int(rc), base64.b64decode(b64).decode())
-
-
-def _check_guest_status(host: Host, kind: str, vmid: str, rc: int, output: str) -> None:
-    tool = "qm" if kind == "qemu" else "pct"
-    label = f"{'VM' if kind == 'qemu' else 'container'} {vmid}"
-    if rc != 0:
-        last = output.strip().splitlines()[-1] if output.strip() else f"exit status {rc}"
-        raise PreflightError(host.name, f"cannot read the status of {label} (pvesh: {last})")
-    try:
-        status = json.loads(output).get("status")
-    except (ValueError, AttributeError):
-        status = None
-    if status != "stopped":
+    if not has_pvesh:
+        names = ", ".join(f"{kind} {vmid}" for kind, vmid in guests)
         raise PreflightError(
             host.name,
-            f"{label} is {status or 'in an unknown state'}: its config may only change while it "
-            f"is stopped (a running guest keeps its devices); run `{tool} shutdown {vmid}` first",
+            f"pvesh is not on this host, so whether {names} are running cannot be checked; "
+            "stop them and pass skip_guest_check (--skip-guest-check) to apply anyway",
         )
+    for kind, vmid in guests:
+        label = f"{'VM' if kind == 'qemu' else 'container'} {vmid}"
+        try:
+            status = guest_status(api(), node, kind, vmid)
+        except PveApiError as exc:
+            raise PreflightError(
+                host.name, f"cannot read the status of {label} ({exc.detail})"
+            ) from exc
+        if status != "stopped":
+            tool = "qm" if kind == "qemu" else "pct"
+            raise PreflightError(
+                host.name,
+                f"{label} is {status or 'in an unknown state'}: its config may only change while "
+                f"it is stopped (a running guest keeps its devices); run `{tool} shutdown {vmid}` "
+                "first",
+            )
+
+
+def _is_vm_config(path: str) -> bool:
+    match = _GUEST.match(path)
+    return match is not None and match[1] == "qemu-server"
 
 
 def _todo(host: Host, changes: Sequence[FileChange], states: Sequence[_FileState]) -> list[int]:
-    """Positions of the files to write; refuse any that is neither ``before`` nor ``after``."""
-    todo = []
+    """Positions of the files to write; refuse any that is neither ``before`` nor ``after``.
+
+    A VM config that Proxmox rewrote in its own order from ``after`` (an earlier apply through
+    the API) counts as ``after``: its text is read (one more command, only then) and compared.
+    """
+    todo, unsure = [], []
     for index, (change, state) in enumerate(zip(changes, states, strict=True)):
         if state.kind == "other":
             raise FileChangedError(
@@ -681,13 +771,28 @@ def _todo(host: Host, changes: Sequence[FileChange], states: Sequence[_FileState
         if state.sha256 == _sha(change.after):
             continue  # already as planned: a second apply writes nothing
         if state.sha256 != _sha(change.before):
-            raise FileChangedError(
-                host.name,
-                change.path,
-                "changed since it was read (compare-and-swap failed); inspect and plan again",
-            )
+            if not (_is_vm_config(change.path) and state.kind == "file" and change.after):
+                raise _cas_failed(host, change.path)
+            unsure.append(index)
+            continue
         todo.append(index)
+    if unsure:
+        layout = _Layout.of(host)
+        found = _read_files(host, [layout.on_host(changes[i].path) for i in unsure])
+        for index, data in zip(unsure, found, strict=True):
+            after = changes[index].after
+            now = None if data is None else data.decode("utf-8", "replace")
+            if now is None or after is None or not same_config(now, after):
+                raise _cas_failed(host, changes[index].path)
     return todo
+
+
+def _cas_failed(host: Host, path: str) -> FileChangedError:
+    return FileChangedError(
+        host.name,
+        path,
+        "changed since it was read (compare-and-swap failed); inspect and plan again",
+    )
 
 
 # --- apply ---------------------------------------------------------------------------------------
@@ -771,8 +876,21 @@ class _Apply:
         self.entry: JournalEntry | None = None
         self.actions_run: list[list[str]] = []
         self.bindings: list[Binding] = []
-        # Files certainly not renamed into place, which undo must not restore.
+        # Files certainly not renamed into place (or not sent to the API), which undo must not
+        # restore.
         self.not_written: frozenset[str] = frozenset()
+        # Positions of the VM configs written through the Proxmox API, with their parameters.
+        self.updates: dict[int, dict[str, str]] = {}
+        # Paths written through the API whose resulting hash is not known yet.
+        self.unconfirmed: set[str] = set()
+        self.node = ""
+        self._api: PveResource | None = None
+
+    def api(self) -> PveResource:
+        """The host's Proxmox API, over the host's own connection (made on first use)."""
+        if self._api is None:
+            self._api = proxmox_api(self.host)
+        return self._api
 
     def run(
         self, dry_run: bool, live: bool, inventory: Inventory | None, skip_guest_check: bool
@@ -811,17 +929,42 @@ class _Apply:
                 f"run `proxgpu rollback --to {other}` first",
             )
         todo = _todo(self.host, self.changes, probe.files)
+        # inventory, when given, must agree that pvesh is there (a tree may lack it).
+        has_pvesh = probe.pvesh and (inventory is None or "pvesh" in inventory.commands)
+        self.node = probe.node
         if todo and self.host.is_live:
             if not skip_guest_check:
                 self.say("guests", "asking Proxmox whether the guests are stopped")
-                _check_guests(self.host, [self.changes[i] for i in todo], inventory)
+                changes = [self.changes[i] for i in todo]
+                _check_guests(self.host, changes, has_pvesh, self.api, self.node)
+            if has_pvesh and self.node:
+                self.updates = self._api_updates(todo)
             if live and self.plan is not None:
                 self.say("busy", "checking that no process holds the GPUs that move")
                 live_rebind.check_not_busy(self.host, live_rebind.vfio_functions(self.plan))
         return todo
 
+    def _api_updates(self, todo: list[int]) -> dict[int, dict[str, str]]:
+        """The VM configs to write through the API, each with its ``PUT .../config`` parameters."""
+        updates = {}
+        for index in todo:
+            change = self.changes[index]
+            if not _is_vm_config(change.path) or change.before is None or change.after is None:
+                continue
+            update = config_update(change.before, change.after)
+            if update is not None:
+                # Proxmox refuses the write unless the file is still what the plan was made from.
+                updates[index] = {**update, "digest": config_digest(change.before)}
+        return updates
+
+    def _api_note(self, indices: Sequence[int]) -> list[str]:
+        paths = [self.changes[i].path for i in indices if i in self.updates]
+        if not paths:
+            return []
+        return [f"through the Proxmox API (PUT .../config): {', '.join(paths)}"]
+
     def _dry_result(self, todo: list[int], probe: _Probe) -> ApplyResult:
-        messages = ["dry run: nothing was written"]
+        messages = ["dry run: nothing was written", *self._api_note(todo)]
         if probe.owner:
             messages.append(f"another {probe.owner.get('op', 'apply')} holds the lock right now")
         return ApplyResult(
@@ -858,7 +1001,11 @@ class _Apply:
             actions_run=self.actions_run,
             live=self.bindings,
             reboot_required=self.changeset.reboot_required,
-            messages=[f"{len(todo)} files written; journal entry {self.id}", *messages],
+            messages=[
+                f"{len(todo)} files written; journal entry {self.id}",
+                *self._api_note(todo),
+                *messages,
+            ],
         )
 
     def _stage(self, todo: list[int], states: Sequence[_FileState]) -> None:
@@ -868,6 +1015,7 @@ class _Apply:
         for n, index in enumerate(todo):
             change, state, where = self.changes[index], states[index], self.where[index]
             existed = state.kind == "file"
+            via_api = index in self.updates
             files.append(
                 JournalFile(
                     path=change.path,
@@ -876,20 +1024,23 @@ class _Apply:
                     uid=state.uid,
                     gid=state.gid,
                     sha256_before=state.sha256,
+                    # For the API, what the plan says until the file Proxmox wrote is read back.
                     sha256_after=_sha(change.after),
                     backup=str(n) if existed else None,
+                    via="api" if via_api else "file",
                 )
             )
+            staged = change.after is not None and not via_api
             args += [
                 where.path,
                 str(n) if existed else "-",
                 state.sha256 or "-",
-                where.tmp if change.after is not None else "-",
+                where.tmp if staged else "-",
                 *_mode_and_umask(change.mode, state.mode, where),
                 f"{state.uid}:{state.gid}" if existed and not where.in_pve else "-",
                 "1" if state.parent_exists else "0",
             ]
-            if change.after is not None:
+            if change.after is not None and staged:
                 contents.append(_b64_line(change.after.encode()))
         created = sorted(
             {
@@ -930,17 +1081,26 @@ class _Apply:
                 )
 
     def _commit(self, todo: list[int]) -> None:
-        self.say("write", f"replacing {len(todo)} files")
+        through_api = [i for i in todo if i in self.updates]
+        as_files = [i for i in todo if i not in self.updates]
+        self._api_writes(through_api)
+        self.say("write", f"replacing {len(as_files)} files")
+        # The configs written through the API come first: their hashes are read back before
+        # anything can stop the script.
         args = []
-        for index in todo:
+        for index in through_api:
+            args += [self.where[index].path, "=", "-", "-"]
+        for index in as_files:
             change, where = self.changes[index], self.where[index]
             tmp = where.tmp if change.after is not None else "-"
             args += [where.path, tmp, _sha(change.before) or "-", where.guest_lock]
-        paths = [self.changes[i].path for i in todo]
-        self.not_written = frozenset()  # unknown until the host answers
+        paths = [self.changes[i].path for i in through_api + as_files]
+        renamed = frozenset(self.changes[i].path for i in as_files)
+        self.not_written -= renamed  # unknown until the host answers
         records = _script(self.host, "commit", _COMMIT, args)
+        self._confirm({paths[int(r[1])]: r[2] for r in records if r[0] == "#api" and r[2] != "-"})
         done = {paths[int(r[1])] for r in records if r[0] == "#done"}
-        self.not_written = frozenset(paths) - done
+        self.not_written |= renamed - done
         self._refuse_changed(records, paths, "#changed")
         for record in records:
             if record[0] == "#guestlocked":
@@ -953,6 +1113,31 @@ class _Apply:
                 raise CommandError(
                     self.host.name, ["rename", paths[int(record[1])]], int(record[2]), ""
                 )
+
+    def _api_writes(self, indices: list[int]) -> None:
+        """``PUT /nodes/<node>/qemu/<vmid>/config`` for each VM config, one pvesh call each."""
+        for index in indices:
+            change = self.changes[index]
+            vmid = change.path.rsplit("/", 1)[1].removesuffix(".conf")
+            self.say("api", f"setting VM {vmid}'s options through the Proxmox API")
+            try:
+                self.api().nodes(self.node).qemu(vmid).config.put(**self.updates[index])
+            except PveApiError:
+                # Proxmox checks the digest and the guest's lock before it writes: refused, the
+                # file is as it was (and may now be someone else's edit, which must stay).
+                raise
+            except BaseException:
+                self.not_written -= {change.path}  # the call may or may not have landed
+                self.unconfirmed.add(change.path)
+                raise
+            self.not_written -= {change.path}
+            self.unconfirmed.add(change.path)
+
+    def _confirm(self, hashes: dict[str, str]) -> None:
+        """Journal the hashes of the files Proxmox wrote, as read back from the host."""
+        assert self.entry is not None
+        self.unconfirmed -= set(hashes)
+        self.entry = _with_hashes(self.entry, hashes)
 
     def _post_actions(self) -> list[str]:
         post = [a for a in self.changeset.actions if a.kind == "post"]
@@ -1031,6 +1216,10 @@ class _Apply:
             except ProxgpuError as exc:
                 problems.append(f"returning the drivers failed: {_describe(exc)}")
         try:
+            if self.unconfirmed:
+                # Written through the API, but the file Proxmox wrote was never read back:
+                # recognise it by its content, so that it is restored and another's edit is not.
+                self.entry = _recognise(self.host, self.layout, self.entry, self.unconfirmed)
             keep = self.not_written
             problems += _restore(self.host, self.layout, self.entry, force=False, keep=keep)[1]
         except ProxgpuError as exc:
@@ -1204,6 +1393,7 @@ def rollback(
         if entry is None:
             raise RollbackError(host.name, "nothing to roll back: no applied journal entry")
         if not force:
+            entry = _recognise_api_writes(host, layout, entry, probe.files)
             _check_rollback_files(host, entry, probe.files)
         result = _Rollback(host, layout, entry, say, action_timeout).run(run_actions, live, force)
         _finish(host, layout, lock_id, result[1], release=True)
@@ -1230,6 +1420,20 @@ def _lock_for_rollback(
     if not probe.locked:
         raise _lock_held_error(host, layout, probe.owner or {})
     return probe, owner
+
+
+def _recognise_api_writes(
+    host: Host, layout: _Layout, entry: JournalEntry, states: list[_FileState]
+) -> JournalEntry:
+    """Recognise the VM configs an unfinished apply wrote through the API but never read back."""
+    paths = [
+        f.path
+        for f, state in zip(entry.files, states, strict=True)
+        if f.via == "api"
+        and state.kind == "file"
+        and state.sha256 not in (f.sha256_after, f.sha256_before)
+    ]
+    return _recognise(host, layout, entry, paths) if paths else entry
 
 
 def _check_rollback_files(host: Host, entry: JournalEntry, states: list[_FileState]) -> None:

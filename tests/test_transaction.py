@@ -5,19 +5,27 @@ Three kinds of host write into a temporary copy of ``examples/hosts/ct200``: a d
 the guests' status is asked of pvesh), and a real OpenSSH server on 127.0.0.1 with the copy as
 the remote root.
 
-pvesh is not installable here. Where a live host must answer for the guests, a stand-in ``pvesh``
-(see :func:`fake_pvesh`) goes first on PATH; it answers only the status query apply makes, with
-the ``{"status": ...}`` object of the Proxmox API.
+pvesh is not installable here. Where a live host must answer for the guests or take a VM's
+options through the Proxmox API, a stand-in ``pvesh`` (see :func:`fake_pvesh`) goes first on PATH.
+It answers only the two calls apply makes, the status query (the ``{"status": ...}`` object of the
+Proxmox API) and ``set .../qemu/<vmid>/config``, which it carries out the way formats.md describes
+Proxmox doing it: ``delete`` and ``digest`` honoured, a stale digest refused with a ``400
+Parameter verification failed`` on stderr and a non-zero exit, the file rewritten in Proxmox's own
+order (description, then the main keys sorted, then the other sections) through a temp file and a
+rename.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +49,8 @@ from proxgpu.hosts import DirectoryHost, Host, LocalHost
 from proxgpu.inspection import inspect
 from proxgpu.inventory import Inventory
 from proxgpu.planning import Plan, SplitPolicy, plan_split
+from proxgpu.pveapi import config_digest, same_config
+from proxgpu.rendering import render
 from proxgpu.ssh import SSHHost, SSHOptions
 from proxgpu.transaction import (
     JournalEntry,
@@ -137,20 +147,78 @@ def fake_tool(directory: Path, name: str, script: str) -> Path:
     return tool
 
 
-def fake_pvesh(directory: Path) -> Path:
-    """A stand-in for Proxmox's pvesh, which cannot be installed here.
+_FAKE_PVESH = r"""
+import hashlib, json, os, sys
+from pathlib import Path
 
-    It answers only what apply asks, ``pvesh get /nodes/<node>/<qemu|lxc>/<vmid>/status/current
-    --output-format json``, with the ``{"status": ...}`` object the API returns; the status is
-    ``stopped`` unless a file ``status-<vmid>`` next to it says otherwise.
+here = Path(__file__).resolve().parent
+root = Path(ROOT)
+args = sys.argv[1:]
+with open(here / "pvesh.log", "a") as log:
+    log.write(json.dumps(args) + "\n")
+verb, parts, rest = args[0], args[1].strip("/").split("/"), args[2:]
+options = {}
+while rest:
+    name, value, rest = rest[0], rest[1], rest[2:]
+    if name != "--output-format":
+        options[name.lstrip("-")] = value
+if verb == "get" and len(parts) == 6 and parts[4:] == ["status", "current"]:
+    status = here / f"status-{parts[3]}"
+    print(json.dumps({"status": status.read_text().strip() if status.exists() else "stopped"}))
+    sys.exit(0)
+if verb == "set" and len(parts) == 5 and parts[2] == "qemu" and parts[4] == "config":
+    conf = root / "etc/pve/qemu-server" / f"{parts[3]}.conf"
+    data = conf.read_bytes()
+    if options.pop("digest", None) not in (None, hashlib.sha1(data).hexdigest()):
+        sys.stderr.write(
+            "400 Parameter verification failed.\n"
+            "digest: detected modified configuration - file changed by other user? Try again.\n"
+        )
+        sys.exit(255)
+    lines = data.decode().split("\n")
+    end = next((i for i, l in enumerate(lines) if l.startswith("[")), len(lines))
+    comments = [l for l in lines[:end] if l.startswith("#")]
+    keys = dict(l.split(": ", 1) for l in lines[:end] if ": " in l and not l.startswith("#"))
+    for key in options.pop("delete", "").split(","):
+        keys.pop(key, None)
+    keys.update(options)
+    out = "".join(f"{l}\n" for l in comments) + "".join(f"{k}: {keys[k]}\n" for k in sorted(keys))
+    if end < len(lines):
+        out += "\n" + "\n".join(lines[end:])
+    tmp = conf.with_name(f"{conf.name}.tmp.{os.getpid()}")
+    tmp.write_text(out)
+    tmp.rename(conf)
+    sys.exit(0)
+sys.stderr.write(f"the stand-in pvesh does not answer {args}\n")
+sys.exit(2)
+"""
+
+
+def fake_pvesh(directory: Path, root: Path | None = None) -> Path:
+    """A stand-in for Proxmox's pvesh, which cannot be installed here (see the module docstring).
+
+    The status of a guest is ``stopped`` unless a file ``status-<vmid>`` next to it says
+    otherwise; ``set`` rewrites the VM configs under ``root`` (default: the tree
+    :func:`copy_host` makes next to ``directory``). Every call is logged, one JSON argument list
+    a line, to ``pvesh.log`` next to it.
     """
-    return fake_tool(
-        directory,
-        "pvesh",
-        'vmid=$(echo "$2" | cut -d/ -f5)\n'
-        'status=$(cat "$(dirname "$0")/status-$vmid" 2>/dev/null || echo stopped)\n'
-        'printf \'{"status":"%s"}\\n\' "$status"\n',
-    )
+    directory.mkdir(exist_ok=True)
+    where = root if root is not None else directory.parent / "host"
+    tool = directory / "pvesh"
+    tool.write_text(f"#!{sys.executable}\n" + _FAKE_PVESH.replace("ROOT", repr(str(where)), 1))
+    tool.chmod(0o755)
+    return tool
+
+
+def pvesh_calls(directory: Path) -> list[list[str]]:
+    """The argument lists the stand-in pvesh in ``directory`` was called with, in order."""
+    log = directory / "pvesh.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def sha256(root: Path, path: str) -> str:
+    """The hash of a file in the tree."""
+    return hashlib.sha256((root / path.lstrip("/")).read_bytes()).hexdigest()
 
 
 def on_path(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
@@ -413,8 +481,9 @@ def test_a_running_guest_is_refused(
 
 
 def test_proxmox_own_config_lock_is_waited_for(root: Path, live_host: LocalHost) -> None:
-    # The lock `qm set 300` takes (PVE::AbstractConfig), held here for a second.
-    lock = root / "var/lock/qemu-server/lock-300.conf"
+    # The lock `pct set 200` takes (PVE::AbstractConfig), held here for a second. (A VM config
+    # on a host with pvesh goes through the API, where Proxmox takes its own lock.)
+    lock = root / "run/lock/lxc/pve-config-200.lock"
     lock.parent.mkdir(parents=True)
     holder = lock.open("a")
     fcntl.flock(holder, fcntl.LOCK_EX)
@@ -568,6 +637,160 @@ def test_two_concurrent_applies_never_interleave(root: Path) -> None:
     assert "held by apply" in str(outcome["second"])
     assert getattr(outcome["first"], "changed", False)
     assert [now for now, _, _ in contents(root, cs)] == [f.after for f in cs.files]
+
+
+# --- VM options through the Proxmox API ----------------------------------------------------------
+
+
+def node() -> str:
+    """This machine's Proxmox node name, which a LocalHost's pvesh calls use."""
+    return os.uname().nodename.split(".")[0]
+
+
+def set_calls(bin_dir: Path) -> list[tuple[str, dict[str, str]]]:
+    """The ``pvesh set`` calls made: (API path, options)."""
+    return [
+        (call[1], dict(zip(call[2::2], call[3::2], strict=True)))
+        for call in pvesh_calls(bin_dir)
+        if call[0] == "set"
+    ]
+
+
+def test_a_vm_config_goes_through_the_api_and_a_container_config_as_a_file(
+    root: Path, bin_dir: Path, live_host: LocalHost
+) -> None:
+    original = snapshot(root)
+    cs = changeset(root)
+    vm = cs.files[1]
+    assert vm.path == VM and vm.before is not None and vm.after is not None
+    result = apply_changes(live_host, cs)
+    assert set_calls(bin_dir) == [
+        (
+            f"/nodes/{node()}/qemu/300/config",
+            {
+                "-hostpci0": "0000:81:00,pcie=1",
+                "-digest": config_digest(vm.before),
+                "--output-format": "json",
+            },
+        )
+    ], "one PUT with the changed key and the digest of the file it was planned from"
+    assert f"through the Proxmox API (PUT .../config): {VM}" in result.messages
+    # The stand-in, like Proxmox, wrote the keys in its own order.
+    now = text(root, VM)
+    assert now is not None and now != vm.after and same_config(now, vm.after)
+    assert now.index("hostpci0:") < now.index("machine:")
+    assert text(root, LXC) == cs.files[0].after, "raw lxc.* keys: written as a file"
+    assert live_host.commands_run == 7, "lock+read, 2 guest statuses, stage, PUT, commit, finish"
+    [entry] = history(live_host)
+    files = {f.path: f for f in entry.files}
+    assert (files[VM].via, files[LXC].via) == ("api", "file")
+    assert files[VM].sha256_after == sha256(root, VM), "the hash of what Proxmox wrote"
+    assert not verify(live_host, entry).drifted
+    again = apply_changes(live_host, cs)
+    assert not again.changed, "the reordered file is recognised as already applied"
+    assert len(set_calls(bin_dir)) == 1
+    assert rollback(live_host).files
+    assert snapshot(root) == original, "the VM config is restored byte for byte"
+
+
+def test_a_directory_tree_writes_vm_configs_as_files(root: Path, bin_dir: Path) -> None:
+    host = DirectoryHost(str(root))
+    cs = changeset(root)
+    apply_changes(host, cs)
+    assert pvesh_calls(bin_dir) == [] and text(root, VM) == cs.files[1].after
+    assert {f.via for f in history(host)[0].files} == {"file"}
+
+
+def test_without_pvesh_a_vm_config_is_written_as_a_file(root: Path) -> None:
+    assert shutil.which("pvesh") is None
+    host = LocalHost(str(root))
+    cs = changeset(root)
+    apply_changes(host, cs, skip_guest_check=True)
+    assert text(root, VM) == cs.files[1].after
+
+
+def test_a_stale_digest_is_refused_by_proxmox_and_everything_is_restored(
+    root: Path, bin_dir: Path, live_host: LocalHost
+) -> None:
+    second = "/etc/pve/qemu-server/301.conf"
+    vm = text(root, VM)
+    assert vm is not None
+    (root / second.lstrip("/")).write_text(vm.replace("name: train", "name: eval"))
+    cs = changeset(root)
+    before = text(root, second)
+    assert before is not None
+    cs = cs.model_copy(
+        update={
+            "files": [
+                *cs.files,
+                FileChange(path=second, before=before, after=before + "numa: 1\n"),
+            ]
+        }
+    )
+    edit = before + "description: edited in the GUI meanwhile\n"
+
+    def meddle(step: str, message: str) -> None:
+        if step == "api" and "VM 301" in message:
+            (root / second.lstrip("/")).write_text(edit)
+
+    original = snapshot(root, ignore=(second.lstrip("/"),))
+    with pytest.raises(ApplyError, match="every file was restored from the backup") as err:
+        apply_changes(live_host, cs, progress=meddle)
+    assert (
+        f"PUT /nodes/{node()}/qemu/301/config: 400 Parameter verification failed: digest: "
+        "detected modified configuration - file changed by other user? Try again."
+    ) in str(err.value)
+    assert err.value.restored
+    assert [path for path, _ in set_calls(bin_dir)] == [
+        f"/nodes/{node()}/qemu/300/config",
+        f"/nodes/{node()}/qemu/301/config",
+    ], "VM 300 was written through the API before 301 was refused"
+    assert snapshot(root, ignore=(second.lstrip("/"),)) == original, "VM 300 is back too"
+    assert text(root, second) == edit, "the concurrent edit Proxmox refused to overwrite stays"
+    assert not list(root.rglob("*.proxgpu-*.tmp"))
+    [entry] = history(live_host)
+    assert entry.status == "failed" and "digest" in entry.message
+
+
+def test_a_connection_lost_after_an_api_write_is_recovered_by_rollback(
+    root: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = LocalHost(str(root))
+    cs = changeset(root)
+    original = snapshot(root)
+    # lock+read, two guest statuses, stage, PUT: the connection is gone before the read-back.
+    drop_after(monkeypatch, host, 5)
+    with pytest.raises((ApplyError, HostUnreachableError), match="connection lost"):
+        apply_changes(host, cs)
+    assert len(set_calls(bin_dir)) == 1
+    now = text(root, VM)
+    assert now is not None and now != cs.files[1].after, "Proxmox's rewrite, never read back"
+    fresh = LocalHost(str(root))
+    assert [e.status for e in history(fresh)] == ["in-progress"]
+    rollback(fresh)
+    assert snapshot(root) == original
+
+
+def test_a_second_plan_after_an_api_write_changes_nothing(
+    root: Path, bin_dir: Path, live_host: LocalHost
+) -> None:
+    for tool in ("update-initramfs", "proxmox-boot-tool", "update-grub"):
+        fake_tool(bin_dir, tool, "exit 0\n")  # the post-actions must not touch this machine
+    policy = SplitPolicy(lxc=200, vms=[(300, None)])
+    inventory = inspect(DirectoryHost(str(root)))
+    plan = plan_split(inventory, policy)
+    changes = render(inventory, plan)
+    [vm] = [f for f in changes.files if f.path == VM]
+    assert vm.changed and vm.after is not None
+    apply_changes(live_host, changes, plan=plan)
+    assert set_calls(bin_dir), "the VM's options went through the API"
+    reordered = text(root, VM)
+    assert reordered is not None and reordered != vm.after, "Proxmox wrote its own order"
+    again = inspect(DirectoryHost(str(root)))
+    second = render(again, plan_split(again, policy))
+    assert not second.changed, [f.path for f in second.changed_files()]
+    assert next(f for f in second.files if f.path == VM).after == reordered
+    assert not apply_changes(live_host, second, plan=plan).changed
 
 
 # --- verify --------------------------------------------------------------------------------------

@@ -1,0 +1,197 @@
+"""The Proxmox API through proxmoxer's command backend, carried by proxgpu's own hosts.
+
+Proxmox VE cannot be installed here. Two stand-ins take pvesh's place, each said where it is used:
+a :class:`Canned` host that returns what pvesh prints (only outputs formats.md documents: a JSON
+answer, a ``NNN Text`` status line on stderr, a warning on stderr), and the stand-in ``pvesh``
+script of ``tests/test_transaction.py`` on PATH for a LocalHost rooted at a copy of an example host.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+from proxmoxer.backends.command_base import CommandBaseSession
+
+from proxgpu.hosts import CommandResult, Host, LocalHost, command_line
+from proxgpu.inventory import Inventory
+from proxgpu.pveapi import (
+    HostSession,
+    PveApiError,
+    config_digest,
+    config_update,
+    guest_status,
+    node_name,
+    proxmox_api,
+    same_config,
+)
+from tests.test_transaction import VM, copy_host, fake_pvesh, on_path, pvesh_calls, text
+
+DIGEST_REFUSED = (
+    b"400 Parameter verification failed.\n"
+    b"digest: detected modified configuration - file changed by other user? Try again.\n"
+)
+
+
+class Canned(Host):
+    """A host that records each argument list and answers with canned pvesh output."""
+
+    def __init__(self, *answers: tuple[int, bytes, bytes]) -> None:
+        super().__init__()
+        self.name = "root@pve1"
+        self.root = "/"
+        self.answers = list(answers)
+        self.argvs: list[tuple[str, ...]] = []
+
+    def _run(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
+    ) -> CommandResult:
+        self.argvs.append(argv)
+        returncode, stdout, stderr = self.answers.pop(0)
+        return CommandResult(argv, returncode, stdout, stderr)
+
+
+def test_the_installed_proxmoxer_takes_the_exit_status_from_exec() -> None:
+    # pyproject pins proxmoxer >= 2.3: before it, _exec returned (stdout, stderr) only.
+    assert "stdout, stderr, exit_code = self._exec(" in inspect.getsource(
+        CommandBaseSession.request
+    )
+
+
+def test_a_request_is_one_pvesh_argument_list_run_by_the_host() -> None:
+    host = Canned((0, b"", b""))
+    api = proxmox_api(host)
+    api.nodes("pve1").qemu(300).config.put(hostpci0="0000:81:00,pcie=1", delete="numa", digest="d")
+    assert host.argvs == [
+        (
+            "pvesh",
+            "set",
+            "/nodes/pve1/qemu/300/config",
+            "-hostpci0",
+            "0000:81:00,pcie=1",
+            "-delete",
+            "numa",
+            "-digest",
+            "d",
+            "--output-format",
+            "json",
+        )
+    ]
+    assert host.commands_run == 1
+    # Over SSH the list becomes a command line in proxgpu's one quoting place, losslessly.
+    assert shlex.split(command_line(host.argvs[0])) == list(host.argvs[0])
+
+
+def test_guest_status_reads_the_status_object() -> None:
+    host = Canned((0, b'{"status":"running","vmid":300}\n', b""))
+    assert guest_status(proxmox_api(host), "pve1", "qemu", 300) == "running"
+    assert host.argvs[0][:3] == ("pvesh", "get", "/nodes/pve1/qemu/300/status/current")
+
+
+def test_a_warning_on_stderr_does_not_turn_success_into_an_error() -> None:
+    # proxmoxer alone would call this a 500: stderr without a status line.
+    host = Canned((0, b'{"status":"stopped"}\n', b"trying to acquire lock...\nOK\n"))
+    api = proxmox_api(host)
+    assert guest_status(api, "pve1", "lxc", 200) == "stopped"
+    session = api._store["session"]
+    assert isinstance(session, HostSession) and session.warnings == [
+        "trying to acquire lock...",
+        "OK",
+    ]
+
+
+def test_an_api_error_is_one_line_naming_the_host_and_the_path() -> None:
+    host = Canned((255, b"", DIGEST_REFUSED))
+    with pytest.raises(PveApiError) as err:
+        proxmox_api(host).nodes("pve1").qemu(300).config.put(digest="0" * 40)
+    assert str(err.value) == (
+        "root@pve1: PUT /nodes/pve1/qemu/300/config: 400 Parameter verification failed: "
+        "digest: detected modified configuration - file changed by other user? Try again."
+    )
+    assert (err.value.status, err.value.path, err.value.exit_code) == (
+        400,
+        "/nodes/pve1/qemu/300/config",
+        7,
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "detail"),
+    [
+        ((1, b"", b""), "pvesh exited with 1"),
+        ((127, b"", b"sh: 1: pvesh: not found\n"), "sh: 1: pvesh: not found"),
+    ],
+    ids=["silent-failure", "no-pvesh"],
+)
+def test_a_failure_without_a_status_line_is_still_a_failure(
+    answer: tuple[int, bytes, bytes], detail: str
+) -> None:
+    with pytest.raises(PveApiError, match=f"GET /nodes/pve1/qemu/300/status/current: {detail}$"):
+        guest_status(proxmox_api(Canned(answer)), "pve1", "qemu", 300)
+
+
+def test_the_node_name_is_the_hostname_up_to_the_first_dot() -> None:
+    host = LocalHost()
+    assert node_name(host) == os.uname().nodename.split(".")[0]
+    assert host.commands_run == 1
+    inventory = Inventory(source="t", hostname="pve1.example.org")
+    assert node_name(Canned(), inventory) == "pve1", "no command when the inventory knows"
+
+
+def test_config_update_sets_what_changed_and_deletes_what_went() -> None:
+    before = "#desc\nnuma: 0\naffinity: 0-3\nhostpci0: 0000:01:00\n\n[snap]\nnuma: 0\n"
+    after = "#desc\nnuma: 1\nhostpci1: 0000:81:00,pcie=1\n\n[snap]\nnuma: 0\n"
+    assert config_update(before, after) == {
+        "numa": "1",
+        "hostpci1": "0000:81:00,pcie=1",
+        "delete": "affinity,hostpci0",
+    }
+    assert config_update(before, before) == {}
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("numa: 0\n[snap]\nnuma: 0\n", "numa: 1\n[snap]\nnuma: 1\n"),
+        ("#old\nnuma: 0\n", "#new\nnuma: 1\n"),
+        ("numa: 0\n[PENDING]\nmemory: 4096\n", "numa: 1\n[PENDING]\nmemory: 4096\n"),
+        ("args: -a\n", "args: -cpu host\n"),
+    ],
+    ids=["snapshot-section", "description", "pending-changes", "value-like-an-option"],
+)
+def test_config_update_refuses_what_the_api_cannot_express(before: str, after: str) -> None:
+    assert config_update(before, after) is None
+
+
+def test_same_config_ignores_the_order_of_main_keys_only() -> None:
+    a = "#d\nb: 2\na: 1\n\n[s]\nc: 3\n"
+    assert same_config(a, "#d\na: 1\nb: 2\n\n[s]\nc: 3\n")
+    assert not same_config(a, "#d\na: 1\nb: 2\n\n[t]\nc: 3\n")
+    assert not same_config(a, "#e\na: 1\nb: 2\n\n[s]\nc: 3\n")
+    assert not same_config(a, "#d\na: 1\nb: 3\n\n[s]\nc: 3\n")
+
+
+def test_a_config_written_through_the_stand_in_pvesh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stand-in pvesh of tests/test_transaction.py, on PATH for a LocalHost on a tree copy.
+    root = copy_host(tmp_path)
+    bin_dir = tmp_path / "bin"
+    fake_pvesh(bin_dir, root)
+    on_path(monkeypatch, bin_dir)
+    host = LocalHost(str(root))
+    before = text(root, VM)
+    assert before is not None
+    config = proxmox_api(host).nodes("pve1").qemu(300).config
+    with pytest.raises(PveApiError, match="digest: detected modified configuration"):
+        config.put(numa="1", digest=config_digest(before + "x"))
+    assert text(root, VM) == before, "a stale digest writes nothing"
+    config.put(numa="1", delete="vmgenid", digest=config_digest(before))
+    after = text(root, VM)
+    assert after is not None and "numa: 1\n" in after and "vmgenid" not in after
+    assert [call[:2] for call in pvesh_calls(bin_dir)] == [
+        ["set", "/nodes/pve1/qemu/300/config"]
+    ] * 2
