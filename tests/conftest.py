@@ -27,6 +27,19 @@ def require_tool(path: str, package: str) -> str:
     pytest.skip(message)
 
 
+def copy_example(tmp_path: Path, name: str = "ct200", dest: str | None = None) -> Path:
+    """A private copy of an example host, symlinks kept, that a test may change."""
+    root = tmp_path / (dest or name)
+    shutil.copytree(EXAMPLES / name, root, symlinks=True)
+    return root
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A private copy of the ct200 example host."""
+    return copy_example(tmp_path, dest="host")
+
+
 @pytest.fixture(params=EXAMPLE_HOSTS)
 def example_host(request: pytest.FixtureRequest) -> Path:
     """Each example host tree in turn."""

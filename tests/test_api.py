@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,15 +11,9 @@ from pathlib import Path
 import proxgpu
 from proxgpu.pipeline import split_host
 from proxgpu.planning import SplitPolicy
-from tests.conftest import EXAMPLES, REPO, require_tool
+from tests.conftest import REPO, copy_example, require_tool
 
 POLICY = SplitPolicy(lxc=200, vms=[(300, None)])
-
-
-def ct200_copy(tmp_path: Path) -> Path:
-    root = tmp_path / "ct200"
-    shutil.copytree(EXAMPLES / "ct200", root, symlinks=True)
-    return root
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -32,7 +25,7 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 
 
 def test_check_reports_changes_and_writes_nothing(tmp_path: Path) -> None:
-    root = ct200_copy(tmp_path)
+    root = copy_example(tmp_path)
     before = tree_bytes(root)
     with proxgpu.connect(root=str(root)) as host:
         result = split_host(host, POLICY, check=True)
@@ -46,7 +39,7 @@ def test_check_reports_changes_and_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_apply_then_again_changes_nothing(tmp_path: Path) -> None:
-    root = ct200_copy(tmp_path)
+    root = copy_example(tmp_path)
     with proxgpu.connect(root=str(root)) as host:
         first = split_host(host, POLICY, check=False)
         second = split_host(host, POLICY, check=False)
@@ -99,7 +92,7 @@ def run_playbook(tmp_path: Path, root: Path, *flags: str) -> dict[str, object]:
 
 
 def test_ansible_module_check_diff_apply_and_idempotence(tmp_path: Path) -> None:
-    root = ct200_copy(tmp_path)
+    root = copy_example(tmp_path)
     before = tree_bytes(root)
     checked = run_playbook(tmp_path, root, "--check", "--diff")
     assert checked["changed"] is True

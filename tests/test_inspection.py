@@ -12,7 +12,7 @@ from proxgpu.capture import Capture, gather
 from proxgpu.errors import SysfsError
 from proxgpu.hosts import DirectoryHost, LocalHost
 from proxgpu.inspection import GpuFilter, build_inventory, inspect
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, copy_example
 
 CT200_NODE0 = ["0000:01:00.0", "0000:11:00.0", "0000:61:00.0", "0000:71:00.0"]
 CT200_NODE1 = ["0000:81:00.0", "0000:91:00.0", "0000:e1:00.0", "0000:f1:00.0"]
@@ -124,14 +124,8 @@ def test_json_contract_names_and_types(example_host: Path) -> None:
         assert gpu["driver"] is None or isinstance(gpu["driver"], str)
 
 
-def _tree(tmp_path: Path, name: str = "ct200") -> Path:
-    root = tmp_path / name
-    shutil.copytree(EXAMPLES / name, root, symlinks=True)
-    return root
-
-
 def test_unparsable_numa_node_of_a_gpu_fails_naming_host_and_path(tmp_path: Path) -> None:
-    root = _tree(tmp_path)
+    root = copy_example(tmp_path)
     (root / "sys/bus/pci/devices/0000:81:00.0/numa_node").write_text("one\n")
     with pytest.raises(SysfsError) as err:
         inspect(DirectoryHost(str(root)))
@@ -140,7 +134,7 @@ def test_unparsable_numa_node_of_a_gpu_fails_naming_host_and_path(tmp_path: Path
 
 
 def test_device_with_missing_class_is_skipped_with_a_warning(tmp_path: Path) -> None:
-    root = _tree(tmp_path)
+    root = copy_example(tmp_path)
     (root / "sys/bus/pci/devices/0000:f1:00.0/class").unlink()
     inv = inspect(DirectoryHost(str(root)))
     assert "0000:f1:00.0" not in [g.address for g in inv.gpus]
@@ -149,7 +143,7 @@ def test_device_with_missing_class_is_skipped_with_a_warning(tmp_path: Path) -> 
 
 
 def test_missing_nvidia_procfs_leaves_minor_unknown_with_a_warning(tmp_path: Path) -> None:
-    root = _tree(tmp_path)
+    root = copy_example(tmp_path)
     shutil.rmtree(root / "proc/driver/nvidia/gpus/0000:91:00.0")
     inv = inspect(DirectoryHost(str(root)))
     assert inv.gpu("0000:91:00.0").nvidia_minor is None

@@ -29,15 +29,8 @@ from proxgpu.live import (
     vfio_functions,
 )
 from proxgpu.transaction import apply_changes, history, rollback, verify
-from tests.test_transaction import (
-    changeset,
-    copy_host,
-    ct200_plan,
-    fake_pvesh,
-    fake_tool,
-    on_path,
-    snapshot,
-)
+from tests.support.standins import fake_pvesh, fake_tool, on_path
+from tests.test_transaction import changeset, ct200_plan, snapshot
 
 # The kernel's side of things, which the tests drive on purpose.
 KERNEL = ("sys", "dev")
@@ -116,11 +109,6 @@ def fake_nvidia_smi(directory: Path, persistence: dict[str, str]) -> None:
     --format=csv,noheader`` prints, the bus id with its 8-digit upper-case domain."""
     rows = "".join(f"00000000:{a[5:].upper()}, {mode}\\n" for a, mode in persistence.items())
     fake_tool(directory, "nvidia-smi", f"printf '{rows}'\n")
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return copy_host(tmp_path)
 
 
 @pytest.fixture

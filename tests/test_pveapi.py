@@ -28,7 +28,9 @@ from proxgpu.pveapi import (
     proxmox_api,
     same_config,
 )
-from tests.test_transaction import VM, copy_host, fake_pvesh, on_path, pvesh_calls, text
+from tests.conftest import copy_example
+from tests.support.standins import fake_pvesh, on_path, pvesh_calls
+from tests.test_transaction import VM, text
 
 DIGEST_REFUSED = (
     b"400 Parameter verification failed.\n"
@@ -178,7 +180,7 @@ def test_a_config_written_through_the_stand_in_pvesh(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The stand-in pvesh of tests/test_transaction.py, on PATH for a LocalHost on a tree copy.
-    root = copy_host(tmp_path)
+    root = copy_example(tmp_path, dest="host")
     bin_dir = tmp_path / "bin"
     fake_pvesh(bin_dir, root)
     on_path(monkeypatch, bin_dir)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from proxgpu.planning import SplitPolicy, plan_split
 from proxgpu.pveconfig import GuestConfig
 from proxgpu.rendering import BIND_SCRIPT, MODPROBE_CONF, RenderError, RenderOptions, render
 from proxgpu.report import render_changes
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, copy_example
 
 GOLDEN = Path(__file__).parent / "golden"
 CORPUS_LXC = REPO.parent / "shared" / "corpus" / "pve-configs" / "lxc"
@@ -57,12 +56,6 @@ def write_changes(root: Path, changes: ChangeSet) -> None:
             target.write_text(change.after)
 
 
-def copy_host(tmp_path: Path, name: str) -> Path:
-    root = tmp_path / name
-    shutil.copytree(EXAMPLES / name, root, symlinks=True)
-    return root
-
-
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_golden_change_sets(name: str) -> None:
     text = render_changes(scenario(name)[1])
@@ -80,7 +73,7 @@ def test_rendering_twice_gives_the_same_bytes(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_rendering_against_the_result_changes_nothing(name: str, tmp_path: Path) -> None:
-    root = copy_host(tmp_path, SCENARIOS[name][0])
+    root = copy_example(tmp_path, SCENARIOS[name][0])
     first = scenario(name, root)[1]
     assert first.changed
     write_changes(root, first)
@@ -117,7 +110,7 @@ def test_binding_names_only_vfio_functions() -> None:
 
 
 def test_old_proxmox_gets_raw_lines_with_explicit_minors(tmp_path: Path) -> None:
-    root = copy_host(tmp_path, "ct200")
+    root = copy_example(tmp_path, "ct200")
     pvecfg = root / "usr/share/perl5/PVE/pvecfg.pm"
     pvecfg.write_text(pvecfg.read_text().replace("'8.4.1'", "'7.4.3'"))
     _, changes = scenario("ct200-lxc-vm", root)
@@ -139,7 +132,7 @@ def test_old_proxmox_gets_raw_lines_with_explicit_minors(tmp_path: Path) -> None
 
 
 def test_existing_unrelated_hostpci_stays_and_gpus_take_free_indices(tmp_path: Path) -> None:
-    root = copy_host(tmp_path, "ct200")
+    root = copy_example(tmp_path, "ct200")
     vm = root / "etc/pve/qemu-server/300.conf"
     vm.write_text(
         vm.read_text().replace("bios: ovmf\n", "bios: ovmf\nhostpci1: 0000:c1:00.0,pcie=1\n")
@@ -156,7 +149,7 @@ def test_existing_unrelated_hostpci_stays_and_gpus_take_free_indices(tmp_path: P
 
 
 def test_gpu_no_longer_given_to_the_vm_is_removed_from_it(tmp_path: Path) -> None:
-    root = copy_host(tmp_path, "ct200")
+    root = copy_example(tmp_path, "ct200")
     vm = root / "etc/pve/qemu-server/300.conf"
     vm.write_text(vm.read_text() + "hostpci0: 0000:01:00,pcie=1\n")
     inventory = inspect(DirectoryHost(str(root)))
@@ -167,7 +160,7 @@ def test_gpu_no_longer_given_to_the_vm_is_removed_from_it(tmp_path: Path) -> Non
 
 
 def test_switching_bind_method_removes_the_other_methods_files(tmp_path: Path) -> None:
-    root = copy_host(tmp_path, "ct200")
+    root = copy_example(tmp_path, "ct200")
     write_changes(root, scenario("ct200-lxc-vm", root)[1])
     _, changes = scenario("ct200-driverctl", root)
     removed = {f.path for f in changes.changed_files() if f.after is None}
@@ -192,7 +185,7 @@ def test_kernel_cmdline_only_when_the_iommu_is_off() -> None:
 
 
 def test_kernels_before_6_2_also_load_vfio_virqfd(tmp_path: Path) -> None:
-    root = copy_host(tmp_path, "uneven-5-3")
+    root = copy_example(tmp_path, "uneven-5-3")
     (root / "proc/sys/kernel/osrelease").write_text("5.15.158-2-pve\n")
     changes = scenario("uneven-enable-iommu", root)[1]
     modules = next(f.after for f in changes.files if "modules-load" in f.path) or ""
@@ -235,7 +228,7 @@ def _check_only_managed_lines_changed(before: str, after: str) -> None:
 def _render_with_lxc_config(tmp_path: Path, text: str) -> str:
     root = tmp_path / "host"
     if not root.exists():
-        shutil.copytree(EXAMPLES / "ct200", root, symlinks=True)
+        copy_example(tmp_path, dest="host")
     (root / "etc/pve/lxc/200.conf").write_text(text)
     _, changes = scenario("ct200-lxc-vm", root)
     return next(f.after for f in changes.files if f.path == "/etc/pve/lxc/200.conf") or ""

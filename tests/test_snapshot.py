@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ from proxgpu.capture import gather, parse_gather_output, write_tree
 from proxgpu.errors import SysfsError, UsageError
 from proxgpu.hosts import DirectoryHost, LocalHost
 from proxgpu.inspection import inspect
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, copy_example
 
 
 def _without_source(inventory_json: dict[str, object]) -> dict[str, object]:
@@ -42,8 +41,7 @@ def test_snapshot_keeps_driver_and_iommu_group_as_symlinks(tmp_path: Path) -> No
 
 
 def test_raw_files_keep_exact_bytes(tmp_path: Path) -> None:
-    root = tmp_path / "host"
-    shutil.copytree(EXAMPLES / "ct200", root, symlinks=True)
+    root = copy_example(tmp_path, dest="host")
     odd = b"arch: amd64\r\nlxc.cgroup2.devices.allow = c 195:0 rwm\n#no final newline"
     (root / "etc/pve/lxc/201.conf").write_bytes(odd)
     write_tree(gather(DirectoryHost(str(root))), str(tmp_path / "snap"))
@@ -51,8 +49,7 @@ def test_raw_files_keep_exact_bytes(tmp_path: Path) -> None:
 
 
 def test_secrets_are_never_captured(tmp_path: Path) -> None:
-    root = tmp_path / "host"
-    shutil.copytree(EXAMPLES / "ct200", root, symlinks=True)
+    root = copy_example(tmp_path, dest="host")
     for secret in (
         "etc/pve/priv/authkey.key",
         "etc/pve/priv/shadow.cfg",
