@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -27,6 +28,18 @@ KEEP = ".proxgpu-keep"
 
 #: Paths a capture must never hold, whatever a future gather script reads.
 FORBIDDEN_PREFIXES = ("/etc/pve/priv", "/etc/ssh", "/root/.ssh", "/home", "/etc/shadow")
+#: Guest config keys whose values are secrets (cloud-init's password hash).
+SECRET_KEYS = re.compile(r"^(cipassword\s*[:=]\s*).*$", re.MULTILINE)
+REDACTED = "<redacted by proxgpu>"
+
+
+def redact_secrets(text: str) -> str:
+    """Guest config text with secret values replaced, for anything written out or shown.
+
+    >>> redact_secrets("memory: 512\\ncipassword: $5$abc\\n")
+    'memory: 512\\ncipassword: <redacted by proxgpu>\\n'
+    """
+    return SECRET_KEYS.sub(lambda m: m.group(1) + REDACTED, text)
 
 
 @dataclass
@@ -46,7 +59,7 @@ class Capture:
         if path in self.raw:
             return self.raw[path].decode("utf-8", "replace")
         if path in self.lines:
-            return "".join(line + "\n" for line in self.lines[path])
+            return _joined(self.lines[path])
         return None
 
     def first_line(self, path: str) -> str | None:
@@ -149,10 +162,24 @@ def write_tree(capture: Capture, directory: str) -> int:
 
 
 def _file_contents(capture: Capture) -> list[tuple[str, bytes]]:
-    contents = dict(capture.raw)
+    contents = {
+        path: _redacted(data) if path.startswith("/etc/pve/") else data
+        for path, data in capture.raw.items()
+    }
     for path, lines in capture.lines.items():
-        contents[path] = "".join(line + "\n" for line in lines).encode()
+        contents[path] = _joined(lines).encode()
     return sorted(contents.items())
+
+
+def _redacted(data: bytes) -> bytes:
+    # surrogateescape keeps any byte that is not UTF-8 exactly as it was.
+    return redact_secrets(data.decode("utf-8", "surrogateescape")).encode(
+        "utf-8", "surrogateescape"
+    )
+
+
+def _joined(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
 
 
 def _inside(out: Path, path: str) -> Path:

@@ -21,7 +21,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from proxgpu.pveconfig import GuestConfig, PciMappingConfig, parse_property_string
+from proxgpu.pveconfig import (
+    GuestConfig,
+    PciMappingConfig,
+    hostpci_devices,
+    parse_property_string,
+)
 
 NVIDIA_MAJOR = 195
 """The character major of ``/dev/nvidiaN``: registered, so it never changes (unlike nvidia-uvm)."""
@@ -69,20 +74,20 @@ class DeviceClaim(BaseModel):
     mapping: str | None = None
 
 
-def device_claims(configs: Mapping[str, str], hostname: str) -> list[DeviceClaim]:
+def device_claims(configs: Mapping[str, str], node: str) -> list[DeviceClaim]:
     """Every device claim in the guest configs, by path then line.
 
     ``configs`` maps absolute paths to file text (``Inventory.guest_configs``); only
     ``/etc/pve/lxc/N.conf`` and ``/etc/pve/qemu-server/N.conf`` are guests of this host. PCI
     mappings resolve through ``/etc/pve/mapping/pci.cfg``, keeping the ``map`` entries whose
-    ``node`` is ``hostname`` (a cluster node's name is its short hostname).
+    ``node`` is this host's cluster node name (``Inventory.node_name``).
 
     >>> cfg = "gpu1\\n\\tmap id=10de:2330,node=pve1,path=0000:c1:00.0\\n"
     >>> configs = {PCI_MAPPING_PATH: cfg, "/etc/pve/qemu-server/301.conf": "hostpci1: mapping=gpu1"}
-    >>> [(c.pci_address, c.mapping) for c in device_claims(configs, "pve1.example.org")]
+    >>> [(c.pci_address, c.mapping) for c in device_claims(configs, "pve1")]
     [('0000:c1:00.0', 'gpu1')]
     """
-    mappings = _pci_mappings(configs.get(PCI_MAPPING_PATH, ""), hostname.split(".", maxsplit=1)[0])
+    mappings = _pci_mappings(configs.get(PCI_MAPPING_PATH, ""), node)
     claims: list[DeviceClaim] = []
     for path in sorted(configs):
         match = _GUEST_CONFIG.match(path)
@@ -107,12 +112,12 @@ def _hostpci_addresses(
 ) -> Iterator[tuple[str, str | None]]:
     """The addresses of a ``hostpciN`` value, each with the mapping it came from."""
     try:
-        props = parse_property_string(value, "host")
+        addresses, mapping = hostpci_devices(value)
     except ValueError:
-        return
-    yield from ((address, None) for address in props.get("host", "").split(";") if address)
-    if "mapping" in props:
-        yield from ((address, props["mapping"]) for address in mappings.get(props["mapping"], []))
+        return  # Proxmox refuses such a value: it claims nothing
+    yield from ((address, None) for address in addresses)
+    if mapping is not None:
+        yield from ((address, mapping) for address in mappings.get(mapping, []))
 
 
 def _lxc_minor(key: str, value: str) -> int | Literal["*"] | None:

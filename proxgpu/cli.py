@@ -17,13 +17,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from proxgpu.capture import gather, write_tree
+from proxgpu.capture import gather, redact_secrets, write_tree
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.hosts import Host, SSHOptions, connect
-from proxgpu.inspection import GpuFilter, build_inventory
+from proxgpu.inspection import GpuFilter, build_inventory, inspect
 from proxgpu.inventory import Inventory
-from proxgpu.planning import SplitPolicy, check_gpu_set, plan_split
-from proxgpu.rendering import RenderOptions, render
+from proxgpu.pipeline import Proposal, propose
+from proxgpu.planning import SplitPolicy, check_gpu_set, parse_vm_spec
+from proxgpu.rendering import RenderOptions
 from proxgpu.report import render_changes, render_inventory, render_plan, table
 from proxgpu.transaction import (
     JournalEntry,
@@ -101,7 +102,7 @@ def _gpu_filter(args: argparse.Namespace) -> GpuFilter:
 
 def _inventory(args: argparse.Namespace) -> Inventory:
     with _open_host(args) as host:
-        return build_inventory(gather(host), host.name, _gpu_filter(args))
+        return inspect(host, _gpu_filter(args))
 
 
 def _plan_options(parser: argparse.ArgumentParser) -> None:
@@ -159,12 +160,6 @@ def _split_policy(args: argparse.Namespace) -> SplitPolicy:
     def addresses(text: str | None) -> list[str]:
         return [a.strip() for a in (text or "").split(",") if a.strip()]
 
-    vms = []
-    for spec in args.vm:
-        vmid, _, count = spec.partition(":")
-        if not vmid.isdigit() or (count and not count.isdigit()):
-            raise UsageError(f"--vm {spec!r}: expected VMID or VMID:N")
-        vms.append((int(vmid), int(count) if count else None))
     return SplitPolicy(
         split=args.split,
         host_nodes=args.host_node,
@@ -172,18 +167,20 @@ def _split_policy(args: argparse.Namespace) -> SplitPolicy:
         host_gpus=addresses(args.host_gpus),
         vfio_gpus=addresses(args.vfio_gpus),
         lxc=args.lxc,
-        vms=vms,
+        vms=[parse_vm_spec(spec) for spec in args.vm],
         enable_iommu=args.enable_iommu,
     )
 
 
+def _proposal(args: argparse.Namespace, host: Host) -> Proposal:
+    options = RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
+    return propose(host, _split_policy(args), options, _gpu_filter(args))
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """Show the split and the exact file changes it needs, without changing anything."""
-    inventory = _inventory(args)
-    plan = plan_split(inventory, _split_policy(args))
-    changes = render(
-        inventory, plan, RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
-    )
+    with _open_host(args) as host:
+        inventory, plan, changes = _proposal(args, host)
     if args.json:
         document = plan.model_dump(mode="json")
         document["changes"] = {
@@ -215,12 +212,10 @@ def _confirm(question: str) -> bool:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     """Show the plan and diff, ask, then apply as one transaction (or only check with --dry-run)."""
+    if args.json and not (args.yes or args.dry_run):
+        raise UsageError("--json prints one document and cannot ask: add --yes or --dry-run")
     with _open_host(args) as host:
-        inventory = build_inventory(gather(host), host.name, _gpu_filter(args))
-        plan = plan_split(inventory, _split_policy(args))
-        changes = render(
-            inventory, plan, RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
-        )
+        inventory, plan, changes = _proposal(args, host)
         if not args.json:
             print(render_plan(plan, inventory), end="\n\n")
             print(render_changes(changes, color=sys.stdout.isatty()), end="")
@@ -249,7 +244,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
                 indent=2,
             )
         )
-    else:
+    elif result.changed:
+        # Without changes the summary printed above already said so.
         print("\n".join(result.messages))
     return 0
 
@@ -320,7 +316,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     """Print the host's inventory."""
     inventory = _inventory(args)
     if args.json:
-        print(inventory.model_dump_json(indent=2))
+        shown = {p: redact_secrets(t) for p, t in inventory.guest_configs.items()}
+        print(inventory.model_copy(update={"guest_configs": shown}).model_dump_json(indent=2))
     else:
         print(render_inventory(inventory))
     return 0
@@ -412,13 +409,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    detailed = "--detailed-exitcode" in arguments
+    try:
+        args = build_parser().parse_args(arguments)
+    except SystemExit as exc:
+        # argparse has printed the problem; with --detailed-exitcode, 2 would mean "changes".
+        return 1 if detailed and exc.code else int(exc.code or 0)
     handler: Handler = args.handler
     try:
         return handler(args)
     except ProxgpuError as exc:
         print(f"proxgpu: {exc}", file=sys.stderr)
-        return 1 if getattr(args, "detailed_exitcode", False) else exc.exit_code
+        return 1 if detailed else exc.exit_code
+    except BrokenPipeError:
+        # The reader went away (proxgpu ... | head): stop quietly, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print("proxgpu: interrupted", file=sys.stderr)
         return 130

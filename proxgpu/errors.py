@@ -92,6 +92,17 @@ class CommandError(HostError):
         self.stderr = stderr
 
 
+class CommandTimeoutError(HostError):
+    """A command on the host did not finish in time (the host itself still answers)."""
+
+    exit_code = 7
+
+    def __init__(self, host: str, argv: list[str], seconds: float) -> None:
+        super().__init__(host, f"{argv[0]} did not finish within {seconds:g} s")
+        self.argv = argv
+        self.seconds = seconds
+
+
 class SysfsError(HostError):
     """A file inspection needs is missing or cannot be parsed."""
 

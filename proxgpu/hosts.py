@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from proxgpu.errors import CommandError, HostUnreachableError
+from proxgpu.errors import CommandError, CommandTimeoutError, HostUnreachableError
 
 
 def command_line(argv: Sequence[str]) -> str:
@@ -140,9 +140,7 @@ class LocalHost(Host):
         except FileNotFoundError:
             return CommandResult(argv, 127, b"", f"{argv[0]}: command not found".encode())
         except subprocess.TimeoutExpired as exc:
-            raise HostUnreachableError(
-                self.name, f"{argv[0]} did not finish within {timeout:g} s"
-            ) from exc
+            raise CommandTimeoutError(self.name, list(argv), timeout or 0) from exc
         return CommandResult(argv, proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -103,7 +103,8 @@ class Inventory(_Model):
     ``guest_configs`` and ``host_files`` map absolute paths to the files' exact text so that later
     stages can diff against them and detect changes made since inspection. ``driver_modules`` maps
     a PCI driver's name to the module that provides it (``bochs-drm`` -> ``bochs``); built-in
-    drivers have none. ``commands`` lists the tools found on the host (``driverctl``, ...).
+    drivers have none. ``commands`` lists the tools found on the host (``driverctl``, ...), and
+    ``device_nodes`` the nvidia device nodes present (empty when the capture did not look).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -120,11 +121,21 @@ class Inventory(_Model):
     cpu_vendor: str | None = None
     driver_modules: dict[str, str] = Field(default_factory=dict)
     commands: list[str] = Field(default_factory=list)
+    device_nodes: list[str] = Field(default_factory=list)
     nvidia_driver_version: str | None = None
     is_root: bool = False
     guest_configs: dict[str, str] = Field(default_factory=dict)
     host_files: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def node_name(self) -> str:
+        """The host's name as a Proxmox VE cluster node: its short hostname.
+
+        >>> Inventory(source="s", hostname="pve1.example.org").node_name
+        'pve1'
+        """
+        return self.hostname.split(".")[0]
 
     def gpu(self, address: str) -> Gpu:
         """The GPU at ``address`` (any function of its slot).

@@ -14,6 +14,7 @@ runs the same steps one by one so that it can show the plan before asking.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from proxgpu.changes import ChangeSet
 from proxgpu.hosts import Host
@@ -22,6 +23,29 @@ from proxgpu.inventory import Inventory
 from proxgpu.planning import Plan, SplitPolicy, plan_split
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.transaction import ApplyResult, Progress, apply_changes
+
+
+class Proposal(NamedTuple):
+    """What a host needs for a split: its inventory, the plan and the rendered change set."""
+
+    inventory: Inventory
+    plan: Plan
+    changes: ChangeSet
+
+
+def propose(
+    host: Host,
+    policy: SplitPolicy | None = None,
+    options: RenderOptions | None = None,
+    gpu_filter: GpuFilter | None = None,
+) -> Proposal:
+    """Inspect ``host``, plan the split and render it; nothing is written.
+
+    :raises ProxgpuError: when the host cannot be read or the plan is refused.
+    """
+    inventory = inspect(host, gpu_filter)
+    plan = plan_split(inventory, policy)
+    return Proposal(inventory, plan, render(inventory, plan, options))
 
 
 @dataclass(frozen=True)
@@ -66,17 +90,15 @@ def split_host(
     :raises ProxgpuError: when the host cannot be read, the plan is refused, or applying fails
         (everything written is then restored).
     """
-    inventory = inspect(host, gpu_filter)
-    plan = plan_split(inventory, policy)
-    changes = render(inventory, plan, options)
+    proposal = propose(host, policy, options, gpu_filter)
     applied = apply_changes(
         host,
-        changes,
-        plan=plan,
+        proposal.changes,
+        plan=proposal.plan,
         dry_run=check,
         live=live,
         progress=progress,
-        inventory=inventory,
+        inventory=proposal.inventory,
         skip_guest_check=skip_guest_check,
     )
-    return SplitResult(inventory=inventory, plan=plan, changes=changes, applied=applied)
+    return SplitResult(proposal.inventory, proposal.plan, proposal.changes, applied)

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from proxgpu.claims import DeviceClaim, GuestRef, device_claims
 from proxgpu.cpulist import format_cpulist, parse_cpulist
+from proxgpu.drivers import host_driver
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.inventory import Gpu, Inventory, PciFunction
 
@@ -200,6 +201,20 @@ class PlanRefusedError(ProxgpuError):
         super().__init__("\n".join(lines))
         self.host = host
         self.problems = problems
+
+
+def parse_vm_spec(spec: str) -> tuple[int, int | None]:
+    """``VMID`` or ``VMID:N`` (N GPUs for that VM) as ``SplitPolicy.vms`` takes it.
+
+    >>> parse_vm_spec("300"), parse_vm_spec("301:2")
+    ((300, None), (301, 2))
+
+    :raises UsageError: when ``spec`` is neither.
+    """
+    vmid, _, count = str(spec).partition(":")
+    if not vmid.isdigit() or (count and not count.isdigit()):
+        raise UsageError(f"VM {spec!r}: expected VMID or VMID:N")
+    return int(vmid), int(count) if count else None
 
 
 def normalize_pci_address(text: str) -> str:
@@ -564,9 +579,9 @@ def _make_group(ctx: _Context, role: Role, gpus: list[Gpu], guest: GuestRef | No
 
 
 def _host_driver(gpu: Gpu) -> str:
-    # A GPU that is unbound or on vfio-pci returns to nvidia: proxgpu splits NVIDIA hosts.
+    # A GPU that is unbound or on vfio-pci shows no host driver: infer the one it returns to.
     if gpu.driver is None or gpu.driver == VFIO_DRIVER:
-        return "nvidia"
+        return host_driver(gpu.vendor_id, gpu.class_code) or "unknown"
     return gpu.driver
 
 
@@ -797,7 +812,7 @@ def _check_claims(ctx: _Context, groups: list[PlanGroup]) -> None:
     group_of = {address: group for group in groups for address in group.gpus}
     targets = ctx.targets()
     held: dict[tuple[GuestRef, str], list[DeviceClaim]] = defaultdict(list)
-    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.hostname):
+    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
         # The plan rewrites the targets' own device entries, so those never conflict.
         if claim.guest in targets:
             continue

@@ -531,3 +531,16 @@ def format_property_string(props: Mapping[str, str], default_key: str | None = N
     items = [props[implicit]] if implicit is not None else []
     items += [f"{key}={value}" for key, value in props.items() if key != implicit]
     return ",".join(items)
+
+
+def hostpci_devices(value: str) -> tuple[list[str], str | None]:
+    """A ``hostpciN`` value's device addresses as written (``host=``, ``;``-separated) and its
+    ``mapping=`` name.
+
+    >>> hostpci_devices("0000:81:00;0000:82:00,pcie=1"), hostpci_devices("mapping=gpus,pcie=1")
+    ((['0000:81:00', '0000:82:00'], None), ([], 'gpus'))
+
+    :raises ValueError: when the value is not a property string.
+    """
+    props = parse_property_string(value, "host")
+    return [a for a in props.get("host", "").split(";") if a], props.get("mapping")

@@ -28,6 +28,7 @@ import jinja2
 from pydantic import BaseModel, ConfigDict
 
 from proxgpu.changes import Action, ChangeSet, FileChange
+from proxgpu.drivers import host_driver, host_modules
 from proxgpu.errors import ProxgpuError
 from proxgpu.inventory import Gpu, Inventory, PciFunction
 from proxgpu.planning import Plan, PlanGroup, normalize_pci_address
@@ -35,6 +36,7 @@ from proxgpu.pveconfig import (
     GuestConfig,
     PciMappingConfig,
     format_property_string,
+    hostpci_devices,
     parse_property_string,
 )
 
@@ -95,14 +97,25 @@ def render(inventory: Inventory, plan: Plan, options: RenderOptions | None = Non
     :raises RenderError: when a target guest has no config or a GPU's device node is unknown.
     """
     ctx = _Render(inventory, plan, options or RenderOptions())
+    _refuse_conflicting_binding(ctx)
     _render_binding(ctx)
     _render_kernel_cmdline(ctx)
     for group in plan.groups:
-        if group.guest is not None and group.guest.type == "lxc":
-            _render_lxc(ctx, group, group.guest.vmid)
-        elif group.guest is not None:
-            _render_vm(ctx, group, group.guest.vmid)
+        if group.guest is not None:
+            _render_guest(ctx, group, group.guest.type, group.guest.vmid)
     return _with_actions(ctx)
+
+
+def _render_guest(ctx: _Render, group: PlanGroup, kind: str, vmid: int) -> None:
+    path = f"/etc/pve/lxc/{vmid}.conf" if kind == "lxc" else f"/etc/pve/qemu-server/{vmid}.conf"
+    try:
+        if kind == "lxc":
+            _render_lxc(ctx, group, path, vmid)
+        else:
+            _render_vm(ctx, group, path, vmid)
+    except ValueError as exc:
+        # An entry Proxmox itself would reject (a malformed devN or hostpciN value).
+        raise RenderError(f"{ctx.inventory.source}: {path}: {exc}") from exc
 
 
 # --- templates -------------------------------------------------------------------------------
@@ -140,6 +153,69 @@ def render_template(name: str, **values: object) -> str:
     return _environment().get_template(name).render(**values)
 
 
+# --- settings that would undo the split --------------------------------------------------------
+
+
+def _kept_functions(ctx: _Render) -> list[PciFunction]:
+    known = _functions_by_address(ctx.inventory)
+    addresses = {a for g in ctx.plan.groups if g.role == "host" for a in g.functions}
+    return [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
+
+
+def _conflicts_in_line(words: list[str], ids: set[str], modules: set[str]) -> str | None:
+    """Why a modprobe.d line or kernel parameter would take a kept function away, if it does."""
+    for word in words:
+        name, _, value = word.partition("=")
+        if name.replace("_", "-") in ("ids", "vfio-pci.ids"):
+            taken = sorted(ids & {i[:9].lower() for i in value.split(",")})
+            if taken and (
+                name != "ids" or words[:2] in (["options", "vfio-pci"], ["options", "vfio_pci"])
+            ):
+                return f"vfio-pci would take every {', '.join(taken)} device, the kept ones too"
+        if name == "modprobe.blacklist" and modules & set(value.split(",")):
+            return f"{', '.join(sorted(modules & set(value.split(','))))} would never load"
+    if words[:1] == ["blacklist"] and words[1:2] and words[1] in modules:
+        return f"{words[1]} would not load by itself at boot"
+    return None
+
+
+def _refuse_conflicting_binding(ctx: _Render) -> None:
+    kept = _kept_functions(ctx)
+    ids = {f"{f.vendor_id}:{f.device_id}" for f in kept}
+    modules = {m for f in kept for m in host_modules(f.vendor_id, f.class_code)[:1]}
+    modules |= {
+        ctx.inventory.driver_modules[f.driver]
+        for f in kept
+        if f.driver in ctx.inventory.driver_modules
+    }
+    sources = {
+        p: t
+        for p, t in ctx.inventory.host_files.items()
+        if p.startswith("/etc/modprobe.d/") and p != MODPROBE_CONF
+    }
+    sources["/proc/cmdline"] = ctx.inventory.kernel_cmdline or ""
+    for path in (KERNEL_CMDLINE, GRUB_DEFAULT):
+        sources[path] = ctx.inventory.host_files.get(path, "")
+    problems = []
+    for path, text in sorted(sources.items()):
+        for number, line in enumerate(text.splitlines(), 1):
+            reason = _conflicts_in_line(line.split("#", 1)[0].split(), ids, modules)
+            if reason:
+                problems.append(f"  - {path}:{number}: {line.strip()}: {reason}")
+    if problems:
+        raise RenderError(
+            f"{ctx.inventory.source}: these settings would take the GPUs the plan keeps away from "
+            "their driver at boot; remove them (proxgpu binds to vfio-pci by PCI address):\n"
+            + "\n".join(problems)
+        )
+    for function in kept:
+        if function.driver_override not in (None, function.driver):
+            ctx.warnings.append(
+                f"{function.address}: driver_override is {function.driver_override} until the "
+                "next boot, so it cannot return to its driver before then"
+            )
+
+
 # --- boot-time binding -----------------------------------------------------------------------
 
 
@@ -156,8 +232,8 @@ def _vfio_functions(ctx: _Render) -> list[PciFunction]:
 def _softdep_modules(ctx: _Render, functions: list[PciFunction]) -> list[str]:
     modules: set[str] = set()
     for function in functions:
-        if function.vendor_id == "10de" and function.class_code.startswith("0x03"):
-            modules.update(("nvidia", "nouveau"))
+        # The modules that would claim it by its IDs, even when it sits on vfio-pci today.
+        modules.update(host_modules(function.vendor_id, function.class_code))
         if function.driver and function.driver != "vfio-pci":
             module = ctx.inventory.driver_modules.get(function.driver)
             if module is None:
@@ -294,17 +370,39 @@ def _render_kernel_cmdline(ctx: _Render) -> None:
             f"{ctx.inventory.source}: {GRUB_DEFAULT}: missing, cannot turn the IOMMU on"
         )
     ctx.file(GRUB_DEFAULT, _grub_with_parameters(grub, parameters), "turn the IOMMU on")
+    for path, text in sorted(ctx.inventory.host_files.items()):
+        if path.startswith("/etc/default/grub.d/") and _GRUB_DEFAULT_LINE.search(text):
+            ctx.warnings.append(
+                f"{path} sets GRUB_CMDLINE_LINUX_DEFAULT after {GRUB_DEFAULT}: add "
+                f"{' '.join(parameters)} there too, or its value wins"
+            )
+
+
+_GRUB_DEFAULT_LINE = re.compile(
+    r"^(?P<head>[ \t]*GRUB_CMDLINE_LINUX_DEFAULT=)"
+    r"""(?:"(?P<dq>[^"]*)"|'(?P<sq>[^']*)'|(?P<bare>\S*))"""
+    r"(?P<tail>[ \t]*(?:#.*)?)$",
+    re.MULTILINE,
+)
 
 
 def _grub_with_parameters(text: str, parameters: list[str]) -> str:
-    pattern = re.compile(r'^(GRUB_CMDLINE_LINUX_DEFAULT=)(["\']?)(.*?)\2\s*$', re.MULTILINE)
-    match = pattern.search(text)
-    if match is None:
+    """``/etc/default/grub`` with ``parameters`` added to GRUB_CMDLINE_LINUX_DEFAULT.
+
+    Only that value changes: its quotes, a trailing comment and every other line stay.
+
+    >>> _grub_with_parameters('A=1\\nGRUB_CMDLINE_LINUX_DEFAULT="quiet" # x\\n', ["iommu=pt"])
+    'A=1\\nGRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt" # x\\n'
+    """
+    matches = list(_GRUB_DEFAULT_LINE.finditer(text))
+    if not matches:
         line = f'GRUB_CMDLINE_LINUX_DEFAULT="{" ".join(parameters)}"\n'
         return text + ("" if text.endswith("\n") or not text else "\n") + line
-    quote = match.group(2) or '"'
-    value = _with_parameters(match.group(3), parameters)
-    return text[: match.start()] + f"{match.group(1)}{quote}{value}{quote}" + text[match.end() :]
+    match = matches[-1]  # the shell reads the file top to bottom: the last assignment wins
+    quote = "'" if match["sq"] is not None else '"'
+    old = next(v for v in (match["dq"], match["sq"], match["bare"]) if v is not None)
+    line = f"{match['head']}{quote}{_with_parameters(old, parameters)}{quote}{match['tail']}"
+    return text[: match.start()] + line + text[match.end() :]
 
 
 # --- LXC container ---------------------------------------------------------------------------
@@ -323,26 +421,69 @@ def _supports_dev_entries(pve_version: str | None) -> bool:
     return bool(match) and (int(match.group(1)), int(match.group(2))) >= (8, 1)  # type: ignore[union-attr]
 
 
+def _planned_driver(gpu: Gpu) -> str | None:
+    """The driver a GPU of a host group holds after the plan (its own, or the one it returns to)."""
+    if gpu.driver and gpu.driver != "vfio-pci":
+        return gpu.driver
+    return host_driver(gpu.vendor_id, gpu.class_code)
+
+
+def _nvidia_minors(ctx: _Render) -> dict[str, int]:
+    """``/dev/nvidiaN`` for each GPU that is on nvidia after the plan.
+
+    The driver hands out minors in probe order, so they hold only while the same GPUs stay on
+    nvidia; once others go to vfio-pci, the next boot numbers the remaining ones 0, 1, ... in PCI
+    order.
+    """
+    kept = [ctx.inventory.gpu(a) for g in ctx.plan.groups if g.role == "host" for a in g.gpus]
+    planned = sorted(g.address for g in kept if _planned_driver(g) == "nvidia")
+    current = sorted(g.address for g in ctx.inventory.gpus if g.driver == "nvidia")
+    minors = {g.address: g.nvidia_minor for g in ctx.inventory.gpus}
+    if planned == current and all(minors[a] is not None for a in planned):
+        return {a: m for a, m in minors.items() if a in planned and m is not None}
+    ranks = {address: rank for rank, address in enumerate(planned)}
+    moved = [a for a in planned if minors[a] != ranks[a]]
+    if moved:
+        ctx.warnings.append(
+            "the nvidia driver numbers its GPUs anew at the next boot: "
+            + ", ".join(f"{a} becomes /dev/nvidia{ranks[a]}" for a in moved)
+            + "; start the container only after the reboot"
+        )
+    return ranks
+
+
+def _control_nodes(ctx: _Render) -> list[_DeviceNode]:
+    uvm = ctx.inventory.char_majors.get("nvidia-uvm")
+    nodes = [
+        _DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
+        _DeviceNode("/dev/nvidia-modeset", NVIDIA_MAJOR, 254),
+        _DeviceNode("/dev/nvidia-uvm", uvm, 0),
+        _DeviceNode("/dev/nvidia-uvm-tools", uvm, 1),
+    ]
+    present = set(ctx.inventory.device_nodes)
+    if not present:
+        return nodes  # the capture did not look at /dev: offer them all
+    missing = [n.path for n in nodes if n.path not in present]
+    if missing:
+        # Proxmox refuses to start a container whose devN node is missing.
+        ctx.warnings.append(
+            f"{', '.join(missing)} missing on the host, so not given to the container (nvidia-uvm "
+            "appears once loaded, e.g. nvidia-modprobe -u -c0; nvidia-modeset with nvidia_modeset)"
+        )
+    return [n for n in nodes if n.path in present]
+
+
 def _device_nodes(ctx: _Render, gpus: list[Gpu]) -> list[_DeviceNode]:
-    nodes: list[_DeviceNode] = []
-    nvidia = [g for g in gpus if g.driver == "nvidia"]
-    for gpu in nvidia:
-        if gpu.nvidia_minor is None:
-            raise RenderError(
-                f"{ctx.inventory.source}: /proc/driver/nvidia/gpus/{gpu.address}/information: "
-                "Device Minor unknown, so the container's /dev/nvidiaN cannot be chosen"
-            )
-        nodes.append(_DeviceNode(f"/dev/nvidia{gpu.nvidia_minor}", NVIDIA_MAJOR, gpu.nvidia_minor))
+    nvidia = [g for g in gpus if _planned_driver(g) == "nvidia"]
+    minors = _nvidia_minors(ctx) if nvidia else {}
+    nodes = [
+        _DeviceNode(f"/dev/nvidia{minors[g.address]}", NVIDIA_MAJOR, minors[g.address])
+        for g in nvidia
+    ]
     if nvidia:
-        uvm = ctx.inventory.char_majors.get("nvidia-uvm")
-        nodes += [
-            _DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
-            _DeviceNode("/dev/nvidia-modeset", NVIDIA_MAJOR, 254),
-            _DeviceNode("/dev/nvidia-uvm", uvm, 0),
-            _DeviceNode("/dev/nvidia-uvm-tools", uvm, 1),
-        ]
+        nodes += _control_nodes(ctx)
     for gpu in gpus:
-        if gpu.driver != "nvidia":
+        if gpu not in nvidia:
             nodes += [
                 _DeviceNode(f"/dev/dri/by-path/pci-{gpu.address}-{kind}", None, None)
                 for kind in ("card", "render")
@@ -389,8 +530,7 @@ def _guest_config(ctx: _Render, path: str, kind: str) -> GuestConfig:
     return GuestConfig.parse(before)
 
 
-def _render_lxc(ctx: _Render, group: PlanGroup, vmid: int) -> None:
-    path = f"/etc/pve/lxc/{vmid}.conf"
+def _render_lxc(ctx: _Render, group: PlanGroup, path: str, vmid: int) -> None:
     config = _guest_config(ctx, path, "container")
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
     dev_mode = _supports_dev_entries(ctx.inventory.pve_version)
@@ -455,22 +595,16 @@ def _gpu_slots(inventory: Inventory) -> dict[str, Gpu]:
 
 
 def _hostpci_slots(value: str) -> list[str]:
-    props = parse_property_string(value, "host")
     slots = []
-    for address in props.get("host", "").split(";"):
+    for address in hostpci_devices(value)[0]:
         try:
-            slots.append(
-                normalize_pci_address(address).rsplit(".", 1)[0]
-                if "." in address
-                else normalize_pci_address(address)
-            )
+            slots.append(normalize_pci_address(address).split(".")[0])
         except ValueError:
-            continue
+            continue  # not a PCI address: not one of our GPUs
     return slots
 
 
-def _render_vm(ctx: _Render, group: PlanGroup, vmid: int) -> None:
-    path = f"/etc/pve/qemu-server/{vmid}.conf"
+def _render_vm(ctx: _Render, group: PlanGroup, path: str, vmid: int) -> None:
     config = _guest_config(ctx, path, "VM")
     q35 = "q35" in (config.get("machine") or "")
     if not q35:
@@ -498,11 +632,11 @@ def _sync_hostpci(ctx: _Render, config: GuestConfig, gpus: list[Gpu], q35: bool)
     for key, value in config.entries():
         if not re.fullmatch(r"hostpci\d+", key):
             continue
-        props = parse_property_string(value, "host")
-        if "mapping" in props:
-            if props["mapping"] == mapping and kept_mapped < len(gpus):
+        used = hostpci_devices(value)[1]
+        if used is not None:
+            if used == mapping and kept_mapped < len(gpus):
                 kept_mapped += 1
-            elif props["mapping"] == mapping:
+            elif used == mapping:
                 config.delete(key)
             continue
         slots = [s for s in _hostpci_slots(value) if s in gpu_slots]
@@ -523,7 +657,7 @@ def _sync_mapping(ctx: _Render, gpus: list[Gpu]) -> None:
     assert ctx.options.mapping is not None
     before = ctx.inventory.guest_configs.get(PCI_MAPPING, "")
     mapping = PciMappingConfig.parse(before)
-    node = ctx.inventory.hostname.split(".")[0]
+    node = ctx.inventory.node_name
     entries = []
     for gpu in gpus:
         props = {
@@ -535,9 +669,35 @@ def _sync_mapping(ctx: _Render, gpus: list[Gpu]) -> None:
         if gpu.subsystem_vendor_id and gpu.subsystem_device_id:
             props["subsystem-id"] = f"{gpu.subsystem_vendor_id}:{gpu.subsystem_device_id}"
         entries.append(("map", format_property_string(props)))
-    if ctx.options.mapping not in mapping.ids() or mapping.entries(ctx.options.mapping) != entries:
-        mapping.set_entries(ctx.options.mapping, entries)
-    ctx.file(PCI_MAPPING, mapping.render(), f"PCI mapping {ctx.options.mapping}", mode=None)
+    name = ctx.options.mapping
+    existing = mapping.entries(name) if name in mapping.ids() else []
+    merged = _with_node_maps(existing, entries, node)
+    if merged != existing:
+        mapping.set_entries(name, merged)
+    ctx.file(PCI_MAPPING, mapping.render(), f"PCI mapping {name}", mode=None)
+
+
+def _with_node_maps(
+    existing: list[tuple[str, str]], ours: list[tuple[str, str]], node: str
+) -> list[tuple[str, str]]:
+    """A mapping's lines with this node's ``map`` lines replaced by ``ours``.
+
+    A mapping is cluster-wide: its description and the other nodes' ``map`` lines stay as they
+    are, and ours take the place of this node's first one (or go last).
+    """
+
+    def this_node(key: str, value: str) -> bool:
+        if key != "map":
+            return False
+        try:
+            return parse_property_string(value).get("node") == node
+        except ValueError:
+            return False
+
+    at = next((i for i, (k, v) in enumerate(existing) if this_node(k, v)), len(existing))
+    others = [(k, v) for k, v in existing if not this_node(k, v)]
+    kept_before = sum(1 for k, v in existing[:at] if not this_node(k, v))
+    return others[:kept_before] + ours + others[kept_before:]
 
 
 def _vnuma(ctx: _Render, config: GuestConfig, group: PlanGroup, vmid: int) -> None:
@@ -574,7 +734,11 @@ def _with_actions(ctx: _Render) -> ChangeSet:
                 why="the initramfs must carry the new binding",
             )
         )
-    if ctx.inventory.boot_loader == "systemd-boot" and (initramfs or cmdline):
+    # proxmox-boot-tool keeps the boot files on every ESP, for systemd-boot and GRUB alike.
+    boot_tool = ctx.inventory.boot_loader == "systemd-boot" or (
+        "/etc/kernel/proxmox-boot-uuids" in ctx.inventory.host_files
+    )
+    if boot_tool and (initramfs or cmdline):
         actions.append(
             Action(
                 argv=["proxmox-boot-tool", "refresh"],

@@ -29,6 +29,7 @@ import paramiko
 
 from proxgpu.errors import (
     AuthenticationError,
+    CommandTimeoutError,
     HostKeyChangedError,
     HostKeyUnknownError,
     HostUnreachableError,
@@ -155,7 +156,12 @@ class SSHHost(Host):
     def _client(self) -> paramiko.SSHClient:
         if not self._clients:
             config = _read_config(self.options.ssh_config)
-            self._connect(_resolve(self.target, self.options, config), config)
+            try:
+                self._connect(_resolve(self.target, self.options, config), config)
+            except BaseException:
+                # A half-built chain must not stay: the next command would run on a jump host.
+                self.close()
+                raise
         return self._clients[-1]
 
     def _connect(self, dest: _Resolved, config: paramiko.SSHConfig) -> None:
@@ -213,7 +219,8 @@ class SSHHost(Host):
                 display,
                 f"host key changed: offered {exc.key.get_name()} {fingerprint(exc.key)}, "
                 f"{dest.known_hosts} expects {fingerprint(exc.expected_key)}; if the host was "
-                f"reinstalled, remove the old key with: ssh-keygen -R '{display}'",
+                f"reinstalled, remove the old key with: "
+                f"{command_line(['ssh-keygen', '-R', display])}",
                 fingerprint(exc.key),
                 dest.known_hosts,
             ) from exc
@@ -238,9 +245,7 @@ class SSHHost(Host):
             channel.exec_command(command_line(argv))
             return _collect(channel, argv, stdin)
         except TimeoutError as exc:
-            raise HostUnreachableError(
-                self.name, f"{argv[0]} did not finish within {limit:g} s"
-            ) from exc
+            raise CommandTimeoutError(self.name, list(argv), limit) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise HostUnreachableError(self.name, f"connection lost: {_describe(exc)}") from exc
 

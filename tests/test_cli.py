@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxgpu.cli import main
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, copy_example
 
 CT200 = str(EXAMPLES / "ct200")
 
@@ -138,10 +138,45 @@ def test_an_internal_error_is_one_line_unless_debugging(
     def broken(*_args: object) -> None:
         raise KeyError("boom")
 
-    monkeypatch.setattr("proxgpu.cli.build_inventory", broken)
+    monkeypatch.setattr("proxgpu.cli.inspect", broken)
     assert main(["inspect", "--root", CT200]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error: KeyError" in err and "PROXGPU_DEBUG" in err
     monkeypatch.setenv("PROXGPU_DEBUG", "1")
     with pytest.raises(KeyError):
         main(["inspect", "--root", CT200])
+
+
+def test_inspect_json_never_shows_password_hashes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    vm = root / "etc/pve/qemu-server/300.conf"
+    vm.write_text(vm.read_text() + "cipassword: $5$salt$hash\n")
+    assert main(["inspect", "--root", str(root), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "$5$salt" not in out and "cipassword: <redacted by proxgpu>" in out
+
+
+def test_detailed_exitcode_keeps_2_for_changes_only(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", "--root", CT200, "--lxc", "200", "--vm", "300", "--detailed-exitcode"]
+    assert main(base) == 2
+    assert main([*base, "--bind-method", "nonsense"]) == 1, "a usage error is an error"
+    assert main([*base[:3], "--detailed-exitcode"]) == 1, "a refused plan is an error"
+    capsys.readouterr()
+
+
+def test_apply_json_must_not_prompt(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["apply", "--root", CT200, "--lxc", "200", "--json"]) == 2
+    assert "add --yes or --dry-run" in capsys.readouterr().err
+
+
+def test_apply_twice_says_no_changes_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = str(copy_example(tmp_path))
+    args = ["apply", "--root", root, "--lxc", "200", "--vm", "300", "--yes"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    assert capsys.readouterr().out.lower().count("no changes") == 1

@@ -21,7 +21,14 @@ from proxgpu.inspection import GpuFilter, inspect
 from proxgpu.inventory import Inventory
 from proxgpu.planning import SplitPolicy, plan_split
 from proxgpu.pveconfig import GuestConfig
-from proxgpu.rendering import BIND_SCRIPT, MODPROBE_CONF, RenderError, RenderOptions, render
+from proxgpu.rendering import (
+    BIND_SCRIPT,
+    MODPROBE_CONF,
+    RenderError,
+    RenderOptions,
+    _grub_with_parameters,
+    render,
+)
 from proxgpu.report import render_changes
 from tests.conftest import EXAMPLES, REPO, copy_example
 
@@ -290,3 +297,119 @@ def test_lxc_edit_never_changes_bytes_it_does_not_manage(
     _check_only_managed_lines_changed(text, after)
     snapshot_part = text[text.index("[before-upgrade]") :]
     assert after.endswith(snapshot_part), "a snapshot section is never edited"
+
+
+def test_a_cluster_mapping_keeps_other_nodes_and_its_description(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, "ct200")
+    (root / "etc/pve/mapping").mkdir(parents=True)
+    (root / "etc/pve/mapping/pci.cfg").write_text(
+        "gpu-node1\n\tdescription four GPUs per node\n"
+        "\tmap id=10de:2bb1,iommugroup=7,node=pve2,path=0000:41:00,subsystem-id=10de:204b\n"
+        "\tmap id=10de:2bb1,iommugroup=60,node=ct200,path=0000:01:00,subsystem-id=10de:204b\n"
+        "\tmap id=10de:2bb1,iommugroup=9,node=pve2,path=0000:42:00,subsystem-id=10de:204b\n"
+    )
+    _, changes = scenario("ct200-mapping", root)
+    after = next(f.after for f in changes.files if f.path.endswith("pci.cfg")) or ""
+    lines = after.splitlines()
+    assert lines[1] == "\tdescription four GPUs per node"
+    assert lines[2].endswith("node=pve2,path=0000:41:00,subsystem-id=10de:204b")
+    assert [line.split("path=")[1][:10] for line in lines[3:7]] == [
+        "0000:81:00",
+        "0000:91:00",
+        "0000:e1:00",
+        "0000:f1:00",
+    ]
+    assert lines[7].endswith("node=pve2,path=0000:42:00,subsystem-id=10de:204b")
+    assert "0000:01:00" not in after, "this node's old map line is replaced"
+
+
+@pytest.mark.parametrize(
+    ("path", "line", "reason"),
+    [
+        (
+            "etc/modprobe.d/vfio.conf",
+            "options vfio-pci ids=10de:2bb1,10de:22e8",
+            "vfio-pci would take every 10de:22e8, 10de:2bb1 device",
+        ),
+        ("etc/modprobe.d/blacklist-nvidia.conf", "blacklist nvidia", "nvidia would not load"),
+        (
+            "etc/kernel/cmdline",
+            "root=ZFS=rpool/ROOT/pve-1 boot=zfs vfio-pci.ids=10de:2bb1",
+            "vfio-pci would take every 10de:2bb1 device",
+        ),
+    ],
+)
+def test_settings_that_would_take_the_kept_gpus_are_refused(
+    tmp_path: Path, path: str, line: str, reason: str
+) -> None:
+    root = copy_example(tmp_path, "ct200")
+    (root / path).write_text(line + "\n")
+    with pytest.raises(RenderError) as err:
+        scenario("ct200-lxc-vm", root)
+    assert f"/{path}:1: {line}: {reason}" in str(err.value)
+
+
+def test_gpus_kept_on_node1_get_the_minors_of_the_next_boot(tmp_path: Path) -> None:
+    inventory = inspect(DirectoryHost(str(EXAMPLES / "ct200")))
+    plan = plan_split(inventory, SplitPolicy(host_nodes=[1], vfio_nodes=[0], lxc=200))
+    changes = render(inventory, plan)
+    after = next(f.after for f in changes.files if f.path == "/etc/pve/lxc/200.conf") or ""
+    devices = [v for k, v in GuestConfig.parse(after).entries() if k.startswith("dev")]
+    assert devices[:4] == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"]
+    assert any("0000:81:00.0 becomes /dev/nvidia0" in w for w in changes.warnings)
+
+
+def test_gpus_returning_from_vfio_get_nvidia_nodes_not_dri(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, "ct200")
+    for bus in ("81", "91", "e1", "f1"):
+        for fn in "01":
+            link = root / f"sys/bus/pci/devices/0000:{bus}:00.{fn}/driver"
+            link.unlink()
+            link.symlink_to("../../../bus/pci/drivers/vfio-pci")
+        (root / f"proc/driver/nvidia/gpus/0000:{bus}:00.0/information").unlink()
+    inventory = inspect(DirectoryHost(str(root)))
+    plan = plan_split(inventory, SplitPolicy(host_nodes=[1], vfio_nodes=[0], lxc=200))
+    assert plan.groups[0].driver == "nvidia"
+    after = next(f.after for f in render(inventory, plan).files if "lxc" in f.path) or ""
+    assert "/dev/dri" not in after and "dev0: /dev/nvidia0" in after
+    assert "/dev/nvidiactl" in after
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ('GRUB_CMDLINE_LINUX_DEFAULT="quiet"', 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"'),
+        (
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n\nX=1\n',
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\n\nX=1\n',
+        ),
+        (
+            "GRUB_CMDLINE_LINUX_DEFAULT='a b' # keep\n",
+            "GRUB_CMDLINE_LINUX_DEFAULT='a b iommu=pt' # keep\n",
+        ),
+        (
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\n',
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\n',
+        ),
+        ("A=1\n", 'A=1\nGRUB_CMDLINE_LINUX_DEFAULT="iommu=pt"\n'),
+    ],
+)
+def test_grub_edit_changes_only_the_default_cmdline_value(before: str, after: str) -> None:
+    assert _grub_with_parameters(before, ["iommu=pt"]) == after
+
+
+def test_grub_on_proxmox_boot_tool_refreshes_the_esps(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, "uneven-5-3")
+    (root / "etc/kernel").mkdir()
+    (root / "etc/kernel/proxmox-boot-uuids").write_text("4A1C-2B7F\n")
+    changes = scenario("uneven-enable-iommu", root)[1]
+    assert ["proxmox-boot-tool", "refresh"] in [a.argv for a in changes.actions]
+    assert ["update-grub"] not in [a.argv for a in changes.actions]
+
+
+def test_a_malformed_guest_entry_is_a_render_error_naming_the_file(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, "ct200")
+    lxc = root / "etc/pve/lxc/200.conf"
+    lxc.write_text(lxc.read_text() + "dev9: /dev/nvidia0,gid=1,gid=2\n")
+    with pytest.raises(RenderError, match=r"/etc/pve/lxc/200\.conf: .*gid"):
+        scenario("ct200-lxc-vm", root)

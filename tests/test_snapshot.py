@@ -88,3 +88,16 @@ def test_unreadable_files_are_reported_not_captured() -> None:
     assert capture.unreadable == ["/etc/pve/lxc/100.conf"]
     assert capture.raw == {}
     assert capture.uid == 1000
+
+
+def test_cloud_init_password_hashes_are_redacted_in_snapshots(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, dest="host")
+    vm = root / "etc/pve/qemu-server/300.conf"
+    vm.write_text(vm.read_text() + "cipassword: $5$salt$hash\n\n[snap1]\ncipassword: $5$old$hash\n")
+    write_tree(gather(DirectoryHost(str(root))), str(tmp_path / "snap"))
+    written = (tmp_path / "snap/etc/pve/qemu-server/300.conf").read_text()
+    assert "$5$" not in written
+    assert written.count("cipassword: <redacted by proxgpu>") == 2
+    assert written.replace("<redacted by proxgpu>", "X") == vm.read_text().replace(
+        "$5$salt$hash", "X"
+    ).replace("$5$old$hash", "X"), "nothing else changes"

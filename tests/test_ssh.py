@@ -217,3 +217,17 @@ def test_cli_exit_codes_and_one_line_errors(
         assert main(argv) == code
         err = capsys.readouterr().err
         assert text in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_failed_jump_never_leaves_the_jump_host_as_the_target(sshd: Sshd, tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host jump\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.identity_file}\n\n"
+        f"Host target\n  HostName 127.0.0.1\n  Port {free_port()}\n  ProxyJump jump\n"
+    )
+    host = SSHHost("target", SSHOptions(ssh_config=str(config), known_hosts=str(sshd.known_hosts)))
+    for _ in range(2):
+        with pytest.raises(HostUnreachableError, match="jump host cannot reach"):
+            host.run(["hostname"])
+    assert host._clients == []

@@ -49,6 +49,8 @@ class HostSpec:
     pci_ids: str = ""
     char_devices: str = ""
     cpu_vendor: str = "AuthenticAMD"
+    # No display: nvidia-modeset never loads, so /dev/nvidia-modeset does not exist.
+    headless: bool = False
     tools: tuple[str, ...] = (
         "usr/sbin/update-initramfs", "usr/sbin/proxmox-boot-tool", "usr/sbin/update-grub",
         "usr/bin/pvesh", "bin/fuser",
@@ -108,6 +110,15 @@ def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
         mark_dir(root, f"{base}/pci_bus")
 
 
+def write_device_nodes(root: Path, spec: HostSpec) -> None:
+    """The nvidia device nodes, as a snapshot records them: empty files."""
+    names = [f"nvidia{minor}" for minor in spec.nvidia_minors.values()]
+    names += ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
+    names += [] if spec.headless else ["nvidia-modeset"]
+    for name in names:
+        write(root, f"/dev/{name}", "")
+
+
 def write_nvidia(root: Path, spec: HostSpec) -> None:
     write(
         root,
@@ -164,6 +175,7 @@ def write_host(spec: HostSpec) -> None:
         write(root, tool, "")
     if spec.nvidia_minors:
         write_nvidia(root, spec)
+        write_device_nodes(root, spec)
     if spec.efi:
         mark_dir(root, "/sys/firmware/efi")
     mark_dir(root, "/etc/pve")
@@ -348,6 +360,7 @@ def single_socket() -> HostSpec:
     devices[1].boot_vga = True
     return HostSpec(
         name="single-socket",
+        headless=True,
         kernel="6.14.8-2-pve",
         pve="9.0.3",
         cmdline="BOOT_IMAGE=/boot/vmlinuz-6.14.8-2-pve root=/dev/mapper/pve-root ro quiet",

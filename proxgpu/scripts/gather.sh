@@ -63,6 +63,10 @@ for f in usr/sbin/driverctl usr/sbin/update-initramfs usr/sbin/proxmox-boot-tool
     usr/sbin/update-grub usr/bin/pvesh bin/fuser usr/bin/fuser; do
     [ -e "$f" ] && printf 'f\0%s\0\n' "$f"
 done
+# The nvidia device nodes a container can be given (a snapshot holds them as empty files).
+for f in dev/nvidia* dev/nvidia-caps/*; do
+    { [ -c "$f" ] || [ -f "$f" ]; } && printf 'f\0%s\0\n' "$f"
+done
 
 echo "#section raw"
 for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \

@@ -108,35 +108,27 @@ ARGUMENTS: dict[str, Any] = {
 }
 
 
-def _vms(specs: list[str]) -> list[tuple[int, int | None]]:
-    vms = []
-    for spec in specs:
-        vmid, _, count = str(spec).partition(":")
-        vms.append((int(vmid), int(count) if count else None))
-    return vms
-
-
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENTS, supports_check_mode=True)
     try:
         import proxgpu
         from proxgpu.pipeline import split_host
-        from proxgpu.planning import SplitPolicy
+        from proxgpu.planning import SplitPolicy, parse_vm_spec
         from proxgpu.rendering import RenderOptions
     except ImportError as exc:
         module.fail_json(msg=f"proxgpu is not installed for {module._name}'s Python: {exc}")
     p = module.params
-    policy = SplitPolicy(
-        lxc=p["lxc"],
-        vms=_vms(p["vms"]),
-        host_nodes=p["host_nodes"],
-        vfio_nodes=p["vfio_nodes"],
-        host_gpus=p["host_gpus"],
-        vfio_gpus=p["vfio_gpus"],
-        enable_iommu=p["enable_iommu"],
-    )
     vendors = tuple(v.lower().removeprefix("0x") for v in p["gpu_vendor"] or []) or None
     try:
+        policy = SplitPolicy(
+            lxc=p["lxc"],
+            vms=[parse_vm_spec(spec) for spec in p["vms"]],
+            host_nodes=p["host_nodes"],
+            vfio_nodes=p["vfio_nodes"],
+            host_gpus=p["host_gpus"],
+            vfio_gpus=p["vfio_gpus"],
+            enable_iommu=p["enable_iommu"],
+        )
         with proxgpu.connect(root=p["root"]) as host:
             result = split_host(
                 host,

@@ -1,0 +1,47 @@
+"""The local and directory hosts: argument lists, exit statuses and timeouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxgpu.errors import CommandError, CommandTimeoutError, HostUnreachableError
+from proxgpu.hosts import DirectoryHost, LocalHost, command_line, connect
+
+
+def test_arguments_reach_the_command_unchanged() -> None:
+    result = LocalHost().run(["printf", "%s|", "a b", "$HOME", "'", ""])
+    assert result.stdout == b"a b|$HOME|'||"
+
+
+def test_command_line_quotes_for_a_posix_shell() -> None:
+    assert command_line(["echo", "a b", "it's"]) == "echo 'a b' 'it'\"'\"'s'"
+
+
+def test_a_failing_command_is_data_until_checked() -> None:
+    host = LocalHost()
+    result = host.run(["sh", "-c", "echo bad >&2; exit 4"])
+    assert (result.returncode, result.stderr) == (4, b"bad\n")
+    with pytest.raises(CommandError, match="sh exited with 4: bad") as err:
+        host.check(["sh", "-c", "echo bad >&2; exit 4"])
+    assert err.value.exit_code == 7
+    assert host.commands_run == 2
+
+
+def test_a_missing_command_exits_127() -> None:
+    assert LocalHost().run(["proxgpu-no-such-tool"]).returncode == 127
+
+
+def test_a_slow_command_times_out_as_a_command_not_as_the_host() -> None:
+    with pytest.raises(CommandTimeoutError, match=r"sleep did not finish within 0\.2 s") as err:
+        LocalHost().run(["sleep", "5"], timeout=0.2)
+    assert not isinstance(err.value, HostUnreachableError)
+
+
+def test_connect_chooses_the_kind_of_host(tmp_path: Path) -> None:
+    assert isinstance(connect(), LocalHost) and connect().name == "localhost"
+    tree = connect(root=str(tmp_path))
+    assert isinstance(tree, DirectoryHost) and not tree.is_live
+    with pytest.raises(HostUnreachableError, match="no such directory"):
+        connect(root=str(tmp_path / "missing"))
