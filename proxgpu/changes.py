@@ -16,11 +16,9 @@ renderings of it.
 from __future__ import annotations
 
 import difflib
-from typing import Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-ActionKind = Literal["post", "live"]
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class FileChange(BaseModel):
@@ -45,13 +43,25 @@ class FileChange(BaseModel):
 
 
 class Action(BaseModel):
-    """A command to run on the host: ``post`` after the files are written, ``live`` to act now."""
+    """A command to run on the host after the files are written; ``why`` says what it is for.
+
+    Journals written before actions lost their ``kind`` (always ``post``) still read:
+
+    >>> Action.model_validate({"argv": ["update-grub"], "kind": "post"})
+    Action(argv=['update-grub'], why='')
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     argv: list[str]
-    kind: ActionKind = "post"
     why: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_old_kind(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") == "post":
+            return {key: value for key, value in data.items() if key != "kind"}
+        return data
 
 
 class ChangeSet(BaseModel):
@@ -95,8 +105,7 @@ class ChangeSet(BaseModel):
         """One line: how many files change, which actions follow, whether to reboot."""
         if not self.changed:
             return "No changes: the host already matches the plan."
-        post = [a for a in self.actions if a.kind == "post"]
-        actions = "; ".join(" ".join(a.argv) for a in post) or "none"
+        actions = "; ".join(" ".join(a.argv) for a in self.actions) or "none"
         reboot = "reboot required" if self.reboot_required else "no reboot needed"
         return f"{len(self.changed_files())} files to change; then: {actions}; {reboot}."
 

@@ -12,8 +12,9 @@ Two things about proxmoxer's command backend are handled here (formats.md sectio
 the status from the first ``NNN Text`` line of stderr and fails with 500 on any other stderr, so a
 warning could turn a success into an exception; and it ignores the exit status, so a pvesh that
 failed silently would count as a success. pvesh's exit status decides instead, and the warnings of
-a successful call are kept in :attr:`HostSession.warnings`. Each data item becomes one
-``-key str(value)`` pair, so only strings are passed (never lists).
+a successful call are kept in :attr:`HostSession.warnings` (:func:`pvesh_warnings`; an apply shows
+them). Each data item becomes one ``-key str(value)`` pair, so only strings are passed (never
+lists).
 
 >>> config_update("cores: 2\\nnuma: 1\\n", "cores: 4\\nhostpci0: 0000:81:00,pcie=1\\n")
 {'cores': '4', 'hostpci0': '0000:81:00,pcie=1', 'delete': 'numa'}
@@ -31,7 +32,6 @@ from proxmoxer.core import ProxmoxResource, ResourceException
 
 from proxgpu.errors import HostError
 from proxgpu.hosts import CommandResult, Host
-from proxgpu.inventory import Inventory
 from proxgpu.pveconfig import GuestConfig
 
 #: Seconds one pvesh call may take (a config write or a status query takes well under one).
@@ -140,19 +140,15 @@ def proxmox_api(host: Host, timeout: float = API_TIMEOUT) -> PveResource:
     )
 
 
-def node_name(host: Host, inventory: Inventory | None = None) -> str:
-    """The host's Proxmox node name: its hostname up to the first dot, as PVE's ``nodename()``.
-
-    From ``inventory`` when given, else from one command on the host.
+def pvesh_warnings(api: PveResource) -> list[str]:
+    """What pvesh printed on stderr in the calls through ``api`` that succeeded, each line once.
 
     >>> from proxgpu.hosts import LocalHost
-    >>> node_name(LocalHost(), Inventory(source="t", hostname="pve1.example.org"))
-    'pve1'
+    >>> pvesh_warnings(proxmox_api(LocalHost()))
+    []
     """
-    name = inventory.hostname if inventory is not None else ""
-    if not name:
-        name = host.check(["uname", "-n"]).stdout.decode("utf-8", "replace").strip()
-    return name.split(".")[0]
+    session: HostSession = api._store["session"]
+    return list(dict.fromkeys(session.warnings))
 
 
 def guest_status(api: PveResource, node: str, kind: str, vmid: int | str) -> str | None:
@@ -246,7 +242,7 @@ __all__: Sequence[str] = [
     "config_digest",
     "config_update",
     "guest_status",
-    "node_name",
     "proxmox_api",
+    "pvesh_warnings",
     "same_config",
 ]

@@ -138,18 +138,28 @@ class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
 class SSHHost(Host):
     """A remote host reached over SSH.
 
-    The connection opens on first use and is reused for every command.
+    The connection opens on first use and is reused for every command. With a ``root`` other than
+    ``/`` the host is a directory tree on the remote machine (an image): files are written there,
+    but actions and live steps are listed, not run, since they would act on the machine itself;
+    ``live=True`` overrides that (the tests use it to drive a live apply into a scratch tree).
 
-    >>> host = SSHHost("root@pve1", SSHOptions(port=2222))
-    >>> host.name
-    'root@pve1'
+    >>> host = SSHHost("root@pve1", SSHOptions(port=2222), root="/srv/image")
+    >>> host.name, host.is_live
+    ('root@pve1', False)
     """
 
-    def __init__(self, target: str, options: SSHOptions | None = None, root: str = "/") -> None:
+    def __init__(
+        self,
+        target: str,
+        options: SSHOptions | None = None,
+        root: str = "/",
+        live: bool | None = None,
+    ) -> None:
         super().__init__()
         self.target = target
         self.options = options or SSHOptions()
         self.root = root
+        self.is_live = root == "/" if live is None else live
         self.name = target
         self._clients: list[paramiko.SSHClient] = []
 

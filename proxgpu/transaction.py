@@ -1,10 +1,10 @@
-"""Apply a change set as one transaction; roll it back; list the journal; verify the result.
+"""Apply a change set as one transaction.
 
 :func:`apply_changes` runs preflight (root, the host-wide lock, compare-and-swap on every file's
 hash, ``lock:`` keys, running guests, busy GPUs), then backs up every file it touches and writes a
 journal entry, then replaces each file atomically (a temp file in the same directory, renamed over
-it), then runs the post-actions and, when asked, the live rebind. On any failure it puts every file
-back from the backup.
+it), then runs the post-actions and, when asked, the live rebind (the GPUs are checked for users
+once more right before it). On any failure it puts every file back from the backup.
 
 On a live host with pvesh, a VM config (``/etc/pve/qemu-server/<vmid>.conf``) is changed through
 the Proxmox API instead (:mod:`proxgpu.pveapi`: ``PUT /nodes/<node>/qemu/<vmid>/config`` with the
@@ -21,53 +21,69 @@ files, one renames them all (and reads back the configs written through the API)
 outcome and unlocks, plus one per post-action; on a Proxmox host also one API call per guest
 whose status is checked and one per VM config written through the API.
 
-What it keeps on the host, under ``host.root``:
-
-- ``/run/lock/proxgpu/owner``: the host-wide lock, a directory that appears by one ``rename``;
-  it lives in /run so that a reboot clears a lock left by a dropped connection.
-- ``/var/lib/proxgpu/journal/<id>.json``: one entry per apply (:class:`JournalEntry`).
-- ``/var/lib/proxgpu/backups/<id>/``: the files as they were, by position, and ``meta.json``.
-
->>> new_journal_id(datetime(2026, 11, 30, 1, 15, tzinfo=UTC))[:24]
-'20261130T011500.000000Z-'
+The journal, the lock and the backups, and rollback, history and verify, live in
+:mod:`proxgpu.journal`; the names callers use (:class:`JournalEntry`, :func:`history`,
+:func:`rollback`, :func:`verify`, :data:`Progress`) can be imported from here too.
 """
 
 from __future__ import annotations
 
-import base64
 import getpass
-import hashlib
 import json
-import os
-import re
-import secrets
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Literal
+from collections.abc import Callable, Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from proxgpu import live as live_rebind
 from proxgpu.changes import Action, ChangeSet, FileChange
 from proxgpu.errors import (
     ApplyError,
     CommandError,
-    ConcurrentApplyError,
     FileChangedError,
-    JournalError,
-    NotRootError,
     PreflightError,
     ProxgpuError,
-    RollbackError,
     UsageError,
 )
 from proxgpu.hosts import Host
-from proxgpu.inspection import inspect
 from proxgpu.inventory import Inventory
+from proxgpu.journal import (
+    _ACTIVE,
+    _GUEST,
+    _SHELL_PRELUDE,
+    ACTION_TIMEOUT,
+    JournalEntry,
+    JournalFile,
+    Progress,
+    Status,
+    _b64_line,
+    _deepest_first,
+    _describe,
+    _FileState,
+    _finish,
+    _Layout,
+    _lock_held_error,
+    _mode_and_umask,
+    _Model,
+    _now,
+    _Probe,
+    _probe,
+    _quiet,
+    _read_files,
+    _recognise,
+    _release_quietly,
+    _restore,
+    _script,
+    _sha,
+    _where,
+    _with_hashes,
+    history,
+    new_journal_id,
+    rollback,
+    verify,
+)
 from proxgpu.live import Binding
-from proxgpu.planning import VFIO_DRIVER, Plan
+from proxgpu.planning import Plan
 from proxgpu.pveapi import (
     PveApiError,
     PveResource,
@@ -75,88 +91,18 @@ from proxgpu.pveapi import (
     config_update,
     guest_status,
     proxmox_api,
+    pvesh_warnings,
     same_config,
 )
 from proxgpu.pveconfig import GuestConfig
 
-JOURNAL_DIR = "/var/lib/proxgpu/journal"
-BACKUP_DIR = "/var/lib/proxgpu/backups"
-LOCK_DIR = "/run/lock/proxgpu"
-#: Seconds a post-action may run (an initramfs rebuild for every kernel takes minutes).
-ACTION_TIMEOUT = 900.0
-SCRIPT_TIMEOUT = 300.0
-
-Status = Literal["in-progress", "applied", "rolled-back", "failed"]
-#: Called with a step (``lock``, ``backup``, ``write``, ``action``, ...) and a line for people.
-Progress = Callable[[str, str], None]
-
-_GUEST = re.compile(r"^/etc/pve/(lxc|qemu-server)/(\d+)\.conf$")
-_PVE = "/etc/pve/"
-# Journal ids of the applies and rollbacks running in this process: a lock they hold is not stale.
-_ACTIVE: set[str] = set()
-
-# Usage: sh -c PROBE sh MODE LOCK OWNER TAKEOVER NEED_ROOT JOURNAL_DIR PATH...
-# MODE "lock" takes the lock (a directory made complete, owner file inside, then renamed into
-# place, so it never exists without its owner); "read" only reads. Records:
-#   #uid N | #node NAME | #pvesh | #notroot | #lock | #locked B64(owner) | #held B64(owner)
-#   #inprogress ID | #file I other | #file I file SHA256 MODE UID GID
-#   #file I absent PARENT_EXISTS | #end
-_PROBE = r"""
-set -u
-mode=$1 lock=$2 owner=$3 takeover=$4 need_root=$5 journal=$6
-shift 6
-uid=$(id -u)
-echo "#uid $uid"
-echo "#node $(uname -n)"
-if command -v pvesh >/dev/null 2>&1; then echo "#pvesh"; fi
-if [ "$need_root" = 1 ] && [ "$uid" != 0 ]; then echo "#notroot"; exit 0; fi
-if [ "$mode" = lock ]; then
-    mkdir -p "${lock%/*}" || exit 1
-    held=$(sed -n 's/^id=//p' "$lock/owner" 2>/dev/null)
-    if [ -n "$takeover" ] && [ "$held" = "$takeover" ]; then
-        printf '%s\n' "$owner" > "$lock/owner.$$" && mv -f "$lock/owner.$$" "$lock/owner" || exit 1
-    else
-        new=$lock.$$
-        mkdir "$new" && printf '%s\n' "$owner" > "$new/owner" || exit 1
-        if ! mv -T "$new" "$lock" 2>/dev/null; then
-            rm -rf "$new"
-            echo "#locked $(base64 -w0 < "$lock/owner" 2>/dev/null)"
-            exit 0
-        fi
-    fi
-    echo "#lock"
-elif [ -f "$lock/owner" ]; then
-    echo "#held $(base64 -w0 < "$lock/owner")"
-fi
-for j in "$journal"/*.json; do
-    [ -f "$j" ] && grep -q '^  "status": "in-progress"' "$j" || continue
-    n=${j##*/}
-    echo "#inprogress ${n%.json}"
-done
-i=0
-for p; do
-    if [ -L "$p" ] || { [ -e "$p" ] && [ ! -f "$p" ]; }; then
-        echo "#file $i other"
-    elif [ -f "$p" ]; then
-        sum=$(sha256sum < "$p") || exit 1
-        echo "#file $i file ${sum%% *} $(stat -c '%a %u %g' "$p")"
-    elif [ -d "${p%/*}" ]; then
-        echo "#file $i absent 1"
-    else
-        echo "#file $i absent 0"
-    fi
-    i=$((i + 1))
-done
-echo "#end"
-"""
-
 # Usage: sh -c STAGE sh JOURNAL BACKUPS [PATH BACKUP SHA TMP MODE UMASK OWNER PARENT_EXISTS]...
 # stdin: base64 lines: the journal entry, meta.json, then the new text of each file with a TMP.
 # The backup is hashed after copying, so the bytes kept are the bytes compared. A temp file is
-# created under UMASK, then given MODE with chmod unless MODE is "-" (/etc/pve). Records:
-#   #changed I | #end
-_STAGE = r"""
-set -u
+# written by put_tmp (MODE, UMASK and OWNER as it takes them). Records: #changed I | #end
+_STAGE = (
+    _SHELL_PRELUDE
+    + r"""
 umask 077  # the journal and backups hold guest configs: root only
 journal=$1 backups=$2
 shift 2
@@ -166,6 +112,7 @@ mkdir -p "${journal%/*}" && printf '%s' "$entry" | base64 -d > "$journal.tmp" ||
 mv -f "$journal.tmp" "$journal" || exit 1
 mkdir -p "${backups%/*}" && mkdir "$backups" || exit 1
 printf '%s' "$meta" | base64 -d > "$backups/meta.json" || exit 1
+decode() { printf '%s' "$1" | base64 -d; }
 i=0
 while [ $# -ge 8 ]; do
     p=$1 backup=$2 sum=$3 tmp=$4 mode=$5 mask=$6 owner=$7 parent=$8
@@ -180,33 +127,32 @@ while [ $# -ge 8 ]; do
     if [ "$tmp" != - ]; then
         IFS= read -r data || exit 1
         [ "$parent" = 1 ] || (umask 022 && mkdir -p "${p%/*}") || exit 1
-        (umask "$mask" && printf '%s' "$data" | base64 -d > "$tmp") || exit 1
-        if [ "$owner" != - ] && [ "$(stat -c %u:%g "$tmp")" != "$owner" ]; then
-            chown "$owner" "$tmp" || exit 1
-        fi
-        if [ "$mode" != - ]; then chmod "$mode" "$tmp" || exit 1; fi
+        put_tmp "$tmp" "$mode" "$mask" "$owner" decode "$data" || exit 1
     fi
     i=$((i + 1))
 done
 echo "#end"
 """
+)
 
 # Usage: sh -c COMMIT sh [PATH TMP WANT_SHA GUEST_LOCK]...   (TMP "-": remove; TMP "=": written
 # through the API, only report its hash; WANT_SHA "-": must be absent; GUEST_LOCK "-": none).
 # Each file is checked once more and renamed under Proxmox's own config lock, so a concurrent
 # `qm set` cannot slip in between. Records:
 #   #api I SHA256|- | #done I | #changed I | #guestlocked I | #failed I RC | #end
-_COMMIT = r"""
-set -u
-one='p=$1 tmp=$2 want=$3
-if [ "$want" = - ]; then
-    if [ -e "$p" ] || [ -L "$p" ]; then exit 3; fi
-else
-    if [ -L "$p" ] || [ ! -f "$p" ]; then exit 3; fi
-    got=$(sha256sum < "$p") || exit 1
-    [ "${got%% *}" = "$want" ] || exit 3
-fi
-if [ "$tmp" = - ]; then rm -f "$p"; else mv -f "$tmp" "$p"; fi'
+_COMMIT = (
+    _SHELL_PRELUDE
+    + r"""
+replace() {  # PATH TMP WANT_SHA: 3 unless PATH is still WANT_SHA, else TMP goes over it
+    if [ "$3" = - ]; then
+        if [ -e "$1" ] || [ -L "$1" ]; then return 3; fi
+    else
+        if [ -L "$1" ] || [ ! -f "$1" ]; then return 3; fi
+        got=$(sha256sum < "$1") || return 1
+        [ "${got%% *}" = "$3" ] || return 3
+    fi
+    if [ "$2" = - ]; then rm -f "$1"; else mv -f "$2" "$1"; fi
+}
 i=0
 while [ $# -ge 4 ]; do
     p=$1 tmp=$2 want=$3 lock=$4
@@ -218,11 +164,7 @@ while [ $# -ge 4 ]; do
         i=$((i + 1))
         continue
     fi
-    if [ "$lock" = - ]; then
-        sh -c "$one" sh "$p" "$tmp" "$want"
-    else
-        mkdir -p "${lock%/*}" && flock -E 75 -w 10 "$lock" sh -c "$one" sh "$p" "$tmp" "$want"
-    fi
+    under_lock "$lock" replace "$p" "$tmp" "$want"
     rc=$?
     case $rc in
     0) echo "#done $i" ;;
@@ -234,142 +176,7 @@ while [ $# -ge 4 ]; do
 done
 echo "#end"
 """
-
-# Usage: sh -c RESTORE sh N [PATH TMP BACKUP BACKUP_SHA MODE UMASK OWNER ONLY_IF GUEST_LOCK]xN
-#        DIR...   (MODE and UMASK as for STAGE)
-# Puts back each file whose current hash is ONLY_IF ("-": absent; "any": whatever it is; "keep":
-# never, the file was not written);
-# BACKUP "-" means the file did not exist, so it is removed. Leftover temp files go first, empty
-# directories the apply created last. Records: #rc I RC (0 restored, 10 already as before,
-# 11 changed by someone else, 12 backup damaged, 13 failed, 75 guest config locked) | #end
-_RESTORE = r"""
-set -u
-one='p=$1 tmp=$2 backup=$3 bsum=$4 mode=$5 mask=$6 owner=$7 cond=$8
-rm -f "$tmp"
-[ "$cond" = keep ] && exit 10
-cur=-
-if [ -L "$p" ] || { [ -e "$p" ] && [ ! -f "$p" ]; }; then exit 11; fi
-if [ -f "$p" ]; then cur=$(sha256sum < "$p") || exit 13; cur=${cur%% *}; fi
-[ "$cur" = "$bsum" ] && exit 10
-[ "$cond" = any ] || [ "$cond" = "$cur" ] || exit 11
-if [ "$backup" = - ]; then rm -f "$p" || exit 13; exit 0; fi
-got=$(sha256sum < "$backup") || exit 12
-[ "${got%% *}" = "$bsum" ] || exit 12
-mkdir -p "${p%/*}" && (umask "$mask" && cat "$backup" > "$tmp") || exit 13
-if [ "$owner" != - ] && [ "$(stat -c %u:%g "$tmp")" != "$owner" ]; then
-    chown "$owner" "$tmp" || exit 13
-fi
-if [ "$mode" != - ]; then chmod "$mode" "$tmp" || exit 13; fi
-mv -f "$tmp" "$p" || exit 13'
-n=$1
-shift
-i=0
-while [ "$i" -lt "$n" ]; do
-    lock=$9
-    if [ "$lock" = - ]; then
-        sh -c "$one" sh "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8"
-    else
-        mkdir -p "${lock%/*}" &&
-            flock -E 75 -w 10 "$lock" sh -c "$one" sh "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8"
-    fi
-    echo "#rc $i $?"
-    shift 9
-    i=$((i + 1))
-done
-for d; do rmdir "$d" 2>/dev/null; done
-echo "#end"
-"""
-
-# Usage: sh -c FINISH sh JOURNAL LOCK ID RELEASE; stdin: the entry in base64, or nothing.
-# Only the owner's own lock is released. Records: #end
-_FINISH = r"""
-set -u
-umask 077
-journal=$1 lock=$2 id=$3 release=$4
-IFS= read -r entry || entry=
-if [ -n "$entry" ]; then
-    printf '%s' "$entry" | base64 -d > "$journal.tmp" && mv -f "$journal.tmp" "$journal" || exit 1
-fi
-if [ "$release" = 1 ] && [ "$(sed -n 's/^id=//p' "$lock/owner" 2>/dev/null)" = "$id" ]; then
-    rm -f "$lock/owner" && rmdir "$lock" || exit 1
-fi
-echo "#end"
-"""
-
-# Usage: sh -c JOURNAL sh DIR. Records: #entry ID B64(json) | #end
-_READ_JOURNAL = r"""
-set -u
-for j in "$1"/*.json; do
-    [ -f "$j" ] || continue
-    n=${j##*/}
-    echo "#entry ${n%.json} $(base64 -w0 < "$j")"
-done
-echo "#end"
-"""
-
-# Usage: sh -c TEXTS sh PATH...  Records: #text I B64(content) | #text I - (absent) | #end
-_READ_TEXTS = r"""
-set -u
-i=0
-for p; do
-    if [ -f "$p" ] && [ ! -L "$p" ]; then
-        echo "#text $i $(base64 -w0 < "$p")"
-    else
-        echo "#text $i -"
-    fi
-    i=$((i + 1))
-done
-echo "#end"
-"""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class JournalFile(_Model):
-    """One file an apply touched: how it was (``existed``, mode as octal text, owner), the hashes
-    before and after, and its copy's name in the backup directory (``None`` when it was absent).
-    ``via`` says how it was written: as a file, or through the Proxmox API (``sha256_after`` is
-    then the hash read back from the file Proxmox wrote, once known).
-
-    >>> JournalFile(path="/etc/modules", existed=False, sha256_before=None,
-    ...             sha256_after="ab" * 32).backup is None
-    True
-    """
-
-    path: str
-    existed: bool
-    mode: str | None = None
-    uid: int | None = None
-    gid: int | None = None
-    sha256_before: str | None
-    sha256_after: str | None
-    backup: str | None = None
-    via: Literal["file", "api"] = "file"
-
-
-class JournalEntry(_Model):
-    """One apply as the journal records it; ``status`` moves from ``in-progress`` to ``applied``,
-    ``failed`` (everything was restored) or, later, ``rolled-back``.
-
-    ``created_dirs`` lists directories the apply created (rollback removes them when empty),
-    ``live`` the drivers changed at runtime, ``actions_run`` the post-actions that ran.
-    """
-
-    id: str
-    status: Status
-    host: str
-    client: str
-    started: str
-    finished: str | None = None
-    changeset: ChangeSet
-    plan: Plan | None = None
-    files: list[JournalFile]
-    created_dirs: list[str] = Field(default_factory=list)
-    live: list[Binding] = Field(default_factory=list)
-    actions_run: list[list[str]] = Field(default_factory=list)
-    message: str = ""
+)
 
 
 class ApplyResult(_Model):
@@ -392,304 +199,6 @@ class ApplyResult(_Model):
     live: list[Binding] = Field(default_factory=list)
     reboot_required: bool = False
     messages: list[str] = Field(default_factory=list)
-
-
-class RollbackResult(_Model):
-    """What a rollback restored (``files``), removed and ran.
-
-    >>> RollbackResult(host="pve1", journal_id=None).files
-    []
-    """
-
-    host: str
-    journal_id: str | None
-    files: list[str] = Field(default_factory=list)
-    actions_run: list[list[str]] = Field(default_factory=list)
-    live: list[Binding] = Field(default_factory=list)
-    messages: list[str] = Field(default_factory=list)
-
-
-class VerifyReport(_Model):
-    """Whether the host still matches an apply: ``drift`` holds one line per difference.
-
-    >>> VerifyReport(host="pve1", drifted=False).drift
-    []
-    """
-
-    host: str
-    drifted: bool
-    drift: list[str] = Field(default_factory=list)
-
-
-def new_journal_id(now: datetime | None = None) -> str:
-    """A journal id that sorts by time: UTC time to the microsecond, four random hex digits.
-
-    Applies are serialised by the lock, so ids of one host never share a microsecond.
-    """
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S.%fZ")
-    return f"{stamp}-{secrets.token_hex(2)}"
-
-
-# --- where things live ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Layout:
-    prefix: str
-
-    @classmethod
-    def of(cls, host: Host) -> _Layout:
-        return cls(host.root.rstrip("/"))
-
-    def on_host(self, path: str) -> str:
-        return self.prefix + path
-
-    @property
-    def lock(self) -> str:
-        return self.on_host(LOCK_DIR)
-
-    @property
-    def journal_dir(self) -> str:
-        return self.on_host(JOURNAL_DIR)
-
-    def journal(self, journal_id: str) -> str:
-        return f"{self.journal_dir}/{journal_id}.json"
-
-    def backups(self, journal_id: str) -> str:
-        return self.on_host(f"{BACKUP_DIR}/{journal_id}")
-
-
-@dataclass(frozen=True)
-class _Where:
-    """A target file's paths on the host: itself, its temp file, Proxmox's lock for it."""
-
-    path: str
-    tmp: str
-    guest_lock: str
-    in_pve: bool
-
-
-def _where(layout: _Layout, path: str, journal_id: str, is_live: bool) -> _Where:
-    directory, _, name = layout.on_host(path).rpartition("/")
-    # A leading dot and a suffix keep the temp file out of every *.conf and run-parts glob, and
-    # pmxcfs only treats NNN.conf as a guest.
-    tmp = f"{directory}/.{name}.proxgpu-{journal_id}.tmp"
-    guest_lock = "-"
-    match = _GUEST.match(path)
-    if match and is_live:
-        kind, vmid = match.groups()
-        lock = (
-            f"/var/lock/qemu-server/lock-{vmid}.conf"
-            if kind == "qemu-server"
-            else f"/run/lock/lxc/pve-config-{vmid}.lock"
-        )
-        guest_lock = layout.on_host(lock)
-    return _Where(layout.on_host(path), tmp, guest_lock, path.startswith(_PVE))
-
-
-@dataclass(frozen=True)
-class _FileState:
-    kind: Literal["file", "absent", "other"]
-    sha256: str | None = None
-    mode: str | None = None
-    uid: int | None = None
-    gid: int | None = None
-    parent_exists: bool = True
-
-
-@dataclass(frozen=True)
-class _Probe:
-    locked: bool
-    owner: dict[str, str] | None
-    in_progress: list[str]
-    files: list[_FileState]
-    node: str = ""
-    pvesh: bool = False
-
-
-# --- running the scripts -------------------------------------------------------------------------
-
-
-def _script(
-    host: Host,
-    name: str,
-    script: str,
-    args: Sequence[str],
-    *,
-    payload: bytes = b"",
-    timeout: float = SCRIPT_TIMEOUT,
-) -> list[list[str]]:
-    result = host.run(["sh", "-c", script, "sh", *args], stdin=payload, timeout=timeout)
-    if not result.ok:
-        raise CommandError(host.name, [f"the {name} step"], result.returncode, result.stderr_text)
-    return [
-        line.split(" ")
-        for line in result.stdout.decode("utf-8", "replace").splitlines()
-        if line.startswith("#")
-    ]
-
-
-def _b64_line(data: bytes) -> bytes:
-    return base64.b64encode(data) + b"\n"
-
-
-def _sha(text: str | None) -> str | None:
-    return None if text is None else hashlib.sha256(text.encode()).hexdigest()
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _owner_text(lock_id: str, op: str) -> str:
-    return "\n".join(
-        [
-            f"id={lock_id}",
-            f"op={op}",
-            f"client={socket.gethostname()}",
-            f"pid={os.getpid()}",
-            f"user={getpass.getuser()}",
-            f"since={_now()}",
-        ]
-    )
-
-
-def _parse_owner(b64: str) -> dict[str, str]:
-    text = base64.b64decode(b64 or "").decode("utf-8", "replace")
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
-def _probe(
-    host: Host,
-    layout: _Layout,
-    paths: Sequence[str],
-    *,
-    lock_id: str | None,
-    op: str = "apply",
-    takeover: str = "",
-) -> _Probe:
-    """Read every file's state in one command, taking the host-wide lock when ``lock_id``."""
-    args = [
-        "lock" if lock_id else "read",
-        layout.lock,
-        _owner_text(lock_id or "", op),
-        takeover,
-        "1" if host.is_live else "0",
-        layout.journal_dir,
-        *paths,
-    ]
-    records = _script(host, "preflight", _PROBE, args)
-    words = {r[0] for r in records}
-    if "#notroot" in words:
-        raise NotRootError(host.name, "proxgpu must run as root to change this host")
-    owner = next((_parse_owner(r[1]) for r in records if r[0] in ("#locked", "#held")), None)
-    node = next((r[1] for r in records if r[0] == "#node" and len(r) > 1), "")
-    return _Probe(
-        locked="#lock" in words,
-        owner=owner,
-        in_progress=[r[1] for r in records if r[0] == "#inprogress"],
-        files=[_file_state(r[2:]) for r in records if r[0] == "#file"],
-        node=node.split(".")[0],  # Proxmox's node name is the hostname up to the first dot
-        pvesh="#pvesh" in words,
-    )
-
-
-def _read_files(host: Host, paths: Sequence[str]) -> list[bytes | None]:
-    """The bytes of each file (``None``: absent or not a regular file), in one command."""
-    records = _script(host, "read back", _READ_TEXTS, paths)
-    found: list[bytes | None] = [None] * len(paths)
-    for record in records:
-        if record[0] == "#text" and record[2] != "-":
-            found[int(record[1])] = base64.b64decode(record[2])
-    return found
-
-
-def _with_hashes(entry: JournalEntry, hashes: Mapping[str, str]) -> JournalEntry:
-    """``entry`` with the ``sha256_after`` of the files in ``hashes`` replaced."""
-    files = [
-        f.model_copy(update={"sha256_after": hashes[f.path]}) if f.path in hashes else f
-        for f in entry.files
-    ]
-    return entry.model_copy(update={"files": files})
-
-
-def _recognise(
-    host: Host, layout: _Layout, entry: JournalEntry, paths: Iterable[str]
-) -> JournalEntry:
-    """Read the VM configs in ``paths`` (one command) and take as ``entry``'s result each one that
-    says what the change set's ``after`` says, in whatever order Proxmox wrote it."""
-    wanted = sorted(set(paths))
-    planned = {f.path: f.after for f in entry.changeset.files}
-    hashes = {}
-    for path, data in zip(
-        wanted, _read_files(host, [layout.on_host(p) for p in wanted]), strict=True
-    ):
-        after = planned.get(path)
-        if data is None or after is None:
-            continue
-        try:
-            text = data.decode()
-        except UnicodeDecodeError:
-            continue
-        if same_config(text, after):
-            hashes[path] = hashlib.sha256(data).hexdigest()
-    return _with_hashes(entry, hashes)
-
-
-def _file_state(fields: list[str]) -> _FileState:
-    if fields[0] == "file":
-        sha, mode, uid, gid = fields[1:5]
-        return _FileState("file", sha, mode, int(uid), int(gid))
-    if fields[0] == "absent":
-        return _FileState("absent", parent_exists=fields[1] == "1")
-    return _FileState("other")
-
-
-def _finish(
-    host: Host, layout: _Layout, lock_id: str, entry: JournalEntry | None, release: bool
-) -> None:
-    payload = _b64_line(entry.model_dump_json(indent=2).encode()) if entry else b""
-    journal = layout.journal(entry.id) if entry else "-"
-    args = [journal, layout.lock, lock_id, "1" if release else "0"]
-    _script(host, "finish", _FINISH, args, payload=payload)
-
-
-def _release_quietly(host: Host, layout: _Layout, lock_id: str) -> None:
-    # Called on the way out of a failure: the host may be gone, and the lock then stays until
-    # a rollback or a reboot clears it; the original error is the one to report.
-    try:
-        _finish(host, layout, lock_id, None, release=True)
-    except ProxgpuError:
-        return
-
-
-def _lock_held_error(host: Host, layout: _Layout, owner: dict[str, str]) -> ConcurrentApplyError:
-    who = (
-        f"{owner.get('op', 'apply')} {owner.get('id', '?')} ({owner.get('user', '?')}@"
-        f"{owner.get('client', '?')} pid {owner.get('pid', '?')}, since {owner.get('since', '?')})"
-    )
-    return ConcurrentApplyError(
-        host.name,
-        f"{layout.lock} is held by {who}: wait for it to finish; if it was interrupted, run "
-        "`proxgpu rollback`, which recovers or releases it",
-        owner,
-    )
-
-
-def _is_stale(owner: dict[str, str]) -> bool:
-    """Whether the lock's owner is known to be gone: only decidable for this machine's processes."""
-    if owner.get("client") != socket.gethostname() or not owner.get("pid", "").isdigit():
-        return False
-    pid = int(owner["pid"])
-    if pid == os.getpid():
-        return owner.get("id") not in _ACTIVE
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 # --- preflight -----------------------------------------------------------------------------------
@@ -798,8 +307,23 @@ def _cas_failed(host: Host, path: str) -> FileChangedError:
 # --- apply ---------------------------------------------------------------------------------------
 
 
-def _quiet(step: str, message: str) -> None:
-    """The default progress callback: say nothing."""
+def _created_dirs(created: Iterable[tuple[str, _FileState]]) -> list[str]:
+    """The directories an apply makes for the files it creates: every missing ancestor, deepest
+    first (the order rollback removes them in).
+
+    >>> state = _FileState("absent", missing_dirs=2)
+    >>> _created_dirs([("/usr/local/sbin/x", state), ("/usr/local/sbin/y", state)])
+    ['/usr/local/sbin', '/usr/local']
+    """
+    dirs: set[str] = set()
+    for path, state in created:
+        directory = path
+        for _ in range(state.missing_dirs):
+            directory = directory.rpartition("/")[0]
+            if not directory:
+                break  # the host's root directory itself was missing
+            dirs.add(directory)
+    return _deepest_first(dirs)
 
 
 def apply_changes(
@@ -957,6 +481,12 @@ class _Apply:
                 updates[index] = {**update, "digest": config_digest(change.before)}
         return updates
 
+    def _pvesh_warnings(self) -> list[str]:
+        """What pvesh printed on stderr in calls that succeeded (a lock wait, a deprecation)."""
+        if self._api is None:
+            return []
+        return [f"pvesh warned: {line}" for line in pvesh_warnings(self._api)]
+
     def _api_note(self, indices: Sequence[int]) -> list[str]:
         paths = [self.changes[i].path for i in indices if i in self.updates]
         if not paths:
@@ -967,6 +497,7 @@ class _Apply:
         messages = ["dry run: nothing was written", *self._api_note(todo)]
         if probe.owner:
             messages.append(f"another {probe.owner.get('op', 'apply')} holds the lock right now")
+        messages += self._pvesh_warnings()
         return ApplyResult(
             host=self.host.name,
             changed=True,
@@ -1005,6 +536,7 @@ class _Apply:
                 f"{len(todo)} files written; journal entry {self.id}",
                 *self._api_note(todo),
                 *messages,
+                *self._pvesh_warnings(),
             ],
         )
 
@@ -1042,12 +574,8 @@ class _Apply:
             ]
             if change.after is not None and staged:
                 contents.append(_b64_line(change.after.encode()))
-        created = sorted(
-            {
-                f.path.rpartition("/")[0]
-                for f, i in zip(files, todo, strict=True)
-                if not states[i].parent_exists
-            }
+        created = _created_dirs(
+            (self.changes[i].path, states[i]) for i in todo if self.changes[i].after is not None
         )
         self.entry = JournalEntry(
             id=self.id,
@@ -1140,19 +668,20 @@ class _Apply:
         self.entry = _with_hashes(self.entry, hashes)
 
     def _post_actions(self) -> list[str]:
-        post = [a for a in self.changeset.actions if a.kind == "post"]
         if not self.host.is_live:
-            return [f"listed, not run (a directory tree): {' '.join(a.argv)}" for a in post]
-        for action in post:
+            return [
+                f"listed, not run (a directory tree): {' '.join(a.argv)}"
+                for a in self.changeset.actions
+            ]
+        for action in self.changeset.actions:
             self.say("action", " ".join(action.argv))
             self.host.check(action.argv, timeout=self.action_timeout)
             self.actions_run.append(action.argv)
         return []
 
     def _live(self, live: bool) -> list[str]:
-        live_actions = [a for a in self.changeset.actions if a.kind == "live"]
         if not live:
-            return [f"live step not run (no --live): {' '.join(a.argv)}" for a in live_actions]
+            return []
         assert self.plan is not None  # apply_changes refuses live without a plan
         functions = live_rebind.vfio_functions(self.plan)
         if not functions:
@@ -1161,12 +690,12 @@ class _Apply:
             return [
                 f"listed, not run (a directory tree): rebind {', '.join(functions)} to vfio-pci"
             ]
+        # Preflight checked too, but the post-actions ran since (minutes, for an initramfs): a
+        # process that opened a GPU meanwhile would block the unbind in the kernel forever.
+        self.say("busy", "checking again that no process holds the GPUs that move")
+        live_rebind.check_not_busy(self.host, functions)
         self.say("live", f"binding {len(functions)} functions to vfio-pci")
         self.bindings = live_rebind.bind_to_vfio(self.host, functions)
-        for action in live_actions:
-            self.say("live", " ".join(action.argv))
-            self.host.check(action.argv, timeout=self.action_timeout)
-            self.actions_run.append(action.argv)
         return [f"bound to vfio-pci now: {', '.join(b.address for b in self.bindings)}"]
 
     def _record(self, status: Status, message: str) -> None:
@@ -1201,8 +730,10 @@ class _Apply:
             self._record(status, f"{what}; {outcome}")
         except ProxgpuError as record_exc:
             outcome += f" (the journal could not be updated: {_describe(record_exc)})"
-        if isinstance(exc, PreflightError) and not problems:
-            return exc  # refused at the last moment: nothing of the apply is left on the host
+        if isinstance(exc, PreflightError) and not problems and not self.actions_run:
+            # Refused at the last moment, before any post-action ran: nothing of the apply is
+            # left on the host.
+            return exc
         return ApplyError(
             self.host.name, f"apply {self.id} failed: {what}; {outcome}", self.id, not problems
         )
@@ -1236,342 +767,13 @@ class _Apply:
         return f"; re-ran {len(self.actions_run)} post-actions" if self.actions_run else ""
 
 
-def _mode_and_umask(wanted: int | None, current: str | None, where: _Where) -> tuple[str, str]:
-    """The mode to chmod a new temp file to, and the umask to create it under.
-
-    pmxcfs refuses a chmod to anything but its own 0640, so in /etc/pve the mode comes from the
-    umask alone (pmxcfs ignores it; a tree copy keeps the file's mode). Elsewhere the file is
-    created private and then given its mode, which may carry bits no umask can give (0755).
-    """
-    mode = wanted if wanted is not None else int(current or ("640" if where.in_pve else "644"), 8)
-    if where.in_pve:
-        return "-", f"{0o777 & ~mode:03o}"
-    return f"{mode:o}", "077"
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ProxgpuError):
-        return getattr(exc, "detail", str(exc))
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
-    return f"{type(exc).__name__}: {exc}"
-
-
-# --- restore, rollback, history ------------------------------------------------------------------
-
-_RESTORE_OUTCOMES = {
-    10: "already as before",
-    11: "changed by someone else since the apply; left alone",
-    12: "its backup is damaged; left alone",
-    13: "could not be written back",
-    75: "Proxmox held the guest's config lock for 10 s; left alone",
-}
-
-
-def _restore(
-    host: Host,
-    layout: _Layout,
-    entry: JournalEntry,
-    *,
-    force: bool,
-    keep: frozenset[str] = frozenset(),
-) -> tuple[list[str], list[str]]:
-    """Put back ``entry``'s files in one command; return (paths restored, problems).
-
-    Files in ``keep`` were never written: only their temp files are removed.
-    """
-    args = [str(len(entry.files))]
-    for f in entry.files:
-        only_if = "any" if force else (f.sha256_after or "-")
-        where = _where(layout, f.path, entry.id, host.is_live)
-        args += [
-            where.path,
-            where.tmp,
-            f"{layout.backups(entry.id)}/{f.backup}" if f.backup else "-",
-            f.sha256_before or "-",
-            *_mode_and_umask(None, f.mode, where),
-            f"{f.uid}:{f.gid}" if f.existed and not where.in_pve else "-",
-            "keep" if f.path in keep else only_if,
-            where.guest_lock,
-        ]
-    args += [layout.on_host(d) for d in sorted(entry.created_dirs, reverse=True)]
-    records = _script(host, "restore", _RESTORE, args)
-    restored, problems = [], []
-    for _, index, rc in (r for r in records if r[0] == "#rc"):
-        path, code = entry.files[int(index)].path, int(rc)
-        if code == 0:
-            restored.append(path)
-        elif code != 10:
-            problems.append(f"{path}: {_RESTORE_OUTCOMES.get(code, f'failed ({code})')}")
-    if not records or records[-1] != ["#end"]:
-        problems.append("the restore step stopped before the end")
-    return restored, problems
-
-
-def history(host: Host) -> list[JournalEntry]:
-    """Every journal entry on ``host``, oldest first, in one command.
-
-    >>> from proxgpu.hosts import DirectoryHost
-    >>> history(DirectoryHost("examples/hosts/ct200"))
-    []
-
-    :raises JournalError: when an entry cannot be read.
-    """
-    layout = _Layout.of(host)
-    records = _script(host, "journal", _READ_JOURNAL, [layout.journal_dir])
-    entries = []
-    for _, journal_id, b64 in (r for r in records if r[0] == "#entry"):
-        try:
-            entries.append(JournalEntry.model_validate_json(base64.b64decode(b64)))
-        except (ValidationError, ValueError) as exc:
-            raise JournalError(host.name, layout.journal(journal_id), f"unreadable: {exc}") from exc
-    return sorted(entries, key=lambda e: e.id)
-
-
-def _choose(host: Host, entries: list[JournalEntry], to: str | None) -> JournalEntry | None:
-    if to is None:
-        candidates = [e for e in entries if e.status in ("applied", "in-progress")]
-        return candidates[-1] if candidates else None
-    entry = next((e for e in entries if e.id == to), None)
-    if entry is None:
-        path = _Layout.of(host).journal(to)
-        raise JournalError(host.name, path, "no such journal entry (see `proxgpu history`)")
-    if entry.status == "rolled-back":
-        raise RollbackError(host.name, f"journal entry {to} was already rolled back")
-    if entry.status == "failed":
-        raise RollbackError(
-            host.name, f"journal entry {to} failed and was restored then; nothing to roll back"
-        )
-    return entry
-
-
-def rollback(
-    host: Host,
-    to: str | None = None,
-    *,
-    run_actions: bool = True,
-    force: bool = False,
-    live: bool = False,
-    break_lock: bool = False,
-    progress: Progress | None = None,
-    action_timeout: float = ACTION_TIMEOUT,
-) -> RollbackResult:
-    """Restore the files of journal entry ``to`` (default: the latest applied or unfinished one)
-    byte for byte, remove the files it created, and re-run its post-actions.
-
-    Refuses when a file changed since the apply, unless ``force``. An entry left in progress by a
-    dropped connection is recovered here, taking over the lock it left behind when that apply ran
-    from this machine and is gone (``break_lock`` takes over any lock). ``live`` also returns
-    the functions the apply rebound at runtime to their drivers.
-
-    :raises RollbackError: when there is nothing to roll back or a step failed.
-    :raises FileChangedError: when a file changed since the apply and ``force`` is not given.
-    :raises ConcurrentApplyError: when another apply or rollback holds the lock.
-    """
-    say = progress or _quiet
-    entries = history(host)
-    entry = _choose(host, entries, to)
-    layout = _Layout.of(host)
-    lock_id = new_journal_id()
-    paths = [layout.on_host(f.path) for f in entry.files] if entry else []
-    _ACTIVE.add(lock_id)
-    locked = False
-    try:
-        say("lock", f"taking the lock on {host.name}")
-        probe, stale = _lock_for_rollback(host, layout, paths, lock_id, break_lock)
-        locked = True
-        known = {e.id for e in entries}
-        if stale is not None and to is None and stale.get("id") not in known:
-            return RollbackResult(
-                host=host.name,
-                journal_id=None,
-                messages=[
-                    f"released the lock left by {stale.get('op')} {stale.get('id')}, "
-                    "which had written nothing"
-                ],
-            )
-        if entry is None:
-            raise RollbackError(host.name, "nothing to roll back: no applied journal entry")
-        if not force:
-            entry = _recognise_api_writes(host, layout, entry, probe.files)
-            _check_rollback_files(host, entry, probe.files)
-        result = _Rollback(host, layout, entry, say, action_timeout).run(run_actions, live, force)
-        _finish(host, layout, lock_id, result[1], release=True)
-        locked = False
-        return result[0]
-    finally:
-        _ACTIVE.discard(lock_id)
-        if locked:
-            _release_quietly(host, layout, lock_id)
-
-
-def _lock_for_rollback(
-    host: Host, layout: _Layout, paths: list[str], lock_id: str, break_lock: bool
-) -> tuple[_Probe, dict[str, str] | None]:
-    probe = _probe(host, layout, paths, lock_id=lock_id, op="rollback")
-    if probe.locked:
-        return probe, None
-    owner = probe.owner or {}
-    if not (break_lock or _is_stale(owner)):
-        raise _lock_held_error(host, layout, owner)
-    probe = _probe(
-        host, layout, paths, lock_id=lock_id, op="rollback", takeover=owner.get("id", "")
-    )
-    if not probe.locked:
-        raise _lock_held_error(host, layout, probe.owner or {})
-    return probe, owner
-
-
-def _recognise_api_writes(
-    host: Host, layout: _Layout, entry: JournalEntry, states: list[_FileState]
-) -> JournalEntry:
-    """Recognise the VM configs an unfinished apply wrote through the API but never read back."""
-    paths = [
-        f.path
-        for f, state in zip(entry.files, states, strict=True)
-        if f.via == "api"
-        and state.kind == "file"
-        and state.sha256 not in (f.sha256_after, f.sha256_before)
-    ]
-    return _recognise(host, layout, entry, paths) if paths else entry
-
-
-def _check_rollback_files(host: Host, entry: JournalEntry, states: list[_FileState]) -> None:
-    for f, state in zip(entry.files, states, strict=True):
-        if state.kind == "other" or state.sha256 not in (f.sha256_after, f.sha256_before):
-            raise FileChangedError(
-                host.name,
-                f.path,
-                f"changed since apply {entry.id} wrote it; look at it, then roll back with force "
-                "to overwrite it with the backup",
-            )
-
-
-class _Rollback:
-    def __init__(
-        self, host: Host, layout: _Layout, entry: JournalEntry, say: Progress, timeout: float
-    ) -> None:
-        self.host = host
-        self.layout = layout
-        self.entry = entry
-        self.say = say
-        self.timeout = timeout
-
-    def run(
-        self, run_actions: bool, live: bool, force: bool
-    ) -> tuple[RollbackResult, JournalEntry]:
-        messages: list[str] = []
-        bindings: list[Binding] = []
-        if live and self.entry.live and self.host.is_live:
-            self.say("live", "returning the rebound functions to their drivers")
-            moved = [b for b in self.entry.live if b.moved]
-            live_rebind.check_not_busy(self.host, [b.address for b in moved])
-            bindings = live_rebind.restore_drivers(self.host, moved)
-        self.say("restore", f"restoring {len(self.entry.files)} files of {self.entry.id}")
-        restored, problems = _restore(self.host, self.layout, self.entry, force=force)
-        if problems:
-            raise RollbackError(
-                self.host.name, f"rollback of {self.entry.id} incomplete: {'; '.join(problems)}"
-            )
-        actions_run = self._actions(run_actions, messages)
-        entry = self.entry.model_copy(
-            update={"status": "rolled-back", "finished": _now(), "message": "rolled back"}
-        )
-        result = RollbackResult(
-            host=self.host.name,
-            journal_id=self.entry.id,
-            files=restored,
-            actions_run=actions_run,
-            live=bindings,
-            messages=[
-                f"{len(restored)} files restored from journal entry {self.entry.id}",
-                *messages,
-            ],
-        )
-        return result, entry
-
-    def _actions(self, run_actions: bool, messages: list[str]) -> list[list[str]]:
-        post = [a for a in self.entry.changeset.actions if a.kind == "post"]
-        if not (run_actions and self.host.is_live):
-            messages += [f"listed, not run: {' '.join(a.argv)}" for a in post]
-            return []
-        ran = []
-        for action in post:
-            self.say("action", " ".join(action.argv))
-            self.host.check(action.argv, timeout=self.timeout)
-            ran.append(action.argv)
-        return ran
-
-
-# --- verify --------------------------------------------------------------------------------------
-
-
-def verify(
-    host: Host, target: JournalEntry | Plan, *, inventory: Inventory | None = None
-) -> VerifyReport:
-    """Compare the host with an applied journal entry (its files and plan) or with a plan alone.
-
-    Drivers come from a fresh inspection (``inventory`` replaces it when given): each function of
-    a vfio group must be on vfio-pci, each GPU of the host group on the group's driver. An entry's
-    files must hold what the apply wrote (or, rolled back, what was there before).
-
-    :raises HostUnreachableError: when the host cannot be read.
-    """
-    plan = target if isinstance(target, Plan) else target.plan
-    drift: list[str] = []
-    if isinstance(target, JournalEntry):
-        drift += _file_drift(host, target)
-    if plan is not None and (isinstance(target, Plan) or target.status == "applied"):
-        note = ""
-        if (
-            isinstance(target, JournalEntry)
-            and target.changeset.reboot_required
-            and not target.live
-        ):
-            note = f" (apply {target.id} takes effect after a reboot)"
-        current = inventory or inspect(host)
-        drift += [line + note for line in _driver_drift(current, plan)]
-    return VerifyReport(host=host.name, drifted=bool(drift), drift=drift)
-
-
-def _file_drift(host: Host, entry: JournalEntry) -> list[str]:
-    if entry.status == "in-progress":
-        return [f"journal entry {entry.id} is still in progress: run `proxgpu rollback`"]
-    layout = _Layout.of(host)
-    paths = [layout.on_host(f.path) for f in entry.files]
-    states = _probe(host, layout, paths, lock_id=None).files
-    wrote = entry.status == "applied"
-    lines = []
-    for f, state in zip(entry.files, states, strict=True):
-        want = f.sha256_after if wrote else f.sha256_before
-        if state.sha256 == want and state.kind != "other":
-            continue
-        if want is None:
-            lines.append(f"{f.path}: exists, but apply {entry.id} left it absent")
-        elif state.kind == "absent":
-            lines.append(f"{f.path}: missing, but apply {entry.id} left it in place")
-        else:
-            lines.append(f"{f.path}: differs from what apply {entry.id} left there")
-    return lines
-
-
-def _driver_drift(inventory: Inventory, plan: Plan) -> list[str]:
-    drivers = {
-        f.address: f.driver
-        for gpu in inventory.gpus
-        for f in (*gpu.function_info, *gpu.iommu_group_peers)
-    }
-    lines = []
-    for group in plan.groups:
-        for function in group.functions:
-            if function not in drivers:
-                lines.append(f"{function}: not found on the host")
-                continue
-            have = drivers[function] or "no driver"
-            if group.role == "vfio" or function in group.gpus:
-                want = VFIO_DRIVER if group.role == "vfio" else group.driver
-                if have != want:
-                    lines.append(f"{function}: bound to {have}, the plan says {want}")
-            elif have == VFIO_DRIVER:
-                lines.append(f"{function}: bound to vfio-pci, the plan keeps it on the host")
-    return lines
+__all__ = [
+    "ACTION_TIMEOUT",
+    "ApplyResult",
+    "JournalEntry",
+    "Progress",
+    "apply_changes",
+    "history",
+    "rollback",
+    "verify",
+]

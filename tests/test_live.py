@@ -20,6 +20,7 @@ import pytest
 
 from proxgpu.errors import ApplyError, DeviceBusyError, LiveRebindError
 from proxgpu.hosts import DirectoryHost, LocalHost
+from proxgpu.journal import history, rollback, verify
 from proxgpu.live import (
     Binding,
     bind_to_vfio,
@@ -28,7 +29,7 @@ from proxgpu.live import (
     restore_drivers,
     vfio_functions,
 )
-from proxgpu.transaction import apply_changes, history, rollback, verify
+from proxgpu.transaction import apply_changes
 from tests.support.standins import fake_pvesh, fake_tool, on_path
 from tests.test_transaction import changeset, ct200_plan, snapshot
 
@@ -280,6 +281,36 @@ def test_live_apply_refuses_a_busy_gpu_before_writing(
         apply_changes(host, changeset(root), plan=ct200_plan(root), live=True)
     assert snapshot(root, KERNEL) == original and history(host) == []
     assert kernel.probed == []
+
+
+def test_a_gpu_opened_while_the_post_actions_ran_stops_the_live_rebind(
+    root: Path, bin_dir: Path, kernel: FakeKernel
+) -> None:
+    # Preflight finds the GPUs idle; by the time the post-actions are done (minutes for an
+    # initramfs rebuild) a process has opened one: unbinding it now would block the kernel.
+    host = LocalHost(str(root))
+    original = snapshot(root, KERNEL)
+    with contextlib.ExitStack() as stack:
+
+        def open_a_gpu(step: str, message: str) -> None:
+            if step == "action":
+                stack.enter_context(held_open(root / "dev/nvidia4"))
+
+        with pytest.raises(ApplyError, match="every file was restored") as err:
+            apply_changes(
+                host,
+                changeset(root, actions=[["true"]]),
+                plan=ct200_plan(root),
+                live=True,
+                progress=open_a_gpu,
+            )
+    assert isinstance(err.value.__cause__, DeviceBusyError)
+    assert f"{GPU} (nvidia): {root}/dev/nvidia4 is held by pid {os.getpid()}" in str(err.value)
+    assert kernel.probed == [], "nothing was unbound"
+    assert {a: driver(root, a) for a in NODE1} == NODE1
+    assert snapshot(root, KERNEL) == original
+    [entry] = history(host)
+    assert entry.status == "failed" and entry.live == []
 
 
 def test_a_failed_live_rebind_restores_the_files(

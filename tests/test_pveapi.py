@@ -9,7 +9,6 @@ script of ``tests/test_transaction.py`` on PATH for a LocalHost rooted at a copy
 from __future__ import annotations
 
 import inspect
-import os
 import shlex
 from pathlib import Path
 
@@ -17,15 +16,14 @@ import pytest
 from proxmoxer.backends.command_base import CommandBaseSession
 
 from proxgpu.hosts import CommandResult, Host, LocalHost, command_line
-from proxgpu.inventory import Inventory
 from proxgpu.pveapi import (
     HostSession,
     PveApiError,
     config_digest,
     config_update,
     guest_status,
-    node_name,
     proxmox_api,
+    pvesh_warnings,
     same_config,
 )
 from tests.conftest import copy_example
@@ -103,6 +101,9 @@ def test_a_warning_on_stderr_does_not_turn_success_into_an_error() -> None:
         "trying to acquire lock...",
         "OK",
     ]
+    host.answers.append((0, b'{"status":"stopped"}\n', b"trying to acquire lock...\nOK\n"))
+    guest_status(api, "pve1", "lxc", 200)
+    assert pvesh_warnings(api) == ["trying to acquire lock...", "OK"], "each line once"
 
 
 def test_an_api_error_is_one_line_naming_the_host_and_the_path() -> None:
@@ -133,14 +134,6 @@ def test_a_failure_without_a_status_line_is_still_a_failure(
 ) -> None:
     with pytest.raises(PveApiError, match=f"GET /nodes/pve1/qemu/300/status/current: {detail}$"):
         guest_status(proxmox_api(Canned(answer)), "pve1", "qemu", 300)
-
-
-def test_the_node_name_is_the_hostname_up_to_the_first_dot() -> None:
-    host = LocalHost()
-    assert node_name(host) == os.uname().nodename.split(".")[0]
-    assert host.commands_run == 1
-    inventory = Inventory(source="t", hostname="pve1.example.org")
-    assert node_name(Canned(), inventory) == "pve1", "no command when the inventory knows"
 
 
 def test_config_update_sets_what_changed_and_deletes_what_went() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.changes import Action, ChangeSet, FileChange
 from proxgpu.cli import main
 from proxgpu.errors import (
     AuthenticationError,
@@ -17,6 +18,7 @@ from proxgpu.errors import (
 from proxgpu.hosts import DirectoryHost, LocalHost
 from proxgpu.inspection import inspect
 from proxgpu.ssh import SSHHost, SSHOptions
+from proxgpu.transaction import apply_changes
 from tests.conftest import EXAMPLES
 from tests.support.sshd import Sshd, free_port
 
@@ -231,3 +233,19 @@ def test_a_failed_jump_never_leaves_the_jump_host_as_the_target(sshd: Sshd, tmp_
         with pytest.raises(HostUnreachableError, match="jump host cannot reach"):
             host.run(["hostname"])
     assert host._clients == []
+
+
+def test_a_remote_tree_is_not_the_live_host(sshd: Sshd, tmp_path: Path) -> None:
+    """`--host H --root DIR` writes files into DIR and runs no action on H itself."""
+    root = tmp_path / "image"
+    (root / "etc").mkdir(parents=True)
+    changes = ChangeSet(
+        host="h",
+        files=[FileChange(path="/etc/x.conf", before=None, after="x\n", mode=0o644)],
+        actions=[Action(argv=["touch", str(tmp_path / "ran")], why="must not run")],
+    )
+    with SSHHost(sshd.target, options(sshd, tmp_path), root=str(root)) as host:
+        assert not host.is_live
+        result = apply_changes(host, changes)
+    assert (root / "etc/x.conf").read_text() == "x\n"
+    assert result.actions_run == [] and not (tmp_path / "ran").exists()

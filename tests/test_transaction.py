@@ -46,18 +46,12 @@ from proxgpu.errors import (
 from proxgpu.hosts import DirectoryHost, Host, LocalHost
 from proxgpu.inspection import inspect
 from proxgpu.inventory import Inventory
+from proxgpu.journal import JournalEntry, history, new_journal_id, rollback, verify
 from proxgpu.planning import Plan, SplitPolicy, plan_split
 from proxgpu.pveapi import config_digest, same_config
 from proxgpu.rendering import render
 from proxgpu.ssh import SSHHost, SSHOptions
-from proxgpu.transaction import (
-    JournalEntry,
-    apply_changes,
-    history,
-    new_journal_id,
-    rollback,
-    verify,
-)
+from proxgpu.transaction import apply_changes
 from tests.support.sshd import Sshd
 from tests.support.standins import fake_pvesh, fake_tool, on_path, pvesh_calls
 
@@ -185,11 +179,15 @@ def ssh_options(sshd: Sshd, tmp_path: Path) -> SSHOptions:
 
 @pytest.fixture
 def ssh_host(sshd: Sshd, tmp_path: Path, root: Path) -> Iterator[Callable[[], SSHHost]]:
-    """Opens SSH connections to 127.0.0.1 whose root is the tree; closes them afterwards."""
+    """Opens SSH connections to 127.0.0.1 whose root is the tree; closes them afterwards.
+
+    A remote tree is not a live host; ``live=True`` makes it one so that these tests drive the
+    live path (locks, post-actions) into the scratch tree instead of this machine's /.
+    """
     opened: list[SSHHost] = []
 
     def connect() -> SSHHost:
-        opened.append(SSHHost(sshd.target, ssh_options(sshd, tmp_path), root=str(root)))
+        opened.append(SSHHost(sshd.target, ssh_options(sshd, tmp_path), root=str(root), live=True))
         return opened[-1]
 
     yield connect
@@ -396,6 +394,20 @@ def test_proxmox_own_config_lock_is_waited_for(root: Path, live_host: LocalHost)
     assert time.monotonic() - started >= 1.0, "the rename waited for Proxmox's lock"
 
 
+def test_rollback_waits_for_proxmox_own_config_lock_too(root: Path, live_host: LocalHost) -> None:
+    original = snapshot(root)
+    apply_changes(live_host, changeset(root))
+    lock = root / "run/lock/lxc/pve-config-200.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = lock.open("a")
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    threading.Timer(1.0, holder.close).start()
+    started = time.monotonic()
+    assert LXC in rollback(live_host).files
+    assert time.monotonic() - started >= 1.0, "the restore waited for Proxmox's lock"
+    assert snapshot(root) == original
+
+
 def test_without_pvesh_guests_cannot_be_checked_so_apply_refuses_unless_told(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -594,6 +606,26 @@ def test_a_vm_config_goes_through_the_api_and_a_container_config_as_a_file(
     assert len(set_calls(bin_dir)) == 1
     assert rollback(live_host).files
     assert snapshot(root) == original, "the VM config is restored byte for byte"
+
+
+def test_what_pvesh_warns_about_is_shown_once(
+    root: Path, bin_dir: Path, live_host: LocalHost
+) -> None:
+    # pvesh prints a line on stderr while it waits for a guest's lock, and succeeds.
+    (bin_dir / "pvesh").rename(bin_dir / "pvesh-stand-in")
+    fake_tool(
+        bin_dir,
+        "pvesh",
+        'echo "trying to acquire lock..." >&2\nexec "${0%/*}/pvesh-stand-in" "$@"\n',
+    )
+    result = apply_changes(live_host, changeset(root))
+    assert len(pvesh_calls(bin_dir)) == 3, "two guest statuses and one PUT, each warned"
+    assert [m for m in result.messages if m.startswith("pvesh")] == [
+        "pvesh warned: trying to acquire lock..."
+    ]
+    rollback(live_host)
+    dry = apply_changes(live_host, changeset(root), dry_run=True)
+    assert dry.messages[-1] == "pvesh warned: trying to acquire lock..."
 
 
 def test_a_directory_tree_writes_vm_configs_as_files(root: Path, bin_dir: Path) -> None:

@@ -1,0 +1,275 @@
+"""The journal and what reads it: verify against the entries an apply wrote, the directories a
+rollback removes, journals written by earlier versions, and the shell the scripts share.
+
+The hosts are copies of ``examples/hosts/ct200`` written through a :class:`DirectoryHost`, as in
+``tests/test_transaction.py``, whose helpers these tests reuse.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from proxgpu import journal, transaction
+from proxgpu.changes import Action, ChangeSet, FileChange
+from proxgpu.errors import ApplyError
+from proxgpu.hosts import DirectoryHost, LocalHost
+from proxgpu.journal import JournalEntry, history, rollback, verify
+from proxgpu.transaction import apply_changes
+from tests.test_transaction import LXC, VFIO_CONF, VM, changeset, snapshot, text
+
+INITRAMFS_HOOK = "/etc/initramfs-tools/hooks/proxgpu"  # neither directory is in ct200
+BIND_SCRIPT = "/usr/local/sbin/proxgpu-vfio-bind"  # ct200 has /usr, not /usr/local
+PCI_CFG = "/etc/pve/mapping/pci.cfg"
+CMDLINE = "/etc/kernel/cmdline"
+GRUB = "/etc/default/grub"
+OUR_MAP = "map id=10de:2bb5,iommugroup=60,node=ct200,path=0000:81:00.0"
+
+
+def edit(root: Path, path: str, old: str, new: str) -> None:
+    """Replace ``old`` (which must be there) with ``new`` in a file of the tree."""
+    target = root / path.lstrip("/")
+    content = target.read_text()
+    assert old in content
+    target.write_text(content.replace(old, new, 1))
+
+
+def applied(root: Path, cs: ChangeSet) -> tuple[DirectoryHost, JournalEntry]:
+    host = DirectoryHost(str(root))
+    apply_changes(host, cs)
+    [entry] = history(host)
+    assert not verify(host, entry).drifted
+    return host, entry
+
+
+# --- verify: the files proxgpu only edits --------------------------------------------------------
+
+
+def test_verify_ignores_edits_to_what_the_apply_did_not_change_in_guest_configs(
+    root: Path,
+) -> None:
+    host, entry = applied(root, changeset(root))
+    # What Proxmox and the admin do to a guest afterwards: a snapshot, `qm set --tags`, more
+    # memory, a new description, a raw lxc key of their own.
+    edit(root, VM, "memory: 262144\n", "memory: 131072\ntags: gpu\n")
+    edit(root, VM, "#Training VM", "#Edited in the GUI\n#Training VM")
+    vm = root / VM.lstrip("/")
+    vm.write_text(vm.read_text() + "\n[before-upgrade]\nmemory: 262144\nsnaptime: 1760000000\n")
+    edit(root, LXC, "cores: 64\n", "cores: 32\n")
+    edit(root, LXC, "swap: 0\n", "swap: 0\nlxc.apparmor.profile: unconfined\n")
+    assert verify(host, entry).drift == []
+
+
+def test_verify_names_the_entry_and_the_file_when_what_the_apply_set_changed(root: Path) -> None:
+    host, entry = applied(root, changeset(root))
+    edit(root, VM, "hostpci0: 0000:81:00,pcie=1\n", "hostpci0: 0000:91:00,pcie=1\n")
+    edit(root, LXC, "lxc.cgroup2.cpuset.cpus: 0-31\n", "")
+    assert verify(host, entry).drift == [
+        f'{LXC}: "lxc.cgroup2.cpuset.cpus: 0-31" is gone, but apply {entry.id} put it there',
+        f'{VM}: hostpci0 is now "0000:91:00,pcie=1", but apply {entry.id} set "0000:81:00,pcie=1"',
+    ]
+    edit(root, VM, "hostpci0: 0000:91:00,pcie=1\n", "")
+    assert verify(host, entry).drift[1] == (
+        f'{VM}: "hostpci0: 0000:81:00,pcie=1" is gone, but apply {entry.id} put it there'
+    )
+
+
+def test_verify_checks_the_entries_an_apply_removed_stay_removed(root: Path) -> None:
+    lxc = text(root, LXC)
+    assert lxc is not None
+    gone = "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+    cs = ChangeSet(
+        host="ct200",
+        files=[
+            FileChange(path=LXC, before=lxc, after=lxc.replace(gone, "").replace("onboot: 1\n", ""))
+        ],
+    )
+    host, entry = applied(root, cs)
+    edit(root, LXC, "swap: 0\n", f"swap: 0\nonboot: 0\n{gone}")
+    assert verify(host, entry).drift == [
+        f'{LXC}: "lxc.cgroup2.devices.allow: c 195:* rwm" is back, but apply {entry.id} removed it',
+        f'{LXC}: "onboot: 0" is back, but apply {entry.id} removed it',
+    ]
+
+
+def test_verify_after_rollback_checks_only_what_the_rollback_put_back(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    apply_changes(host, changeset(root))
+    rollback(host)
+    [entry] = history(host)
+    edit(root, VM, "memory: 262144\n", "memory: 131072\n")
+    assert verify(host, entry).drift == []
+    edit(root, VM, "memory: 131072\n", "memory: 131072\nhostpci0: 0000:81:00,pcie=1\n")
+    assert verify(host, entry).drift == [
+        f'{VM}: "hostpci0: 0000:81:00,pcie=1" is back, but the rollback of {entry.id} removed it'
+    ]
+
+
+def test_verify_compares_the_pci_mapping_line_by_line_within_each_id(root: Path) -> None:
+    ours = f"gpu-node1\n\t{OUR_MAP}\n"
+    host, entry = applied(
+        root, ChangeSet(host="ct200", files=[FileChange(path=PCI_CFG, before=None, after=ours)])
+    )
+    # Mappings are cluster-wide: another node adds its own map line, someone another mapping.
+    other_node = "\tmap id=10de:2bb5,iommugroup=12,node=pve2,path=0000:41:00.0\n"
+    edit(
+        root,
+        PCI_CFG,
+        ours,
+        f"{ours}{other_node}\nnic\n\tmap id=8086:1572,node=ct200,path=0000:c1:00.0\n",
+    )
+    assert verify(host, entry).drift == []
+    edit(root, PCI_CFG, f"\t{OUR_MAP}\n", "")
+    assert verify(host, entry).drift == [
+        f'{PCI_CFG}: mapping gpu-node1: "{OUR_MAP}" is gone, but apply {entry.id} put it there'
+    ]
+    edit(root, PCI_CFG, f"gpu-node1\n{other_node}\n", "")
+    assert verify(host, entry).drift == [
+        f"{PCI_CFG}: mapping gpu-node1 is gone, but apply {entry.id} put it there"
+    ]
+
+
+def test_verify_checks_only_the_kernel_parameters_the_apply_added(root: Path) -> None:
+    cmdline = text(root, CMDLINE)
+    assert cmdline == "root=ZFS=rpool/ROOT/pve-1 boot=zfs iommu=pt\n"
+    grub = (
+        'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
+        'GRUB_CMDLINE_LINUX=""\n'
+    )
+    (root / GRUB.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+    (root / GRUB.lstrip("/")).write_text(grub)
+    cs = ChangeSet(
+        host="ct200",
+        files=[
+            FileChange(
+                path=CMDLINE, before=cmdline, after=cmdline.replace("=pt", "=pt intel_iommu=on")
+            ),
+            FileChange(
+                path=GRUB,
+                before=grub,
+                after=grub.replace('"quiet"', '"quiet intel_iommu=on iommu=pt"'),
+            ),
+        ],
+    )
+    host, entry = applied(root, cs)
+    # Other parameters come and go; iommu=pt was on the systemd-boot line before the apply.
+    (root / CMDLINE.lstrip("/")).write_text("root=ZFS=rpool/ROOT/pve-1 intel_iommu=on quiet\n")
+    edit(root, GRUB, "GRUB_TIMEOUT=5", "GRUB_TIMEOUT=1")
+    edit(root, GRUB, 'LINUX_DEFAULT="quiet intel_iommu=on iommu=pt"', 'LINUX_DEFAULT="iommu=pt"')
+    edit(root, GRUB, 'GRUB_CMDLINE_LINUX=""', 'GRUB_CMDLINE_LINUX="intel_iommu=on"')
+    assert verify(host, entry).drift == []
+    (root / CMDLINE.lstrip("/")).write_text("root=ZFS=rpool/ROOT/pve-1 quiet\n")
+    edit(root, GRUB, 'LINUX_DEFAULT="iommu=pt"', 'LINUX_DEFAULT=""')
+    assert verify(host, entry).drift == [
+        f'{CMDLINE}: kernel parameter "intel_iommu=on" is gone, but apply {entry.id} put it there',
+        f'{GRUB}: kernel parameter "iommu=pt" is gone, but apply {entry.id} put it there',
+    ]
+
+
+def test_verify_compares_the_files_proxgpu_owns_byte_for_byte(root: Path) -> None:
+    host, entry = applied(root, changeset(root))
+    target = root / VFIO_CONF.lstrip("/")
+    target.write_text(target.read_text() + "# a comment\n")
+    assert verify(host, entry).drift == [
+        f"{VFIO_CONF}: differs from what apply {entry.id} left there"
+    ]
+
+
+def test_verify_reads_the_edited_files_in_one_more_command_only_when_needed(root: Path) -> None:
+    host, entry = applied(root, changeset(root))
+    before = host.commands_run
+    verify(host, entry)
+    assert host.commands_run == before + 1, "every hash matches: nothing to read"
+    edit(root, VM, "memory: 262144\n", "memory: 131072\n")
+    edit(root, LXC, "cores: 64\n", "cores: 32\n")
+    before = host.commands_run
+    verify(host, entry)
+    assert host.commands_run == before + 2, "one more command reads both configs"
+
+
+# --- rollback: directories -----------------------------------------------------------------------
+
+
+def new_directories(root: Path) -> ChangeSet:
+    """Creates two files whose directories ct200 lacks, two levels deep each."""
+    return ChangeSet(
+        host="ct200",
+        files=[
+            FileChange(path=INITRAMFS_HOOK, before=None, after="#!/bin/sh\n", mode=0o755),
+            FileChange(path=BIND_SCRIPT, before=None, after="#!/bin/sh\n", mode=0o755),
+        ],
+    )
+
+
+def test_rollback_removes_every_directory_the_apply_created(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    original = snapshot(root)
+    apply_changes(host, new_directories(root))
+    [entry] = history(host)
+    assert entry.created_dirs == [
+        "/etc/initramfs-tools/hooks",
+        "/usr/local/sbin",
+        "/etc/initramfs-tools",
+        "/usr/local",
+    ]
+    rollback(host)
+    assert snapshot(root) == original
+    assert not (root / "etc/initramfs-tools").exists() and not (root / "usr/local").exists()
+
+
+def test_rollback_keeps_a_created_directory_someone_has_since_used(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    apply_changes(host, new_directories(root))
+    (root / "usr/local/bin").mkdir()
+    (root / "usr/local/bin/tool").write_text("mine\n")
+    rollback(host)
+    assert not (root / "usr/local/sbin").exists() and not (root / "etc/initramfs-tools").exists()
+    assert (root / "usr/local/bin/tool").read_text() == "mine\n"
+
+
+def test_a_failed_apply_removes_every_directory_it_created(root: Path) -> None:
+    host = LocalHost(str(root))  # live: the post-action runs, and fails
+    original = snapshot(root)
+    cs = new_directories(root).model_copy(update={"actions": [Action(argv=["false"])]})
+    with pytest.raises(ApplyError, match="every file was restored"):
+        apply_changes(host, cs)
+    assert snapshot(root) == original
+
+
+# --- journals, old and new -----------------------------------------------------------------------
+
+
+def test_a_journal_written_when_actions_had_a_kind_still_reads(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    original = snapshot(root)
+    apply_changes(host, changeset(root, actions=[["update-initramfs", "-u", "-k", "all"]]))
+    [entry] = history(host)
+    path = root / "var/lib/proxgpu/journal" / f"{entry.id}.json"
+    data = json.loads(path.read_text())
+    data["changeset"]["actions"] = [{**a, "kind": "post"} for a in data["changeset"]["actions"]]
+    path.write_text(json.dumps(data, indent=2))
+    [old] = history(host)
+    assert old.changeset.actions == [Action(argv=["update-initramfs", "-u", "-k", "all"])]
+    rollback(host)
+    assert snapshot(root) == original
+
+
+def test_the_names_callers_import_from_transaction_are_the_journal_s() -> None:
+    # proxgpu.cli, proxgpu.pipeline and the README's Python API import these from transaction.
+    for name in ("JournalEntry", "history", "rollback", "verify", "Progress"):
+        assert getattr(transaction, name) is getattr(journal, name)
+
+
+def test_the_scripts_that_write_files_share_one_prelude() -> None:
+    scripts = {
+        "stage": transaction._STAGE,
+        "commit": transaction._COMMIT,
+        "restore": journal._RESTORE,
+    }
+    for name, script in scripts.items():
+        assert script.startswith(journal._SHELL_PRELUDE), name
+        body = script.removeprefix(journal._SHELL_PRELUDE)
+        for repeated in ("flock", "chmod", "chown"):
+            assert repeated not in body, f"{name} repeats what the prelude does: {repeated}"
