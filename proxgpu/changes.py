@@ -107,7 +107,9 @@ class ChangeSet(BaseModel):
             return "No changes: the host already matches the plan."
         actions = "; ".join(" ".join(a.argv) for a in self.actions) or "none"
         reboot = "reboot required" if self.reboot_required else "no reboot needed"
-        return f"{len(self.changed_files())} files to change; then: {actions}; {reboot}."
+        count = len(self.changed_files())
+        files = "1 file" if count == 1 else f"{count} files"
+        return f"{files} to change; then: {actions}; {reboot}."
 
 
 def unified_diff(change: FileChange, color: bool = False) -> str:

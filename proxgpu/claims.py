@@ -33,7 +33,7 @@ NVIDIA_MAJOR = 195
 
 PCI_MAPPING_PATH = "/etc/pve/mapping/pci.cfg"
 
-_GUEST_CONFIG = re.compile(r"^/etc/pve/(lxc|qemu-server)/(\d+)\.conf$")
+GUEST_CONFIG = re.compile(r"^/etc/pve/(lxc|qemu-server)/(\d+)\.conf$")
 _NVIDIA_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 _NVIDIA_RULE = re.compile(rf"^c\s+{NVIDIA_MAJOR}:(\*|\d+)(?:\s|$)")
 _HOSTPCI = re.compile(r"^hostpci\d+$")
@@ -90,7 +90,7 @@ def device_claims(configs: Mapping[str, str], node: str) -> list[DeviceClaim]:
     mappings = _pci_mappings(configs.get(PCI_MAPPING_PATH, ""), node)
     claims: list[DeviceClaim] = []
     for path in sorted(configs):
-        match = _GUEST_CONFIG.match(path)
+        match = GUEST_CONFIG.match(path)
         if match is None:
             continue
         guest = GuestRef(type="lxc" if match[1] == "lxc" else "vm", vmid=int(match[2]))

@@ -22,11 +22,13 @@ SCHEMA_VERSION = 1
 BootLoader = Literal["grub", "systemd-boot", "unknown"]
 
 
-class _Model(BaseModel):
+class FrozenModel(BaseModel):
+    """The base of proxgpu's data: immutable, and strict about unknown fields."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class NumaNode(_Model):
+class NumaNode(FrozenModel):
     """One NUMA node: its id, CPUs (a kernel cpulist string) and memory."""
 
     id: int
@@ -38,7 +40,7 @@ class NumaNode(_Model):
         return parse_cpulist(self.cpus)
 
 
-class PciFunction(_Model):
+class PciFunction(FrozenModel):
     """One PCI function as sysfs describes it.
 
     IDs are four lower-case hex digits without ``0x`` (``10de``), the form Proxmox and
@@ -64,7 +66,7 @@ class PciFunction(_Model):
         return self.address.rsplit(".", 1)[0]
 
 
-class Gpu(_Model):
+class Gpu(FrozenModel):
     """A GPU: a display-class PCI function plus every function of its slot.
 
     ``functions`` lists the slot's addresses, the GPU's own first. ``iommu_group_peers`` lists
@@ -97,7 +99,7 @@ class Gpu(_Model):
         return self.address.rsplit(".", 1)[0]
 
 
-class Inventory(_Model):
+class Inventory(FrozenModel):
     """Everything proxgpu knows about one host.
 
     ``guest_configs`` and ``host_files`` map absolute paths to the files' exact text so that later

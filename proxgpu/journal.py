@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from proxgpu import live as live_rebind
 from proxgpu.changes import ChangeSet
+from proxgpu.claims import GUEST_CONFIG, PCI_MAPPING_PATH
 from proxgpu.errors import (
     CommandError,
     ConcurrentApplyError,
@@ -49,12 +50,12 @@ from proxgpu.errors import (
 )
 from proxgpu.hosts import Host
 from proxgpu.inspection import inspect
-from proxgpu.inventory import Inventory
+from proxgpu.inventory import FrozenModel, Inventory
 from proxgpu.live import Binding
 from proxgpu.planning import VFIO_DRIVER, Plan
 from proxgpu.pveapi import same_config
 from proxgpu.pveconfig import GuestConfig, PciMappingConfig
-from proxgpu.rendering import GRUB_DEFAULT, KERNEL_CMDLINE, PCI_MAPPING
+from proxgpu.rendering import GRUB_DEFAULT, KERNEL_CMDLINE
 
 JOURNAL_DIR = "/var/lib/proxgpu/journal"
 BACKUP_DIR = "/var/lib/proxgpu/backups"
@@ -67,7 +68,6 @@ Status = Literal["in-progress", "applied", "rolled-back", "failed"]
 #: Called with a step (``lock``, ``backup``, ``write``, ``action``, ...) and a line for people.
 Progress = Callable[[str, str], None]
 
-_GUEST = re.compile(r"^/etc/pve/(lxc|qemu-server)/(\d+)\.conf$")
 _PVE = "/etc/pve/"
 # Journal ids of the applies and rollbacks running in this process: a lock they hold is not stale.
 _ACTIVE: set[str] = set()
@@ -233,11 +233,7 @@ echo "#end"
 """
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class JournalFile(_Model):
+class JournalFile(FrozenModel):
     """One file an apply touched: how it was (``existed``, mode as octal text, owner), the hashes
     before and after, and its copy's name in the backup directory (``None`` when it was absent).
     ``via`` says how it was written: as a file, or through the Proxmox API (``sha256_after`` is
@@ -259,7 +255,7 @@ class JournalFile(_Model):
     via: Literal["file", "api"] = "file"
 
 
-class JournalEntry(_Model):
+class JournalEntry(FrozenModel):
     """One apply as the journal records it; ``status`` moves from ``in-progress`` to ``applied``,
     ``failed`` (everything was restored) or, later, ``rolled-back``.
 
@@ -283,7 +279,7 @@ class JournalEntry(_Model):
     message: str = ""
 
 
-class RollbackResult(_Model):
+class RollbackResult(FrozenModel):
     """What a rollback restored (``files``), removed and ran.
 
     >>> RollbackResult(host="pve1", journal_id=None).files
@@ -298,7 +294,7 @@ class RollbackResult(_Model):
     messages: list[str] = Field(default_factory=list)
 
 
-class VerifyReport(_Model):
+class VerifyReport(FrozenModel):
     """Whether the host still matches an apply: ``drift`` holds one line per difference.
 
     >>> VerifyReport(host="pve1", drifted=False).drift
@@ -364,7 +360,7 @@ def _where(layout: _Layout, path: str, journal_id: str, is_live: bool) -> _Where
     # pmxcfs only treats NNN.conf as a guest.
     tmp = f"{directory}/.{name}.proxgpu-{journal_id}.tmp"
     guest_lock = "-"
-    match = _GUEST.match(path)
+    match = GUEST_CONFIG.match(path)
     if match and is_live:
         kind, vmid = match.groups()
         lock = (
@@ -962,7 +958,11 @@ def _partly_ours(path: str) -> bool:
     >>> _partly_ours("/etc/pve/qemu-server/300.conf"), _partly_ours("/etc/modules-load.d/x.conf")
     (True, False)
     """
-    return bool(_GUEST.match(path)) or path in (PCI_MAPPING, KERNEL_CMDLINE, GRUB_DEFAULT)
+    return bool(GUEST_CONFIG.match(path)) or path in (
+        PCI_MAPPING_PATH,
+        KERNEL_CMDLINE,
+        GRUB_DEFAULT,
+    )
 
 
 def _entry_drift(path: str, left: str, other: str, now: str, who: str) -> list[str]:
@@ -981,7 +981,7 @@ def _entry_drift(path: str, left: str, other: str, now: str, who: str) -> list[s
             who,
             "kernel parameter ",
         )
-    if path == PCI_MAPPING:
+    if path == PCI_MAPPING_PATH:
         return _mapping_drift(left, other, now, who)
     return _config_drift(left, other, now, who)
 

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from proxgpu.errors import DeviceBusyError, HostUnreachableError, LiveRebindError
 from proxgpu.hosts import Host
+from proxgpu.inventory import FrozenModel
 from proxgpu.planning import VFIO_DRIVER, Plan, normalize_pci_address
 
 #: Seconds one kernel write may take before proxgpu gives up on it.
@@ -144,11 +143,7 @@ done
 """
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Binding(_Model):
+class Binding(FrozenModel):
     """One function's driver before and after a rebind (``None``: no driver bound).
 
     >>> Binding(address="0000:81:00.0", driver_before="nvidia", driver_after="vfio-pci").moved
@@ -165,7 +160,7 @@ class Binding(_Model):
         return self.driver_before != self.driver_after
 
 
-class BusyDevice(_Model):
+class BusyDevice(FrozenModel):
     """A function that is in use, and why: who holds its device nodes, persistence mode.
 
     >>> BusyDevice(address="0000:81:00.0", driver="nvidia", reasons=["persistence is on"]).reasons

@@ -30,13 +30,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from proxgpu.claims import DeviceClaim, GuestRef, device_claims
 from proxgpu.cpulist import format_cpulist, parse_cpulist
 from proxgpu.drivers import host_driver
 from proxgpu.errors import ProxgpuError, UsageError
-from proxgpu.inventory import Gpu, Inventory, PciFunction
+from proxgpu.inventory import FrozenModel, Gpu, Inventory, PciFunction
 
 Role = Literal["host", "vfio"]
 ProblemCode = Literal[
@@ -61,11 +61,7 @@ _PCI_ADDRESS = re.compile(
 )
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SplitPolicy(_Model):
+class SplitPolicy(FrozenModel):
     """What the user asked for: how to split and who receives the groups.
 
     ``split="numa"`` (the only mode so far) keeps the lowest-numbered NUMA node holding GPUs on
@@ -90,7 +86,7 @@ class SplitPolicy(_Model):
     enable_iommu: bool = False
 
 
-class Problem(_Model):
+class Problem(FrozenModel):
     """One reason to refuse a plan: what is wrong and what to do about it.
 
     >>> Problem(code="iommu-off", what="IOMMU is off", fix="turn it on").fix
@@ -102,7 +98,7 @@ class Problem(_Model):
     fix: str
 
 
-class PlanGroup(_Model):
+class PlanGroup(FrozenModel):
     """GPUs that go one way together, with the pinning that goes with them.
 
     ``gpus`` are the GPUs' own addresses; ``functions`` every function that moves with them
@@ -126,7 +122,7 @@ class PlanGroup(_Model):
     guest: GuestRef | None = None
 
 
-class TensorParallelAdvice(_Model):
+class TensorParallelAdvice(FrozenModel):
     """NUMA-local device sets of one tensor-parallel size, as ``CUDA_VISIBLE_DEVICES`` values.
 
     The numbers are the indices the container sees under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: the
@@ -140,7 +136,7 @@ class TensorParallelAdvice(_Model):
     device_sets: list[str]
 
 
-class Plan(_Model):
+class Plan(FrozenModel):
     """The planned split: groups, warnings, tensor-parallel advice for the host group.
 
     ``enable_iommu`` is true when the plan relies on turning the IOMMU on at the next boot.
@@ -155,7 +151,7 @@ class Plan(_Model):
     enable_iommu: bool = False
 
 
-class GpuPlacement(_Model):
+class GpuPlacement(FrozenModel):
     """Where one GPU of a checked set sits: its PCI-bus-order index, address and NUMA node.
 
     >>> GpuPlacement(index=4, address="0000:81:00.0", model=None, numa_node=1).numa_node
@@ -168,7 +164,7 @@ class GpuPlacement(_Model):
     numa_node: int | None
 
 
-class GpuSetCheck(_Model):
+class GpuSetCheck(FrozenModel):
     """Whether a set of GPUs shares one known NUMA node, and why (or why not).
 
     >>> GpuSetCheck(gpus=[], numa_local=True, numa_node=0, explanation="").numa_local

@@ -28,6 +28,7 @@ import jinja2
 from pydantic import BaseModel, ConfigDict
 
 from proxgpu.changes import Action, ChangeSet, FileChange
+from proxgpu.claims import NVIDIA_MAJOR, PCI_MAPPING_PATH
 from proxgpu.drivers import host_driver, host_modules
 from proxgpu.errors import ProxgpuError
 from proxgpu.inventory import Gpu, Inventory, PciFunction
@@ -47,8 +48,6 @@ MODULES_LOAD = "/etc/modules-load.d/proxgpu-vfio.conf"
 DRIVERCTL_DIR = "/etc/driverctl.d/"
 KERNEL_CMDLINE = "/etc/kernel/cmdline"
 GRUB_DEFAULT = "/etc/default/grub"
-PCI_MAPPING = "/etc/pve/mapping/pci.cfg"
-NVIDIA_MAJOR = 195
 
 BindMethod = Literal["modprobe", "driverctl"]
 
@@ -655,7 +654,7 @@ def _sync_hostpci(ctx: _Render, config: GuestConfig, gpus: list[Gpu], q35: bool)
 
 def _sync_mapping(ctx: _Render, gpus: list[Gpu]) -> None:
     assert ctx.options.mapping is not None
-    before = ctx.inventory.guest_configs.get(PCI_MAPPING, "")
+    before = ctx.inventory.guest_configs.get(PCI_MAPPING_PATH, "")
     mapping = PciMappingConfig.parse(before)
     node = ctx.inventory.node_name
     entries = []
@@ -674,7 +673,7 @@ def _sync_mapping(ctx: _Render, gpus: list[Gpu]) -> None:
     merged = _with_node_maps(existing, entries, node)
     if merged != existing:
         mapping.set_entries(name, merged)
-    ctx.file(PCI_MAPPING, mapping.render(), f"PCI mapping {name}", mode=None)
+    ctx.file(PCI_MAPPING_PATH, mapping.render(), f"PCI mapping {name}", mode=None)
 
 
 def _with_node_maps(

@@ -37,6 +37,7 @@ from pydantic import Field
 
 from proxgpu import live as live_rebind
 from proxgpu.changes import Action, ChangeSet, FileChange
+from proxgpu.claims import GUEST_CONFIG
 from proxgpu.errors import (
     ApplyError,
     CommandError,
@@ -46,10 +47,9 @@ from proxgpu.errors import (
     UsageError,
 )
 from proxgpu.hosts import Host
-from proxgpu.inventory import Inventory
+from proxgpu.inventory import FrozenModel, Inventory
 from proxgpu.journal import (
     _ACTIVE,
-    _GUEST,
     _SHELL_PRELUDE,
     ACTION_TIMEOUT,
     JournalEntry,
@@ -64,7 +64,6 @@ from proxgpu.journal import (
     _Layout,
     _lock_held_error,
     _mode_and_umask,
-    _Model,
     _now,
     _Probe,
     _probe,
@@ -179,7 +178,7 @@ echo "#end"
 )
 
 
-class ApplyResult(_Model):
+class ApplyResult(FrozenModel):
     """What an apply did (or, with ``dry_run``, would do).
 
     ``files`` are the paths written; ``actions`` every action of the change set, ``actions_run``
@@ -207,7 +206,7 @@ class ApplyResult(_Model):
 def _refuse_locked_guests(host: Host, changes: Sequence[FileChange]) -> None:
     # The compare-and-swap check guarantees the file is still `before`, so reading it is enough.
     for change in changes:
-        if _GUEST.match(change.path) and change.before is not None:
+        if GUEST_CONFIG.match(change.path) and change.before is not None:
             lock = GuestConfig.parse(change.before).get("lock")
             if lock:
                 raise PreflightError(
@@ -230,7 +229,7 @@ def _check_guests(
         {
             ("qemu" if m[1] == "qemu-server" else "lxc", m[2])
             for c in changes
-            if c.before is not None and (m := _GUEST.match(c.path))
+            if c.before is not None and (m := GUEST_CONFIG.match(c.path))
         }
     )
     if not guests:
@@ -261,7 +260,7 @@ def _check_guests(
 
 
 def _is_vm_config(path: str) -> bool:
-    match = _GUEST.match(path)
+    match = GUEST_CONFIG.match(path)
     return match is not None and match[1] == "qemu-server"
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import doctest
 from collections import defaultdict
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxgpu import claims, planning
 from proxgpu.claims import GuestRef, device_claims
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.inventory import Gpu, Inventory, NumaNode, PciFunction
@@ -741,13 +739,3 @@ def test_property_vms_get_exactly_what_they_ask(inventory: Inventory, counts: li
     assert_invariants(inventory, plan)
     got = {g.guest.vmid: len(g.gpus) for g in plan.groups if g.guest is not None}
     assert got == dict(vms)
-
-
-# --- documentation -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("module", [planning, claims])
-def test_docstring_examples(module: object) -> None:
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
-    assert result.failed == 0
-    assert result.attempted > 0
