@@ -490,15 +490,33 @@ def _device_nodes(ctx: _Render, gpus: list[Gpu]) -> list[_DeviceNode]:
     return nodes
 
 
-def _is_gpu_node(path: str) -> bool:
-    return path.startswith(("/dev/nvidia", "/dev/dri/"))
+@dataclass(frozen=True)
+class _Managed:
+    """Which container entries belong to the GPU setup proxgpu manages.
 
+    Every nvidia node and cgroup rule is ours to rewrite; of the DRM nodes only those of the
+    inventory's GPUs, so that another card the container uses (an iGPU's renderD128) stays.
+    """
 
-def _raw_gpu_entry(key: str, value: str, majors: set[int]) -> bool:
-    if key in ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow"):
-        match = re.match(r"c\s+(\d+):", value)
-        return bool(match) and int(match.group(1)) in majors  # type: ignore[union-attr]
-    return key == "lxc.mount.entry" and _is_gpu_node(value.split(" ", 1)[0])
+    majors: frozenset[int]
+    gpu_addresses: frozenset[str]
+
+    @classmethod
+    def of(cls, inventory: Inventory) -> _Managed:
+        nvidia = {m for name, m in inventory.char_majors.items() if name.startswith("nvidia")}
+        return cls(frozenset({NVIDIA_MAJOR, *nvidia}), frozenset(g.address for g in inventory.gpus))
+
+    def node(self, path: str) -> bool:
+        if path.startswith("/dev/nvidia"):
+            return True
+        match = re.fullmatch(r"/dev/dri/by-path/pci-(.+)-(card|render)", path)
+        return match is not None and match.group(1) in self.gpu_addresses
+
+    def raw(self, key: str, value: str) -> bool:
+        if key in ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow"):
+            match = re.match(r"c\s+(\d+):", value)
+            return match is not None and int(match.group(1)) in self.majors
+        return key == "lxc.mount.entry" and self.node(value.split(" ", 1)[0])
 
 
 def _lxc_entries(
@@ -534,34 +552,26 @@ def _render_lxc(ctx: _Render, group: PlanGroup, path: str, vmid: int) -> None:
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
     dev_mode = _supports_dev_entries(ctx.inventory.pve_version)
     wanted = _lxc_entries(ctx, group, gpus, dev_mode)
-    majors = {
-        NVIDIA_MAJOR,
-        *(m for n, m in ctx.inventory.char_majors.items() if n.startswith("nvidia")),
-    }
-    _sync_dev_entries(config, [v for k, v in wanted if k == "dev"] if dev_mode else [])
-    _sync_raw_entries(
-        config,
-        [
-            (k, v)
-            for k, v in wanted
-            if k.startswith("lxc.cgroup2.devices") or k == "lxc.mount.entry"
-        ],
-        majors,
-    )
+    managed = _Managed.of(ctx.inventory)
+    _sync_dev_entries(config, [v for k, v in wanted if k == "dev"] if dev_mode else [], managed)
+    raw = [
+        (k, v) for k, v in wanted if k.startswith("lxc.cgroup2.devices") or k == "lxc.mount.entry"
+    ]
+    _sync_raw_entries(config, raw, managed)
     for key, value in wanted:
         if key.startswith("lxc.cgroup2.cpuset."):
             config.set(key, value)
     ctx.file(path, config.render(), f"container {vmid}: its own GPUs and NUMA pinning", mode=None)
 
 
-def _sync_dev_entries(config: GuestConfig, paths: list[str]) -> None:
+def _sync_dev_entries(config: GuestConfig, paths: list[str], managed: _Managed) -> None:
     present: set[str] = set()
     options: set[str] = set()
     for key, value in config.entries():
         if re.fullmatch(r"dev\d+", key):
             props = parse_property_string(value, "path")
             path = props.pop("path", "")
-            if _is_gpu_node(path):
+            if managed.node(path):
                 options.add(format_property_string(props))
                 if path not in paths:
                     config.delete(key)
@@ -573,10 +583,12 @@ def _sync_dev_entries(config: GuestConfig, paths: list[str]) -> None:
         config.set(f"dev{index}", path + suffix)
 
 
-def _sync_raw_entries(config: GuestConfig, wanted: list[tuple[str, str]], majors: set[int]) -> None:
+def _sync_raw_entries(
+    config: GuestConfig, wanted: list[tuple[str, str]], managed: _Managed
+) -> None:
     present = set()
     for key, value in config.entries():
-        if _raw_gpu_entry(key, value, majors):
+        if managed.raw(key, value):
             if (key, value) in wanted:
                 present.add((key, value))
             else:

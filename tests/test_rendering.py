@@ -413,3 +413,12 @@ def test_a_malformed_guest_entry_is_a_render_error_naming_the_file(tmp_path: Pat
     lxc.write_text(lxc.read_text() + "dev9: /dev/nvidia0,gid=1,gid=2\n")
     with pytest.raises(RenderError, match=r"/etc/pve/lxc/200\.conf: .*gid"):
         scenario("ct200-lxc-vm", root)
+
+
+def test_another_cards_dri_node_in_the_container_stays(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, "ct200")
+    lxc = root / "etc/pve/lxc/200.conf"
+    igpu = "lxc.mount.entry: /dev/dri/renderD128 dev/dri/renderD128 none bind,optional,create=file"
+    lxc.write_text(lxc.read_text() + igpu + "\ndev9: /dev/dri/card1,gid=44\n")
+    after = next(f.after for f in scenario("ct200-lxc-vm", root)[1].files if "lxc" in f.path) or ""
+    assert igpu in after and "dev9: /dev/dri/card1,gid=44" in after
