@@ -186,6 +186,12 @@ def test_apply_live_reboot_verify_rollback(
     rc, out, _ = testhost.ssh(["ls", "/dev/vfio"])
     assert rc == 0 and {str(g) for g in groups} <= set(out.split())
     assert proxgpu(testhost, tmp_path, "verify").returncode == 0
+    if method == "modprobe":
+        # Where vfio-pci loads from the initramfs, the hook must have put the binding there too.
+        rc, listing, err = testhost.ssh(["sh", "-c", "lsinitramfs /boot/initrd.img-$(uname -r)"])
+        assert rc == 0, err
+        assert "usr/local/sbin/proxgpu-vfio-bind" in listing
+        assert "etc/modprobe.d/proxgpu-vfio.conf" in listing
 
     testhost.reboot()
     assert_split(testhost)
