@@ -462,6 +462,7 @@ def _control_nodes(ctx: _Render) -> list[_DeviceNode]:
     present = set(ctx.inventory.device_nodes)
     if not present:
         return nodes  # the capture did not look at /dev: offer them all
+    nodes += _capability_nodes(ctx, present)
     missing = [n.path for n in nodes if n.path not in present]
     if missing:
         # Proxmox refuses to start a container whose devN node is missing.
@@ -470,6 +471,17 @@ def _control_nodes(ctx: _Render) -> list[_DeviceNode]:
             "appears once loaded, e.g. nvidia-modprobe -u -c0; nvidia-modeset with nvidia_modeset)"
         )
     return [n for n in nodes if n.path in present]
+
+
+def _capability_nodes(ctx: _Render, present: set[str]) -> list[_DeviceNode]:
+    """The MIG capability nodes the host has (``/dev/nvidia-caps/nvidia-capN``, minor N)."""
+    major = ctx.inventory.char_majors.get("nvidia-caps")
+    caps = sorted(
+        (int(m.group(1)), path)
+        for path in present
+        if (m := re.fullmatch(r"/dev/nvidia-caps/nvidia-cap(\d+)", path))
+    )
+    return [_DeviceNode(path, major, minor) for minor, path in caps] if major is not None else []
 
 
 def _device_nodes(ctx: _Render, gpus: list[Gpu]) -> list[_DeviceNode]:

@@ -51,6 +51,7 @@ class HostSpec:
     cpu_vendor: str = "AuthenticAMD"
     # No display: nvidia-modeset never loads, so /dev/nvidia-modeset does not exist.
     headless: bool = False
+    mig: bool = False
     tools: tuple[str, ...] = (
         "usr/sbin/update-initramfs", "usr/sbin/proxmox-boot-tool", "usr/sbin/update-grub",
         "usr/bin/pvesh", "bin/fuser",
@@ -115,6 +116,8 @@ def write_device_nodes(root: Path, spec: HostSpec) -> None:
     names = [f"nvidia{minor}" for minor in spec.nvidia_minors.values()]
     names += ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
     names += [] if spec.headless else ["nvidia-modeset"]
+    # MIG-capable datacenter GPUs: the capability nodes nvidia-modprobe creates (as on a real H200).
+    names += ["nvidia-caps/nvidia-cap1", "nvidia-caps/nvidia-cap2"] if spec.mig else []
     for name in names:
         write(root, f"/dev/{name}", "")
 
@@ -401,6 +404,7 @@ def uneven() -> HostSpec:
         devices += gpu_pair(address, 0 if i < 5 else 1, None, l40s, None, ("10de", "1851"))
     return HostSpec(
         name="uneven-5-3",
+        mig=True,
         cpu_vendor="GenuineIntel",
         kernel="6.2.16-3-pve",
         pve="8.0.3",
