@@ -42,13 +42,13 @@ Handler = Callable[[argparse.Namespace], int]
 def _host_options(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("host (default: this machine)")
     where.add_argument(
-        "--host", metavar="[USER@]HOST[:PORT]", help="inspect a remote host over SSH"
+        "--host", metavar="[USER@]HOST[:PORT]", help="a remote host, reached over SSH"
     )
     where.add_argument(
         "--root",
         metavar="DIR",
-        help="a directory laid out like the host (a snapshot); with --host, a "
-        "prefix on the remote host",
+        help="a directory laid out like a host (a snapshot, an image): files only, no actions; "
+        "with --host, such a directory on the remote host",
     )
     ssh = parser.add_argument_group("SSH (settings in ~/.ssh/config apply too)")
     ssh.add_argument("--port", type=int, help="SSH port")
@@ -339,7 +339,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(
-        prog="proxgpu", description="Partition a Proxmox VE host's GPUs along NUMA lines."
+        prog="proxgpu",
+        description="Partition a Proxmox VE host's GPUs along NUMA lines.",
+        epilog="Typical use: proxgpu plan --host root@pve1 --lxc 200 --vm 300, review the diff, "
+        "then the same with apply. Exit codes are listed in README.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     inspect = sub.add_parser("inspect", help="show GPUs, NUMA nodes, IOMMU groups and drivers")
