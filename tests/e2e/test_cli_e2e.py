@@ -199,6 +199,8 @@ def test_apply_live_reboot_verify_rollback(
     assert verified.returncode == 0, verified.stdout + verified.stderr
     again = proxgpu(testhost, tmp_path, "apply", "--yes", "--bind-method", method)
     assert again.returncode == 0 and "No changes" in again.stdout
+    settled = proxgpu(testhost, tmp_path, "plan", "--bind-method", method, "--detailed-exitcode")
+    assert settled.returncode == 0, "after the reboot the host is exactly what the plan wants"
 
     back = proxgpu(testhost, tmp_path, "rollback", "--yes")
     assert back.returncode == 0, back.stderr
