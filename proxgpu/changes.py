@@ -18,17 +18,17 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from proxgpu.inventory import FrozenModel
 
 
-class FileChange(BaseModel):
+class FileChange(FrozenModel):
     """One file: its text before and after. ``None`` means absent (created or removed).
 
     ``mode`` is the permission to write with; ``None`` keeps the filesystem's own (``/etc/pve``
     accepts no chmod). ``why`` says in a few words what the change is for.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: str
     before: str | None
@@ -42,7 +42,7 @@ class FileChange(BaseModel):
         return self.before != self.after
 
 
-class Action(BaseModel):
+class Action(FrozenModel):
     """A command to run on the host after the files are written; ``why`` says what it is for.
 
     Journals written before actions lost their ``kind`` (always ``post``) still read:
@@ -50,8 +50,6 @@ class Action(BaseModel):
     >>> Action.model_validate({"argv": ["update-grub"], "kind": "post"})
     Action(argv=['update-grub'], why='')
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     argv: list[str]
     why: str = ""
@@ -64,10 +62,8 @@ class Action(BaseModel):
         return data
 
 
-class ChangeSet(BaseModel):
+class ChangeSet(FrozenModel):
     """Everything a plan changes on one host."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str
     files: list[FileChange] = Field(default_factory=list)

@@ -19,8 +19,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from proxgpu.inventory import FrozenModel
 from proxgpu.pveconfig import (
     GuestConfig,
     PciMappingConfig,
@@ -40,20 +39,18 @@ _HOSTPCI = re.compile(r"^hostpci\d+$")
 _CGROUP_ALLOW = ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow")
 
 
-class GuestRef(BaseModel):
+class GuestRef(FrozenModel):
     """A guest by type and VMID, as the plan's JSON writes it.
 
     >>> GuestRef(type="lxc", vmid=200).model_dump()
     {'type': 'lxc', 'vmid': 200}
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     type: Literal["lxc", "vm"]
     vmid: int
 
 
-class DeviceClaim(BaseModel):
+class DeviceClaim(FrozenModel):
     """One config line by which a guest holds a device.
 
     Exactly one of ``pci_address`` (as written: ``81:00``, ``0000:81:00.0``) and ``nvidia_minor``
@@ -63,8 +60,6 @@ class DeviceClaim(BaseModel):
     ...             line="lxc.cgroup2.devices.allow: c 195:* rwm", nvidia_minor="*").nvidia_minor
     '*'
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     guest: GuestRef
     path: str

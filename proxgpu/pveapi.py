@@ -85,10 +85,6 @@ class HostSession(CommandBaseSession):  # type: ignore[misc]  # proxmoxer ships 
             stderr = f"pvesh exited with {result.returncode}"
         return stdout, stderr, result.returncode
 
-    def upload_file_obj(self, file_obj: object, remote_path: str) -> None:
-        """Uploads are not needed by proxgpu and not offered."""
-        raise NotImplementedError("uploads are not supported over a proxgpu host")
-
 
 class PveResource(ProxmoxResource):  # type: ignore[misc]  # proxmoxer ships no types
     """A proxmoxer resource whose failures are :class:`PveApiError`."""

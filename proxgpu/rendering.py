@@ -25,13 +25,12 @@ from importlib.resources.abc import Traversable
 from typing import Literal
 
 import jinja2
-from pydantic import BaseModel, ConfigDict
 
 from proxgpu.changes import Action, ChangeSet, FileChange
 from proxgpu.claims import NVIDIA_MAJOR, PCI_MAPPING_PATH
 from proxgpu.drivers import host_driver, host_modules
 from proxgpu.errors import ProxgpuError
-from proxgpu.inventory import Gpu, Inventory, PciFunction
+from proxgpu.inventory import FrozenModel, Gpu, Inventory, PciFunction
 from proxgpu.planning import Plan, PlanGroup, normalize_pci_address
 from proxgpu.pveconfig import (
     GuestConfig,
@@ -58,7 +57,7 @@ class RenderError(ProxgpuError):
     exit_code = 16
 
 
-class RenderOptions(BaseModel):
+class RenderOptions(FrozenModel):
     """Choices that change the files but not the split.
 
     ``bind_method``: ``modprobe`` (a softdep plus an ``install`` hook that writes
@@ -66,8 +65,6 @@ class RenderOptions(BaseModel):
     (its per-address overrides in /etc/driverctl.d). ``mapping``: give VMs their GPUs through
     a cluster PCI mapping of this name instead of raw ``hostpciN: host=`` addresses.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     bind_method: BindMethod = "modprobe"
     mapping: str | None = None
