@@ -152,9 +152,10 @@ def render_template(name: str, **values: object) -> str:
 # --- settings that would undo the split --------------------------------------------------------
 
 
-def _kept_functions(ctx: _Render) -> list[PciFunction]:
+def _role_functions(ctx: _Render, role: str) -> list[PciFunction]:
+    """Every function the plan gives ``role`` (bridges never move), in address order."""
     known = _functions_by_address(ctx.inventory)
-    addresses = {a for g in ctx.plan.groups if g.role == "host" for a in g.functions}
+    addresses = {a for g in ctx.plan.groups if g.role == role for a in g.functions}
     return [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
 
 
@@ -176,7 +177,7 @@ def _conflicts_in_line(words: list[str], ids: set[str], modules: set[str]) -> st
 
 
 def _refuse_conflicting_binding(ctx: _Render) -> None:
-    kept = _kept_functions(ctx)
+    kept = _role_functions(ctx, "host")
     ids = {f"{f.vendor_id}:{f.device_id}" for f in kept}
     modules = {m for f in kept for m in host_modules(f.vendor_id, f.class_code)[:1]}
     modules |= {
@@ -219,12 +220,6 @@ def _functions_by_address(inventory: Inventory) -> dict[str, PciFunction]:
     return {f.address: f for g in inventory.gpus for f in [*g.function_info, *g.iommu_group_peers]}
 
 
-def _vfio_functions(ctx: _Render) -> list[PciFunction]:
-    known = _functions_by_address(ctx.inventory)
-    addresses = {a for g in ctx.plan.groups if g.role == "vfio" for a in g.functions}
-    return [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
-
-
 def _softdep_modules(ctx: _Render, functions: list[PciFunction]) -> list[str]:
     modules: set[str] = set()
     for function in functions:
@@ -246,7 +241,7 @@ def _softdep_modules(ctx: _Render, functions: list[PciFunction]) -> list[str]:
 
 
 def _render_binding(ctx: _Render) -> None:
-    functions = _vfio_functions(ctx)
+    functions = _role_functions(ctx, "vfio")
     addresses = [f.address for f in functions]
     modprobe = bool(functions) and ctx.options.bind_method == "modprobe"
     ctx.file(
