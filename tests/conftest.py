@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.sshd import SSHD, Sshd, running_sshd
+from tests.support.tools import find_tool
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "hosts"
@@ -17,8 +18,8 @@ EXAMPLE_HOSTS = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
 
 
 def require_tool(path: str, package: str) -> str:
-    """Return ``path`` if it exists; else skip, or fail under CI, where nothing may be skipped."""
-    found = shutil.which(path) or (path if os.path.exists(path) else None)
+    """The full path of a tool (see :func:`find_tool`); else skip, or fail under CI."""
+    found = find_tool(path)
     if found:
         return found
     message = f"{path} not found: install Debian's {package}"

@@ -23,12 +23,13 @@ where KVM can run a stock kernel; the default TCG is what the timeouts are sized
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.tools import find_tool
 
 from .image import GuestImage, cache_root, ensure_image, is_complete, recipe_key
 from .testhost import QemuTestHost, stop_all
@@ -41,15 +42,9 @@ INSTALL_HINT = "apt-get install -y qemu-system-x86 qemu-utils debootstrap e2fspr
 CONSOLE_TAIL_LINES = 60
 
 
-def _which(tool: str) -> str | None:
-    """Find a tool on $PATH or in the sbin directories a non-login PATH may lack."""
-    extra = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])
-    return shutil.which(tool, path=os.environ.get("PATH", "") + os.pathsep + extra)
-
-
 def _missing_prerequisites() -> list[str]:
     """Everything that stops this machine from building and booting the test host."""
-    problems = [f"{tool} not found" for tool in REQUIRED_TOOLS if _which(tool) is None]
+    problems = [f"{tool} not found" for tool in REQUIRED_TOOLS if find_tool(tool) is None]
     image_cached = is_complete(cache_root() / recipe_key())
     if not image_cached and os.geteuid() != 0:
         problems.append("building the guest image needs root (debootstrap, chroot)")
