@@ -53,8 +53,11 @@ class HostSpec:
     headless: bool = False
     mig: bool = False
     tools: tuple[str, ...] = (
-        "usr/sbin/update-initramfs", "usr/sbin/proxmox-boot-tool", "usr/sbin/update-grub",
-        "usr/bin/pvesh", "bin/fuser",
+        "usr/sbin/update-initramfs",
+        "usr/sbin/proxmox-boot-tool",
+        "usr/sbin/update-grub",
+        "usr/bin/pvesh",
+        "bin/fuser",
     )
 
 
@@ -169,7 +172,9 @@ def write_host(spec: HostSpec) -> None:
             f"/sys/devices/system/node/node{node}/meminfo",
             f"Node {node} MemTotal:       {mem_kib:>8} kB\nNode {node} MemFree:        {mem_kib // 2:>8} kB\n",
         )
-    write(root, "/proc/cpuinfo", f"processor\t: 0\nvendor_id\t: {spec.cpu_vendor}\ncpu family\t: 25\n")
+    write(
+        root, "/proc/cpuinfo", f"processor\t: 0\nvendor_id\t: {spec.cpu_vendor}\ncpu family\t: 25\n"
+    )
     for dev in spec.devices:
         write_device(root, spec, dev)
     for driver in sorted({d.driver for d in spec.devices if d.driver} - BUILT_IN_DRIVERS):
