@@ -18,14 +18,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.timing import median_seconds  # noqa: E402
+from proxgpu.host.ssh import SSHHost, SSHOptions  # noqa: E402
 from proxgpu.inspection import inspect  # noqa: E402
-from proxgpu.ssh import SSHHost, SSHOptions  # noqa: E402
 from tests.support.sshd import Sshd, running_sshd  # noqa: E402
 
 RUNS = 15
@@ -96,7 +97,7 @@ def main() -> None:
         for name, root in shapes.items():
             trips = proxgpu_inspect(server, root, config)
             seconds = median_seconds(
-                lambda root=root: proxgpu_inspect(server, root, config), RUNS, warmups=1
+                partial(proxgpu_inspect, server, root, config), RUNS, warmups=1
             )
             print(
                 f"{name:22} round trips {trips}  wall {seconds * 1000:7.1f} ms  "

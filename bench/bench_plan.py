@@ -21,8 +21,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.timing import median_seconds  # noqa: E402
-from proxgpu.inventory import Gpu, Inventory, NumaNode, PciFunction  # noqa: E402
-from proxgpu.planning import SplitPolicy, plan_split  # noqa: E402
+from proxgpu.inspection.inventory import Gpu, Inventory, NumaNode, PciFunction  # noqa: E402
+from proxgpu.planning import plan_split  # noqa: E402
+from proxgpu.planning.model import SplitPolicy  # noqa: E402
 
 NODES = 8
 GPUS_PER_NODE = 8

@@ -10,9 +10,9 @@ import argparse
 import sys
 
 import proxgpu
-from proxgpu.changes import unified_diff
 from proxgpu.pipeline import split_host
-from proxgpu.planning import SplitPolicy
+from proxgpu.planning.model import SplitPolicy
+from proxgpu.rendering.changes import unified_diff
 
 
 def main() -> int:

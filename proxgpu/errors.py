@@ -13,6 +13,9 @@ an ``exit_code`` so that the command line can tell the kind of failure without p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 
 class ProxgpuError(Exception):
     """Root of every error proxgpu raises on purpose."""
@@ -92,6 +95,22 @@ class CommandError(HostError):
         self.stderr = stderr
 
 
+class PveApiError(HostError):
+    """A Proxmox API call failed; ``status`` is the HTTP-like code pvesh printed (500 if none).
+
+    >>> str(PveApiError("pve1", "PUT", "/nodes/pve1/qemu/300/config", 400, "digest: changed"))
+    'pve1: PUT /nodes/pve1/qemu/300/config: digest: changed'
+    """
+
+    exit_code = 7  # a command on the host failed
+
+    def __init__(self, host: str, method: str, path: str, status: int, detail: str) -> None:
+        super().__init__(host, f"{method} {path}: {detail}")
+        self.method = method
+        self.path = path
+        self.status = status
+
+
 class CommandTimeoutError(HostError):
     """A command on the host did not finish in time (the host itself still answers)."""
 
@@ -112,6 +131,43 @@ class SysfsError(HostError):
         super().__init__(host, f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class Refusal(Protocol):
+    """One reason a plan is refused, with what to do about it (the planner's ``Problem``)."""
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def what(self) -> str: ...
+
+    @property
+    def fix(self) -> str: ...
+
+
+class PlanRefusedError(ProxgpuError):
+    """The planner refused: ``problems`` lists each reason with what to do about it.
+
+    >>> from types import SimpleNamespace
+    >>> problem = SimpleNamespace(code="iommu-off", what="IOMMU is off",
+    ...                           fix="plan the kernel command line change")
+    >>> print(PlanRefusedError("pve1", [problem]))
+    pve1: plan refused (1 problem)
+      - IOMMU is off
+        fix: plan the kernel command line change
+    """
+
+    exit_code = 9
+
+    def __init__(self, host: str, problems: Sequence[Refusal]) -> None:
+        count = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
+        lines = [f"{host}: plan refused ({count})"]
+        for problem in problems:
+            lines += [f"  - {problem.what}", f"    fix: {problem.fix}"]
+        super().__init__("\n".join(lines))
+        self.host = host
+        self.problems = list(problems)
 
 
 class PreflightError(HostError):
@@ -181,3 +237,20 @@ class JournalError(HostError):
     def __init__(self, host: str, path: str, detail: str) -> None:
         super().__init__(host, f"{path}: {detail}")
         self.path = path
+
+
+class RenderError(ProxgpuError):
+    """The plan cannot be turned into files (a target's config is missing, a minor unknown...)."""
+
+    exit_code = 16
+
+
+class DriftError(HostError):
+    """``verify`` found the host different from the apply it compared with; ``drift`` has a line
+    per difference."""
+
+    exit_code = 17
+
+    def __init__(self, host: str, drift: Sequence[str]) -> None:
+        super().__init__(host, f"drift: {'; '.join(drift)}")
+        self.drift = list(drift)

@@ -1,28 +1,31 @@
-"""The whole job in one call, for scripts: inspect, plan, render and apply (or only check).
+"""The whole job in one call, for scripts, and the JSON documents every front end prints.
 
-Ansible-style scripts and the Ansible module in ``examples/ansible`` use this; the command line
-runs the same steps one by one so that it can show the plan before asking.
+:func:`split_host` inspects, plans, renders and applies (or only checks); Ansible-style scripts
+and the Ansible module use it. The command line runs the same steps through :func:`propose` so
+that it can show the plan before asking. The documents (:func:`inventory_document`,
+:func:`plan_document`, :func:`apply_document`) are the JSON contracts of ``--json`` and of the
+Ansible module; secrets in guest configs are redacted in every one of them (:func:`shown`).
 
->>> from proxgpu.hosts import DirectoryHost
+>>> from proxgpu.host import DirectoryHost
 >>> from proxgpu.planning import SplitPolicy
->>> result = split_host(DirectoryHost("examples/hosts/ct200"),  # doctest: +SKIP
+>>> result = split_host(DirectoryHost("examples/hosts/ct200"),
 ...                     SplitPolicy(lxc=200, vms=[(300, None)]), check=True)
->>> result.changed, len(result.diff)  # doctest: +SKIP
+>>> result.changed, len(result.diff)
 (True, 6)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from proxgpu.changes import ChangeSet
-from proxgpu.hosts import Host
-from proxgpu.inspection import GpuFilter, inspect
-from proxgpu.inventory import Inventory
+from proxgpu.apply import ApplyResult, Progress, apply_changes
+from proxgpu.host import Host
+from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.planning import Plan, SplitPolicy, plan_split
+from proxgpu.pve.config import redact_secrets
 from proxgpu.rendering import RenderOptions, render
-from proxgpu.transaction import ApplyResult, Progress, apply_changes
+from proxgpu.rendering.changes import ChangeSet
 
 
 class Proposal(NamedTuple):
@@ -64,8 +67,12 @@ class SplitResult:
 
     @property
     def diff(self) -> list[dict[str, str]]:
-        """The file changes in Ansible's before/after format."""
-        return self.changes.ansible_diff()
+        """The file changes in Ansible's before/after format, secrets redacted."""
+        return shown(self.changes).ansible_diff()
+
+    def document(self) -> dict[str, Any]:
+        """The run as ``apply --json`` prints it (``plan``, ``result``, ``diff``)."""
+        return apply_document(self.plan, self.applied, self.changes)
 
     @property
     def actions(self) -> list[list[str]]:
@@ -102,3 +109,52 @@ def split_host(
         skip_guest_check=skip_guest_check,
     )
     return SplitResult(proposal.inventory, proposal.plan, proposal.changes, applied)
+
+
+def shown(changes: ChangeSet) -> ChangeSet:
+    """``changes`` with secrets in guest configs redacted: for showing, never for writing.
+
+    >>> from proxgpu.rendering.changes import FileChange
+    >>> change = FileChange(path="/etc/pve/qemu-server/300.conf", before="cipassword: x\\n",
+    ...                     after="cipassword: x\\nnuma: 1\\n")
+    >>> shown(ChangeSet(host="h", files=[change])).files[0].after
+    'cipassword: <redacted by proxgpu>\\nnuma: 1\\n'
+    """
+    files = [
+        f.model_copy(
+            update={
+                "before": None if f.before is None else redact_secrets(f.before),
+                "after": None if f.after is None else redact_secrets(f.after),
+            }
+        )
+        for f in changes.files
+    ]
+    return changes.model_copy(update={"files": files})
+
+
+def inventory_document(inventory: Inventory) -> dict[str, Any]:
+    """The inventory as ``inspect --json`` prints it, guest configs redacted."""
+    configs = {p: redact_secrets(t) for p, t in inventory.guest_configs.items()}
+    return inventory.model_copy(update={"guest_configs": configs}).model_dump(mode="json")
+
+
+def plan_document(plan: Plan, changes: ChangeSet) -> dict[str, Any]:
+    """The plan and its changes as ``plan --json`` prints it (see the README's contract)."""
+    visible = shown(changes)
+    document = plan.model_dump(mode="json")
+    document["changes"] = {
+        **visible.model_dump(mode="json"),
+        "changed": changes.changed,
+        "summary": changes.summary(),
+        "diff": visible.ansible_diff(),
+    }
+    return document
+
+
+def apply_document(plan: Plan, result: ApplyResult, changes: ChangeSet) -> dict[str, Any]:
+    """An apply as ``apply --json`` prints it: the plan, what was done, the diff."""
+    return {
+        "plan": plan.model_dump(mode="json"),
+        "result": result.model_dump(mode="json"),
+        "diff": shown(changes).ansible_diff(),
+    }

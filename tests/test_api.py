@@ -10,7 +10,7 @@ from pathlib import Path
 
 import proxgpu
 from proxgpu.pipeline import split_host
-from proxgpu.planning import SplitPolicy
+from proxgpu.planning.model import SplitPolicy
 from tests.conftest import REPO, copy_example, require_tool
 
 POLICY = SplitPolicy(lxc=200, vms=[(300, None)])

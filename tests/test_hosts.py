@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from proxgpu.errors import CommandError, CommandTimeoutError, HostUnreachableError
-from proxgpu.hosts import DirectoryHost, LocalHost, command_line, connect
+from proxgpu.host import connect
+from proxgpu.host.base import command_line
+from proxgpu.host.local import DirectoryHost, LocalHost
 
 
 def test_arguments_reach_the_command_unchanged() -> None:

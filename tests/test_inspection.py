@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu.capture import Capture, gather
 from proxgpu.errors import SysfsError
-from proxgpu.hosts import DirectoryHost, LocalHost
-from proxgpu.inspection import GpuFilter, build_inventory, inspect
+from proxgpu.host.local import DirectoryHost, LocalHost
+from proxgpu.inspection import inspect
+from proxgpu.inspection.build import GpuFilter, build_inventory
+from proxgpu.inspection.capture import Capture, gather
 from tests.conftest import EXAMPLES, copy_example
 
 CT200_NODE0 = ["0000:01:00.0", "0000:11:00.0", "0000:61:00.0", "0000:71:00.0"]

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu import journal, transaction
-from proxgpu.changes import Action, ChangeSet, FileChange
+from proxgpu.apply.journal import JournalEntry, history
+from proxgpu.apply.rollback import rollback
+from proxgpu.apply.transaction import apply_changes
+from proxgpu.apply.verify import verify
 from proxgpu.errors import ApplyError
-from proxgpu.hosts import DirectoryHost, LocalHost
-from proxgpu.journal import JournalEntry, history, rollback, verify
-from proxgpu.transaction import apply_changes
+from proxgpu.host.local import DirectoryHost, LocalHost
+from proxgpu.rendering.changes import Action, ChangeSet, FileChange
 from tests.test_transaction import LXC, VFIO_CONF, VM, changeset, snapshot, text
 
 INITRAMFS_HOOK = "/etc/initramfs-tools/hooks/proxgpu"  # neither directory is in ct200
@@ -254,22 +255,3 @@ def test_a_journal_written_when_actions_had_a_kind_still_reads(root: Path) -> No
     assert old.changeset.actions == [Action(argv=["update-initramfs", "-u", "-k", "all"])]
     rollback(host)
     assert snapshot(root) == original
-
-
-def test_the_names_callers_import_from_transaction_are_the_journal_s() -> None:
-    # proxgpu.cli, proxgpu.pipeline and the README's Python API import these from transaction.
-    for name in ("JournalEntry", "history", "rollback", "verify", "Progress"):
-        assert getattr(transaction, name) is getattr(journal, name)
-
-
-def test_the_scripts_that_write_files_share_one_prelude() -> None:
-    scripts = {
-        "stage": transaction._STAGE,
-        "commit": transaction._COMMIT,
-        "restore": journal._RESTORE,
-    }
-    for name, script in scripts.items():
-        assert script.startswith(journal._SHELL_PRELUDE), name
-        body = script.removeprefix(journal._SHELL_PRELUDE)
-        for repeated in ("flock", "chmod", "chown"):
-            assert repeated not in body, f"{name} repeats what the prelude does: {repeated}"

@@ -4,7 +4,7 @@ The kernel cannot be driven here, so two stand-ins take its place, each said whe
 a file under the tree's ``dev/`` that the test holds open stands in for a GPU's device node (fuser
 treats both alike), and :class:`FakeKernel` answers writes to ``drivers_probe`` the way the PCI
 core does. ``nvidia-smi`` and ``pvesh`` are not installable either; stand-ins on PATH print only
-the formats formats.md documents.
+what the real tools print.
 """
 
 from __future__ import annotations
@@ -18,18 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply.busy import check_not_busy, find_busy
+from proxgpu.apply.journal import history
+from proxgpu.apply.rebind import Binding, bind_to_vfio, restore_drivers, vfio_functions
+from proxgpu.apply.rollback import rollback
+from proxgpu.apply.transaction import apply_changes
+from proxgpu.apply.verify import verify
 from proxgpu.errors import ApplyError, DeviceBusyError, LiveRebindError
-from proxgpu.hosts import DirectoryHost, LocalHost
-from proxgpu.journal import history, rollback, verify
-from proxgpu.live import (
-    Binding,
-    bind_to_vfio,
-    check_not_busy,
-    find_busy,
-    restore_drivers,
-    vfio_functions,
-)
-from proxgpu.transaction import apply_changes
+from proxgpu.host.local import DirectoryHost, LocalHost
 from tests.support.standins import fake_pvesh, fake_tool, on_path
 from tests.test_transaction import changeset, ct200_plan, snapshot
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from proxgpu.hosts import DirectoryHost
+from proxgpu.errors import PlanRefusedError
+from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
-from proxgpu.inventory import Inventory
-from proxgpu.planning import PlanRefusedError, SplitPolicy, check_gpu_set, plan_split
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.planning import plan_split
+from proxgpu.planning.advice import check_gpu_set
+from proxgpu.planning.model import SplitPolicy
 from tests.conftest import EXAMPLES
 
 

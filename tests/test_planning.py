@@ -1,4 +1,4 @@
-"""Tests for the planner (proxgpu.planning) and the guest claims it checks (proxgpu.claims)."""
+"""Tests for the planner (proxgpu.planning) and the guest claims it checks (proxgpu.pve.claims)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxgpu.claims import GuestRef, device_claims
-from proxgpu.errors import ProxgpuError, UsageError
-from proxgpu.inventory import Gpu, Inventory, NumaNode, PciFunction
-from proxgpu.planning import (
-    Plan,
-    PlanRefusedError,
-    SplitPolicy,
-    check_gpu_set,
-    normalize_pci_address,
-    plan_split,
-)
+from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
+from proxgpu.inspection.inventory import Gpu, Inventory, NumaNode, PciFunction
+from proxgpu.pci import normalize_pci_address
+from proxgpu.planning import plan_split
+from proxgpu.planning.advice import check_gpu_set
+from proxgpu.planning.model import Plan, SplitPolicy
+from proxgpu.pve.claims import GuestRef, device_claims
 
 CT200_NODES = {0: ["01", "11", "61", "71"], 1: ["81", "91", "e1", "f1"]}
 TWO_SOCKETS = {0: "0-31,64-95", 1: "32-63,96-127"}

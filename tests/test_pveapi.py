@@ -1,9 +1,10 @@
 """The Proxmox API through proxmoxer's command backend, carried by proxgpu's own hosts.
 
 Proxmox VE cannot be installed here. Two stand-ins take pvesh's place, each said where it is used:
-a :class:`Canned` host that returns what pvesh prints (only outputs formats.md documents: a JSON
-answer, a ``NNN Text`` status line on stderr, a warning on stderr), and the stand-in ``pvesh``
-script of ``tests/test_transaction.py`` on PATH for a LocalHost rooted at a copy of an example host.
+a :class:`Canned` host that returns what pvesh prints (only outputs of the shapes real pvesh
+prints: a JSON answer, a ``NNN Text`` status line on stderr, a warning on stderr), and the
+stand-in ``pvesh`` script of ``tests/test_transaction.py`` on PATH for a LocalHost rooted at a copy
+of an example host.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 import pytest
 from proxmoxer.backends.command_base import CommandBaseSession
 
-from proxgpu.hosts import CommandResult, Host, LocalHost, command_line
-from proxgpu.pveapi import (
+from proxgpu.errors import PveApiError
+from proxgpu.host.base import CommandResult, Host, command_line
+from proxgpu.host.local import LocalHost
+from proxgpu.pve.api import (
     HostSession,
-    PveApiError,
     config_digest,
     config_update,
     guest_status,

@@ -1,4 +1,4 @@
-"""Tests for proxgpu.pveconfig: exact round trips, and edits that touch only their own lines."""
+"""Tests for proxgpu.pve.config: exact round trips, and edits that touch only their own lines."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxgpu.pveconfig import (
+from proxgpu.pve.config import (
     INDEX_LIMITS,
     GuestConfig,
-    PciMappingConfig,
     format_property_string,
     parse_property_string,
 )
+from proxgpu.pve.mapping import PciMappingConfig
 
 # Third-party AGPL test data: read where it lies, never copied into the project.
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pve-configs"

@@ -15,21 +15,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxgpu.changes import ChangeSet
-from proxgpu.hosts import DirectoryHost
-from proxgpu.inspection import GpuFilter, inspect
-from proxgpu.inventory import Inventory
-from proxgpu.planning import SplitPolicy, plan_split
-from proxgpu.pveconfig import GuestConfig
-from proxgpu.rendering import (
-    BIND_SCRIPT,
-    MODPROBE_CONF,
-    RenderError,
-    RenderOptions,
-    _grub_with_parameters,
-    render,
-)
-from proxgpu.report import render_changes
+from proxgpu.cli.text import render_changes
+from proxgpu.errors import RenderError
+from proxgpu.host.local import DirectoryHost
+from proxgpu.inspection import inspect
+from proxgpu.inspection.build import GpuFilter
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.paths import BIND_SCRIPT, MODPROBE_CONF
+from proxgpu.planning import plan_split
+from proxgpu.planning.model import SplitPolicy
+from proxgpu.pve.config import GuestConfig
+from proxgpu.rendering import render
+from proxgpu.rendering.changes import ChangeSet
+from proxgpu.rendering.cmdline import grub_with_parameters
+from proxgpu.rendering.context import RenderOptions
 from tests.conftest import EXAMPLES, REPO, copy_example
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -395,7 +394,7 @@ def test_gpus_returning_from_vfio_get_nvidia_nodes_not_dri(tmp_path: Path) -> No
     ],
 )
 def test_grub_edit_changes_only_the_default_cmdline_value(before: str, after: str) -> None:
-    assert _grub_with_parameters(before, ["iommu=pt"]) == after
+    assert grub_with_parameters(before, ["iommu=pt"]) == after
 
 
 def test_grub_on_proxmox_boot_tool_refreshes_the_esps(tmp_path: Path) -> None:

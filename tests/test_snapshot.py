@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu.capture import gather, parse_gather_output, write_tree
 from proxgpu.errors import SysfsError, UsageError
-from proxgpu.hosts import DirectoryHost, LocalHost
+from proxgpu.host.local import DirectoryHost, LocalHost
 from proxgpu.inspection import inspect
+from proxgpu.inspection.capture import gather, parse_gather_output, write_tree
 from tests.conftest import EXAMPLES, copy_example
 
 
@@ -67,7 +67,7 @@ def test_secrets_are_never_captured(tmp_path: Path) -> None:
 
 def test_writer_refuses_paths_outside_the_whitelist(tmp_path: Path) -> None:
     capture = parse_gather_output(
-        b"#proxgpu-gather 1\n#section raw\netc/pve/priv/authkey.key\0U0VDUkVU\n#end\n"
+        b"#proxgpu-gather\t1\n#section\traw\netc/pve/priv/authkey.key\0U0VDUkVU\n#end\n"
     )
     with pytest.raises(SysfsError, match="refusing"):
         write_tree(capture, str(tmp_path / "snap"))
@@ -83,7 +83,7 @@ def test_snapshot_refuses_a_non_empty_directory(tmp_path: Path) -> None:
 
 def test_unreadable_files_are_reported_not_captured() -> None:
     capture = parse_gather_output(
-        b"#proxgpu-gather 1\n#uid 1000\n#section raw\netc/pve/lxc/100.conf\0!unreadable\n#end\n"
+        b"#proxgpu-gather\t1\n#uid\t1000\n#section\traw\netc/pve/lxc/100.conf\0!unreadable\n#end\n"
     )
     assert capture.unreadable == ["/etc/pve/lxc/100.conf"]
     assert capture.raw == {}

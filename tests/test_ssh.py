@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu.changes import Action, ChangeSet, FileChange
+from proxgpu.apply.transaction import apply_changes
 from proxgpu.cli import main
 from proxgpu.errors import (
     AuthenticationError,
@@ -15,10 +15,10 @@ from proxgpu.errors import (
     HostKeyUnknownError,
     HostUnreachableError,
 )
-from proxgpu.hosts import DirectoryHost, LocalHost
+from proxgpu.host.local import DirectoryHost, LocalHost
+from proxgpu.host.ssh import SSHHost, SSHOptions
 from proxgpu.inspection import inspect
-from proxgpu.ssh import SSHHost, SSHOptions
-from proxgpu.transaction import apply_changes
+from proxgpu.rendering.changes import Action, ChangeSet, FileChange
 from tests.conftest import EXAMPLES
 from tests.support.sshd import Sshd, free_port
 

@@ -8,8 +8,8 @@ the remote root.
 pvesh is not installable here. Where a live host must answer for the guests or take a VM's
 options through the Proxmox API, a stand-in ``pvesh`` (see :func:`fake_pvesh`) goes first on PATH.
 It answers only the two calls apply makes, the status query (the ``{"status": ...}`` object of the
-Proxmox API) and ``set .../qemu/<vmid>/config``, which it carries out the way formats.md describes
-Proxmox doing it: ``delete`` and ``digest`` honoured, a stale digest refused with a ``400
+Proxmox API) and ``set .../qemu/<vmid>/config``, which it carries out the way
+qemu-server does it: ``delete`` and ``digest`` honoured, a stale digest refused with a ``400
 Parameter verification failed`` on stderr and a non-zero exit, the file rewritten in Proxmox's own
 order (description, then the main keys sorted, then the other sections) through a temp file and a
 rename.
@@ -31,27 +31,31 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu.changes import Action, ChangeSet, FileChange
+from proxgpu.apply.journal import JournalEntry, history, new_journal_id
+from proxgpu.apply.rollback import rollback
+from proxgpu.apply.transaction import apply_changes
+from proxgpu.apply.verify import verify
 from proxgpu.errors import (
     ApplyError,
     ConcurrentApplyError,
     FileChangedError,
     HostUnreachableError,
-    JournalError,
     NotRootError,
     PreflightError,
     ProxgpuError,
     RollbackError,
+    UsageError,
 )
-from proxgpu.hosts import DirectoryHost, Host, LocalHost
+from proxgpu.host.base import Host
+from proxgpu.host.local import DirectoryHost, LocalHost
+from proxgpu.host.ssh import SSHHost, SSHOptions
 from proxgpu.inspection import inspect
-from proxgpu.inventory import Inventory
-from proxgpu.journal import JournalEntry, history, new_journal_id, rollback, verify
-from proxgpu.planning import Plan, SplitPolicy, plan_split
-from proxgpu.pveapi import config_digest, same_config
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.planning import plan_split
+from proxgpu.planning.model import Plan, SplitPolicy
+from proxgpu.pve.api import config_digest, same_config
 from proxgpu.rendering import render
-from proxgpu.ssh import SSHHost, SSHOptions
-from proxgpu.transaction import apply_changes
+from proxgpu.rendering.changes import Action, ChangeSet, FileChange
 from tests.support.sshd import Sshd
 from tests.support.standins import fake_pvesh, fake_tool, on_path, pvesh_calls
 
@@ -259,7 +263,7 @@ def test_rollback_restores_byte_for_byte_and_removes_created_files(root: Path) -
         rollback(host)
     with pytest.raises(RollbackError, match="already rolled back"):
         rollback(host, to=applied.journal_id)
-    with pytest.raises(JournalError, match="no such journal entry"):
+    with pytest.raises(UsageError, match="no journal entry 20000101T000000Z-0000"):
         rollback(host, to="20000101T000000Z-0000")
 
 

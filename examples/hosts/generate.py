@@ -3,7 +3,7 @@
 Each host is a tree laid out like the host's absolute paths, exactly as ``proxgpu snapshot`` writes
 one: sysfs attributes as one-line files, ``driver`` and ``iommu_group`` as symlinks, bridges marked
 by a ``pci_bus`` directory, procfs and /etc files as they read on a Proxmox VE host. Every value
-follows the kernel's and NVIDIA's formats (see ../shared/reference/formats.md); none is captured
+follows the kernel's sysfs ABI and NVIDIA's procfs formats; none is captured
 from a real machine, so a tree made by ``proxgpu snapshot`` on a real host is always preferred.
 """
 

@@ -1,22 +1,23 @@
+# shellcheck shell=sh
 # proxgpu gather: print, in one pass, every file inspection reads.
-# Usage: sh -s -- ROOT   (ROOT is the prefix the host's absolute paths live under, "/" for a live host)
+# Usage: gather.sh ROOT   (ROOT is the prefix the host's absolute paths live under, "/" for a live host)
 #
 # Plain POSIX sh plus coreutils, grep, find and awk, so it runs unchanged on a Proxmox VE host, over
 # SSH, and against a snapshot directory. Forks stay constant in the number of devices: one grep reads
 # every small text file, one find reads every symlink, one awk picks the names out of pci.ids.
 #
-# Output: "#..." marker lines, then records "PATH\0DATA" (relative paths, no leading slash):
+# Output: marker records ("#proxgpu-gather", "#uid", "#section", "#end", written by the prelude's
+# rec), each followed by data lines "PATH\0DATA" (relative paths, no leading slash):
 #   #section lines   one record per line of a text file
 #   #section links   TYPE\0PATH\0TARGET   (TYPE l = symlink; d, f = a directory or file that
 #                                          only needs to exist)
 #   #section raw     PATH\0BASE64 of the exact bytes, or PATH\0!unreadable
-set -u
 LC_ALL=C
 export LC_ALL
-cd "$1" 2>/dev/null || { echo "#error cannot enter $1"; exit 3; }
+cd "$1" 2>/dev/null || { rec error "cannot enter $1"; exit 3; }
 
-echo "#proxgpu-gather 1"
-echo "#uid $(id -u)"
+rec proxgpu-gather 1
+rec uid "$(id -u)"
 
 pciids=
 for f in usr/share/misc/pci.ids usr/share/hwdata/pci.ids; do
@@ -28,7 +29,7 @@ for d in sys/bus/pci/devices/*; do
     { read -r v <"$d/vendor" && read -r p <"$d/device"; } 2>/dev/null && pairs="$pairs ${v#0x}${p#0x}"
 done
 
-echo "#section lines"
+rec section lines
 grep -H -s -Z '' \
     proc/sys/kernel/hostname proc/sys/kernel/osrelease proc/cmdline proc/devices \
     proc/driver/nvidia/version proc/driver/nvidia/gpus/*/information \
@@ -49,7 +50,7 @@ if [ -n "$pciids" ]; then
     ' "$pciids"
 fi
 
-echo "#section links"
+rec section links
 set -- sys/bus/pci/devices/*/
 [ -e "$1" ] && find "$@" -maxdepth 1 \( -name driver -o -name iommu_group -o -name pci_bus \) \
     -printf '%y\0%p\0%l\n' 2>/dev/null
@@ -68,7 +69,7 @@ for f in dev/nvidia* dev/nvidia-caps/*; do
     { [ -c "$f" ] || [ -f "$f" ]; } && printf 'f\0%s\0\n' "$f"
 done
 
-echo "#section raw"
+rec section raw
 for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
     etc/modprobe.d/* etc/modules etc/modules-load.d/* etc/initramfs-tools/modules \
     etc/default/grub etc/default/grub.d/*.cfg etc/kernel/cmdline etc/kernel/proxmox-boot-uuids \
@@ -82,4 +83,4 @@ for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
         printf '%s\0!unreadable\n' "$f"
     fi
 done
-echo "#end"
+rec end

@@ -1,8 +1,8 @@
 """Stand-ins for tools that cannot run here: Proxmox's pvesh and NVIDIA's nvidia-smi.
 
 Proxmox VE cannot be installed on this machine and there is no NVIDIA GPU, so the tests that need
-these commands put small scripts first on PATH. Each prints only what
-../shared/reference/formats.md documents for the real tool, and says so where it is used.
+these commands put small scripts first on PATH. Each prints only what the real tool prints (the
+shapes pve-manager's pvesh and NVIDIA's nvidia-smi document), and says so where it is used.
 """
 
 from __future__ import annotations

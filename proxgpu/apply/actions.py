@@ -1,0 +1,40 @@
+"""The follow-up actions of a change set (``update-initramfs``, ``proxmox-boot-tool refresh``...):
+run on a live host, listed for a directory tree.
+
+>>> from proxgpu.host import DirectoryHost
+>>> from proxgpu.rendering.changes import Action
+>>> run_actions(DirectoryHost("examples/hosts/ct200"), [Action(argv=["update-grub"], why="")], [])
+['listed, not run (a directory tree): update-grub']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from proxgpu.apply.remote import Progress, quiet
+from proxgpu.host.base import Host
+from proxgpu.rendering.changes import Action
+
+#: Seconds a post-action may run (an initramfs rebuild for every kernel takes minutes).
+ACTION_TIMEOUT = 900.0
+
+
+def run_actions(
+    host: Host,
+    actions: Sequence[Action],
+    ran: list[list[str]],
+    say: Progress = quiet,
+    timeout: float = ACTION_TIMEOUT,
+) -> list[str]:
+    """Run each action in order, appending it to ``ran`` once it succeeded, so that the caller
+    knows what ran even when one fails; return messages (on a tree: the actions, listed).
+
+    :raises CommandError: when an action fails (what ran before it is not undone here).
+    """
+    if not host.is_live:
+        return [f"listed, not run (a directory tree): {' '.join(a.argv)}" for a in actions]
+    for action in actions:
+        say("action", " ".join(action.argv))
+        host.check(action.argv, timeout=timeout)
+        ran.append(action.argv)
+    return []

@@ -1,0 +1,113 @@
+"""Whether the GPUs that would change driver are in use: unbinding a GPU that a process holds
+never returns (the nvidia driver waits for its usage count to drop), so the live rebind checks
+first, with ``scripts/busy.sh`` (one command, whatever the number of functions).
+
+>>> _persistence_reason("Enabled", 0, [])
+'persistence mode is on (nvidia-persistenced keeps it open)'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from proxgpu.errors import DeviceBusyError, HostUnreachableError
+from proxgpu.host.base import Host
+from proxgpu.host.scripts import Record, run_script
+from proxgpu.model import FrozenModel
+from proxgpu.pci import normalize_pci_address
+
+
+class BusyDevice(FrozenModel):
+    """A function that is in use, and why: who holds its device nodes, persistence mode.
+
+    >>> BusyDevice(address="0000:81:00.0", driver="nvidia", reasons=["persistence is on"]).reasons
+    ['persistence is on']
+    """
+
+    address: str
+    driver: str | None
+    reasons: list[str]
+
+
+def find_busy(host: Host, addresses: Sequence[str], timeout: float = 60.0) -> list[BusyDevice]:
+    """The functions among ``addresses`` that are in use, in one command.
+
+    A function is busy when a process holds its device node (``/dev/nvidia<minor>`` for nvidia,
+    ``/dev/vfio/<group>`` for vfio-pci, ``/dev/dri/by-path/pci-<addr>-{card,render}`` otherwise;
+    all under ``host.root``), or, for nvidia, when persistence mode is on or cannot be read.
+
+    :raises HostUnreachableError: when the host cannot run the check.
+    """
+    output = run_script(
+        host, "busy", host.root.rstrip("/"), *addresses, timeout=timeout, check=False
+    )
+    if not output.has("fn") and addresses:
+        raise HostUnreachableError(host.name, f"busy check failed: {output.stderr.strip()}")
+    return _busy_from(output.records, addresses)
+
+
+def _busy_from(records: Sequence[Record], addresses: Sequence[str]) -> list[BusyDevice]:
+    drivers: dict[str, str | None] = {}
+    reasons: dict[str, list[str]] = {a: [] for a in addresses}
+    smi_rc, smi_lines = None, []
+    for record in records:
+        word, fields = record.kind, record.fields
+        if word == "fn":
+            drivers[fields[0]] = None if fields[1] == "-" else fields[1]
+        elif word == "holder":
+            address, pid, node, comm = fields
+            reasons[address].append(f"{node} is held by pid {pid} ({comm})")
+        elif word == "nominor":
+            reasons[fields[0]].append("its /dev/nvidia minor is unknown (no procfs information)")
+        elif word == "nofuser":
+            reasons[fields[0]].append(f"fuser is missing, so who holds {fields[1]} is unknown")
+        elif word == "smi":
+            smi_rc = int(fields[0])
+        elif word == "smiline":
+            smi_lines.append(fields[0])
+    persistence = _persistence(smi_lines) if smi_rc == 0 else {}
+    for address, driver in drivers.items():
+        if driver == "nvidia":
+            mode = persistence.get(address)
+            if mode != "Disabled":
+                reasons[address].append(_persistence_reason(mode, smi_rc, smi_lines))
+    return [
+        BusyDevice(address=a, driver=drivers.get(a), reasons=r) for a, r in reasons.items() if r
+    ]
+
+
+def _persistence(lines: list[str]) -> dict[str, str]:
+    modes = {}
+    for line in lines:
+        bus_id, _, mode = line.partition(",")
+        try:
+            modes[normalize_pci_address(bus_id)] = mode.strip()
+        except ValueError:
+            continue  # a warning nvidia-smi printed among the rows
+    return modes
+
+
+def _persistence_reason(mode: str | None, rc: int | None, lines: list[str]) -> str:
+    if mode == "Enabled":
+        return "persistence mode is on (nvidia-persistenced keeps it open)"
+    if rc != 0:
+        detail = lines[-1] if lines else f"exit status {rc}"
+        return f"persistence mode cannot be read (nvidia-smi: {detail}), so it counts as in use"
+    return f"persistence mode is {mode or 'not reported'}, so it counts as in use"
+
+
+def check_not_busy(host: Host, addresses: Sequence[str]) -> None:
+    """Refuse when any function among ``addresses`` is in use (see :func:`find_busy`).
+
+    :raises DeviceBusyError: naming each busy function, why, and what to do.
+    """
+    busy = find_busy(host, addresses)
+    if busy:
+        described = "; ".join(f"{b.address} ({b.driver}): {', '.join(b.reasons)}" for b in busy)
+        raise DeviceBusyError(
+            host.name,
+            [b.address for b in busy],
+            f"in use, so unbinding could block the kernel: {described}; stop the processes "
+            "(and the containers) using these GPUs and turn persistence off "
+            "(nvidia-smi -i <address> -pm 0, or stop nvidia-persistenced), then retry",
+        )

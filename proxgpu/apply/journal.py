@@ -1,0 +1,126 @@
+"""The journal: one entry per apply, kept on the host with a backup of every file it touched.
+
+What it keeps, under the host's root:
+
+- ``/var/lib/proxgpu/journal/<id>.json``: one :class:`JournalEntry` per apply;
+- ``/var/lib/proxgpu/backups/<id>/``: the files as they were, by position, and ``meta.json``.
+
+:func:`history` reads every entry in one command; :func:`select_entry` picks the one a rollback
+or a verify acts on.
+
+>>> new_journal_id(datetime(2026, 11, 30, 1, 15, tzinfo=UTC))[:24]
+'20261130T011500.000000Z-'
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from proxgpu.apply.layout import Layout
+from proxgpu.apply.rebind import Binding
+from proxgpu.errors import JournalError, UsageError
+from proxgpu.host.base import Host
+from proxgpu.host.scripts import run_script
+from proxgpu.model import FrozenModel
+from proxgpu.planning import Plan
+from proxgpu.rendering.changes import ChangeSet
+
+Status = Literal["in-progress", "applied", "rolled-back", "failed"]
+
+
+class JournalFile(FrozenModel):
+    """One file an apply touched: how it was (``existed``, mode as octal text, owner), the hashes
+    before and after, and its copy's name in the backup directory (``None`` when it was absent).
+    ``via`` says how it was written: as a file, or through the Proxmox API (``sha256_after`` is
+    then the hash read back from the file Proxmox wrote, once known).
+
+    >>> JournalFile(path="/etc/modules", existed=False, sha256_before=None,
+    ...             sha256_after="ab" * 32).backup is None
+    True
+    """
+
+    path: str
+    existed: bool
+    mode: str | None = None
+    uid: int | None = None
+    gid: int | None = None
+    sha256_before: str | None
+    sha256_after: str | None
+    backup: str | None = None
+    via: Literal["file", "api"] = "file"
+
+
+class JournalEntry(FrozenModel):
+    """One apply as the journal records it; ``status`` moves from ``in-progress`` to ``applied``,
+    ``failed`` (everything was restored) or, later, ``rolled-back``.
+
+    ``created_dirs`` lists every directory the apply created, deepest first (rollback removes
+    them when empty; older entries name only the directory of each new file),
+    ``live`` the drivers changed at runtime, ``actions_run`` the post-actions that ran.
+    """
+
+    id: str
+    status: Status
+    host: str
+    client: str
+    started: str
+    finished: str | None = None
+    changeset: ChangeSet
+    plan: Plan | None = None
+    files: list[JournalFile]
+    created_dirs: list[str] = Field(default_factory=list)
+    live: list[Binding] = Field(default_factory=list)
+    actions_run: list[list[str]] = Field(default_factory=list)
+    message: str = ""
+
+
+def new_journal_id(now: datetime | None = None) -> str:
+    """A journal id that sorts by time: UTC time to the microsecond, four random hex digits.
+
+    Applies are serialised by the lock, so ids of one host never share a microsecond.
+    """
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S.%fZ")
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def history(host: Host) -> list[JournalEntry]:
+    """Every journal entry on ``host``, oldest first, in one command.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> history(DirectoryHost("examples/hosts/ct200"))
+    []
+
+    :raises JournalError: when an entry cannot be read.
+    """
+    layout = Layout.of(host)
+    output = run_script(host, "journal", layout.journal_dir)
+    entries = []
+    for record in output.of("entry"):
+        journal_id, b64 = record.fields
+        try:
+            entries.append(JournalEntry.model_validate_json(base64.b64decode(b64)))
+        except (ValidationError, ValueError) as exc:
+            raise JournalError(host.name, layout.journal(journal_id), f"unreadable: {exc}") from exc
+    return sorted(entries, key=lambda e: e.id)
+
+
+def select_entry(
+    host: Host, entries: Sequence[JournalEntry], to: str | None, latest: Sequence[Status]
+) -> JournalEntry | None:
+    """The entry named ``to``, or else the latest whose status is in ``latest`` (``None``: none).
+
+    :raises UsageError: when no entry is named ``to``.
+    """
+    if to is None:
+        candidates = [e for e in entries if e.status in latest]
+        return candidates[-1] if candidates else None
+    entry = next((e for e in entries if e.id == to), None)
+    if entry is None:
+        raise UsageError(f"{host.name}: no journal entry {to} (see `proxgpu history`)")
+    return entry

@@ -1,0 +1,86 @@
+"""The host-wide lock: one apply or rollback at a time on a host.
+
+The lock is the directory ``/run/lock/proxgpu`` holding an ``owner`` file (``id=``, ``op=``,
+``client=``, ``pid=``, ``user=``, ``since=`` lines). ``scripts/probe.sh`` takes it in the same
+command that reads every file's state: it builds a complete directory beside the lock and renames
+it into place, so the lock never exists without its owner. ``scripts/finish.sh`` releases it, and
+only for its own owner. It lives in /run, so a reboot clears a lock left by a dropped connection.
+
+>>> parse_owner(base64.b64encode(b"id=1\\nop=apply\\n").decode())
+{'id': '1', 'op': 'apply'}
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from proxgpu.errors import ConcurrentApplyError
+
+# Lock ids of the applies and rollbacks running in this process: a lock they hold is not stale.
+_held_here: set[str] = set()
+
+
+@contextmanager
+def holding(lock_id: str) -> Iterator[None]:
+    """Mark ``lock_id`` as held by a running operation of this process while the block runs."""
+    _held_here.add(lock_id)
+    try:
+        yield
+    finally:
+        _held_here.discard(lock_id)
+
+
+def owner_text(lock_id: str, op: str) -> str:
+    """The owner file of a lock taken now by this process for ``op``."""
+    return "\n".join(
+        [
+            f"id={lock_id}",
+            f"op={op}",
+            f"client={socket.gethostname()}",
+            f"pid={os.getpid()}",
+            f"user={getpass.getuser()}",
+            f"since={datetime.now(UTC).isoformat(timespec='seconds')}",
+        ]
+    )
+
+
+def parse_owner(b64: str) -> dict[str, str]:
+    """The fields of an owner file sent as base64 (empty when it could not be read)."""
+    text = base64.b64decode(b64 or "").decode("utf-8", "replace")
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def is_stale(owner: dict[str, str]) -> bool:
+    """Whether the lock's owner is known to be gone: only decidable for this machine's processes."""
+    if owner.get("client") != socket.gethostname() or not owner.get("pid", "").isdigit():
+        return False
+    pid = int(owner["pid"])
+    if pid == os.getpid():
+        return owner.get("id") not in _held_here
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def held_error(host: str, lock: str, owner: dict[str, str]) -> ConcurrentApplyError:
+    """The refusal when another apply or rollback holds ``lock``, naming its owner."""
+    who = (
+        f"{owner.get('op', 'apply')} {owner.get('id', '?')} ({owner.get('user', '?')}@"
+        f"{owner.get('client', '?')} pid {owner.get('pid', '?')}, since {owner.get('since', '?')})"
+    )
+    return ConcurrentApplyError(
+        host,
+        f"{lock} is held by {who}: wait for it to finish; if it was interrupted, run "
+        "`proxgpu rollback`, which recovers or releases it",
+        owner,
+    )

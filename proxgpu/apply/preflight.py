@@ -1,0 +1,130 @@
+"""The checks an apply makes before it writes anything: guest locks, running guests, and which
+files to write, refusing any that is no longer what the plan was made from (compare-and-swap).
+
+>>> from proxgpu.host import DirectoryHost
+>>> from proxgpu.rendering.changes import FileChange
+>>> change = FileChange(path="/etc/pve/lxc/200.conf", before="lock: backup\\n", after="", why="")
+>>> refuse_locked_guests(DirectoryHost("examples/hosts/ct200"), [change])
+Traceback (most recent call last):
+...
+proxgpu.errors.PreflightError: dir:examples/hosts/ct200: /etc/pve/lxc/200.conf: the guest is \
+locked (backup): Proxmox is busy with it; wait for that to finish (or `qm unlock`/`pct unlock` a \
+stale lock), then plan again
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from proxgpu.apply.layout import Layout
+from proxgpu.apply.remote import FileState, read_files, sha
+from proxgpu.errors import FileChangedError, PreflightError, PveApiError
+from proxgpu.host.base import Host
+from proxgpu.paths import guest_of, is_vm_config
+from proxgpu.pve.api import PveResource, guest_status, same_config
+from proxgpu.pve.config import GuestConfig
+from proxgpu.rendering.changes import FileChange
+
+
+def refuse_locked_guests(host: Host, changes: Sequence[FileChange]) -> None:
+    """Refuse when a guest config that changes carries Proxmox's ``lock:`` key.
+
+    :raises PreflightError: naming the config and the lock.
+    """
+    # The compare-and-swap check guarantees the file is still `before`, so reading it is enough.
+    for change in changes:
+        if guest_of(change.path) and change.before is not None:
+            lock = GuestConfig.parse(change.before).get("lock")
+            if lock:
+                raise PreflightError(
+                    host.name,
+                    f"{change.path}: the guest is locked ({lock}): Proxmox is busy with it; "
+                    "wait for that to finish (or `qm unlock`/`pct unlock` a stale lock), then "
+                    "plan again",
+                )
+
+
+def check_guests(
+    host: Host,
+    changes: Sequence[FileChange],
+    has_pvesh: bool,
+    api: Callable[[], PveResource],
+    node: str,
+) -> None:
+    """Refuse unless every guest whose config changes is stopped, asking the Proxmox API.
+
+    :raises PreflightError: naming the guest that runs, or why its state is unknown.
+    """
+    guests = sorted(
+        {guest for c in changes if c.before is not None and (guest := guest_of(c.path))}
+    )
+    if not guests:
+        return
+    if not has_pvesh:
+        names = ", ".join(f"{'qemu' if kind == 'vm' else 'lxc'} {vmid}" for kind, vmid in guests)
+        raise PreflightError(
+            host.name,
+            f"pvesh is not on this host, so whether {names} are running cannot be checked; "
+            "stop them and pass skip_guest_check (--skip-guest-check) to apply anyway",
+        )
+    for kind, vmid in guests:
+        label = f"{'VM' if kind == 'vm' else 'container'} {vmid}"
+        api_kind = "qemu" if kind == "vm" else "lxc"
+        try:
+            status = guest_status(api(), node, api_kind, str(vmid))
+        except PveApiError as exc:
+            raise PreflightError(
+                host.name, f"cannot read the status of {label} ({exc.detail})"
+            ) from exc
+        if status != "stopped":
+            tool = "qm" if kind == "vm" else "pct"
+            raise PreflightError(
+                host.name,
+                f"{label} is {status or 'in an unknown state'}: its config may only change while "
+                f"it is stopped (a running guest keeps its devices); run `{tool} shutdown {vmid}` "
+                "first",
+            )
+
+
+def files_to_write(
+    host: Host, changes: Sequence[FileChange], states: Sequence[FileState]
+) -> list[int]:
+    """Positions of the files to write; refuse any that is neither ``before`` nor ``after``.
+
+    A VM config that Proxmox rewrote in its own order from ``after`` (an earlier apply through
+    the API) counts as ``after``: its text is read (one more command, only then) and compared.
+
+    :raises FileChangedError: naming the first file that changed since it was read.
+    """
+    todo, unsure = [], []
+    for index, (change, state) in enumerate(zip(changes, states, strict=True)):
+        if state.kind == "other":
+            raise FileChangedError(
+                host.name, change.path, "is not a regular file; proxgpu only replaces files"
+            )
+        if state.sha256 == sha(change.after):
+            continue  # already as planned: a second apply writes nothing
+        if state.sha256 != sha(change.before):
+            if not (is_vm_config(change.path) and state.kind == "file" and change.after):
+                raise cas_failed(host, change.path)
+            unsure.append(index)
+            continue
+        todo.append(index)
+    if unsure:
+        layout = Layout.of(host)
+        found = read_files(host, [layout.on_host(changes[i].path) for i in unsure])
+        for index, data in zip(unsure, found, strict=True):
+            after = changes[index].after
+            now = None if data is None else data.decode("utf-8", "replace")
+            if now is None or after is None or not same_config(now, after):
+                raise cas_failed(host, changes[index].path)
+    return todo
+
+
+def cas_failed(host: Host, path: str) -> FileChangedError:
+    """The refusal when ``path`` is no longer what the plan was made from."""
+    return FileChangedError(
+        host.name,
+        path,
+        "changed since it was read (compare-and-swap failed); inspect and plan again",
+    )

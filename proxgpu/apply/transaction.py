@@ -1,0 +1,489 @@
+"""Apply a change set as one transaction.
+
+:func:`apply_changes` runs preflight (root, the host-wide lock, compare-and-swap on every file's
+hash, ``lock:`` keys, running guests, busy GPUs), then backs up every file it touches and writes a
+journal entry, then replaces each file atomically (a temp file in the same directory, renamed over
+it), then runs the post-actions and, when asked, the live rebind (the GPUs are checked for users
+once more right before it). On any failure it puts every file back from the backup.
+
+On a live host with pvesh, a VM config is changed through the Proxmox API instead
+(:mod:`~proxgpu.apply.vmapi`); container configs (the API cannot set raw ``lxc.*`` keys), the PCI
+mapping file and host files are written as files. Backups, the compare-and-swap checks, restore
+on failure and rollback treat both kinds alike.
+
+The number of commands it sends does not grow with the number of files: one locks and reads every
+file's hash (and the node name, and whether pvesh is there), one stages the backups and temp
+files, one renames them all (and reads back the configs written through the API), one records the
+outcome and unlocks, plus one per post-action; on a Proxmox host also one API call per guest
+whose status is checked and one per VM config written through the API.
+
+The checks live in :mod:`~proxgpu.apply.preflight`, the commands that read and restore files in
+:mod:`~proxgpu.apply.remote`, the scripts in ``proxgpu/scripts/{probe,stage,commit,finish}.sh``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from proxgpu.apply import lock
+from proxgpu.apply.actions import ACTION_TIMEOUT, run_actions
+from proxgpu.apply.busy import check_not_busy
+from proxgpu.apply.journal import JournalEntry, JournalFile, Status, new_journal_id
+from proxgpu.apply.layout import Layout, mode_and_umask, where
+from proxgpu.apply.preflight import check_guests, files_to_write, refuse_locked_guests
+from proxgpu.apply.rebind import Binding, bind_to_vfio, restore_drivers, vfio_functions
+from proxgpu.apply.remote import (
+    CommitItem,
+    FileState,
+    Probe,
+    Progress,
+    StageItem,
+    b64_line,
+    created_dirs,
+    describe,
+    finish,
+    now,
+    probe,
+    quiet,
+    recognise,
+    release_quietly,
+    restore,
+    sha,
+    with_hashes,
+)
+from proxgpu.apply.vmapi import VmApiWriter
+from proxgpu.errors import (
+    ApplyError,
+    CommandError,
+    FileChangedError,
+    PreflightError,
+    ProxgpuError,
+    PveApiError,
+    UsageError,
+)
+from proxgpu.host.base import Host
+from proxgpu.host.scripts import Record, run_script
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.model import FrozenModel
+from proxgpu.planning.model import Plan
+from proxgpu.rendering.changes import Action, ChangeSet
+
+
+class ApplyResult(FrozenModel):
+    """What an apply did (or, with ``dry_run``, would do).
+
+    ``files`` are the paths written; ``actions`` every action of the change set, ``actions_run``
+    those that ran (none on a directory tree or in a dry run).
+
+    >>> ApplyResult(host="pve1", changed=False).messages
+    []
+    """
+
+    host: str
+    changed: bool
+    dry_run: bool = False
+    journal_id: str | None = None
+    files: list[str] = Field(default_factory=list)
+    actions: list[Action] = Field(default_factory=list)
+    actions_run: list[list[str]] = Field(default_factory=list)
+    live: list[Binding] = Field(default_factory=list)
+    reboot_required: bool = False
+    messages: list[str] = Field(default_factory=list)
+
+
+def apply_changes(
+    host: Host,
+    changeset: ChangeSet,
+    *,
+    plan: Plan | None = None,
+    dry_run: bool = False,
+    live: bool = False,
+    progress: Progress | None = None,
+    inventory: Inventory | None = None,
+    skip_guest_check: bool = False,
+    action_timeout: float = ACTION_TIMEOUT,
+) -> ApplyResult:
+    """Apply ``changeset`` to ``host`` as one transaction; see the module docstring for the steps.
+
+    Files already as planned are left alone, so applying the same change set twice changes nothing
+    the second time. ``dry_run`` runs the read-only checks and writes nothing. ``live`` moves the
+    plan's vfio groups to vfio-pci now (``plan`` required). On a directory tree
+    (``host.is_live`` false) post-actions and live steps are listed, not run. ``inventory``, when
+    given, says whether the host has pvesh; ``skip_guest_check`` applies without asking whether
+    the guests are running (for hosts without pvesh, guests known to be stopped).
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> apply_changes(DirectoryHost("/"), ChangeSet(host="pve1")).messages
+    ['no changes: the host already matches the plan']
+
+    :raises PreflightError: (and its subclasses) when refusing before anything was written.
+    :raises ApplyError: when a step failed after writing; the message says what was restored.
+    """
+    changes = changeset.changed_files()
+    if live and plan is None:
+        raise UsageError("a live apply needs the plan: it says which GPUs move to vfio-pci")
+    refuse_locked_guests(host, changes)
+    if not changes:
+        return _unchanged(host, live)
+    run = _Apply(host, changeset, plan, progress or quiet, action_timeout)
+    return run.run(dry_run, live, inventory, skip_guest_check)
+
+
+_NO_CHANGES = "no changes: the host already matches the plan"
+
+
+def _unchanged(host: Host, live: bool) -> ApplyResult:
+    messages = [_NO_CHANGES]
+    if live:
+        # The journal ties a runtime rebind to the files it goes with; with none to write there
+        # is no entry to roll it back by.
+        messages.append("nothing was rebound: --live acts together with an apply that writes")
+    return ApplyResult(host=host.name, changed=False, messages=messages)
+
+
+class _Apply:
+    """One apply's state, so that a failure at any step knows what to undo."""
+
+    def __init__(
+        self,
+        host: Host,
+        changeset: ChangeSet,
+        plan: Plan | None,
+        say: Progress,
+        action_timeout: float,
+    ) -> None:
+        self.host = host
+        self.changeset = changeset
+        self.changes = changeset.changed_files()
+        self.plan = plan
+        self.say = say
+        self.action_timeout = action_timeout
+        self.id = new_journal_id()
+        self.layout = Layout.of(host)
+        self.where = [where(self.layout, c.path, self.id, host.is_live) for c in self.changes]
+        self.locked = False
+        self.entry: JournalEntry | None = None
+        self.actions_run: list[list[str]] = []
+        self.bindings: list[Binding] = []
+        # Files certainly not renamed into place (or not sent to the API), which undo must not
+        # restore.
+        self.not_written: frozenset[str] = frozenset()
+        self.vm_api = VmApiWriter(host, say)
+
+    def run(
+        self, dry_run: bool, live: bool, inventory: Inventory | None, skip_guest_check: bool
+    ) -> ApplyResult:
+        self.say("preflight", f"checking {len(self.changes)} files on {self.host.name}")
+        with lock.holding(self.id):
+            try:
+                found = probe(
+                    self.host,
+                    self.layout,
+                    [w.path for w in self.where],
+                    lock_id=None if dry_run else self.id,
+                )
+                if not dry_run and not found.locked:
+                    raise lock.held_error(self.host.name, self.layout.lock, found.owner or {})
+                self.locked = not dry_run
+                todo = self._preflight(found, live, inventory, skip_guest_check)
+                if not todo:
+                    return _unchanged(self.host, live)
+                if dry_run:
+                    return self._dry_result(todo, found)
+                return self._transaction(todo, found, live)
+            finally:
+                if self.locked:
+                    release_quietly(self.host, self.layout, self.id)
+
+    def _preflight(
+        self, probe: Probe, live: bool, inventory: Inventory | None, skip_guest_check: bool
+    ) -> list[int]:
+        if probe.in_progress:
+            other = probe.in_progress[0]
+            raise PreflightError(
+                self.host.name,
+                f"journal entry {other} is still in progress: an earlier apply did not finish; "
+                f"run `proxgpu rollback --to {other}` first",
+            )
+        todo = files_to_write(self.host, self.changes, probe.files)
+        # inventory, when given, must agree that pvesh is there (a tree may lack it).
+        has_pvesh = probe.pvesh and (inventory is None or "pvesh" in inventory.commands)
+        if todo and self.host.is_live:
+            changes = [self.changes[i] for i in todo]
+            if not skip_guest_check:
+                self.say("guests", "asking Proxmox whether the guests are stopped")
+                check_guests(self.host, changes, has_pvesh, self.vm_api.api, probe.node)
+            if has_pvesh and probe.node:
+                self.vm_api.choose(probe.node, changes)
+            if live and self.plan is not None:
+                self.say("busy", "checking that no process holds the GPUs that move")
+                check_not_busy(self.host, vfio_functions(self.plan))
+        return todo
+
+    def _dry_result(self, todo: list[int], probe: Probe) -> ApplyResult:
+        paths = [self.changes[i].path for i in todo]
+        messages = ["dry run: nothing was written", *self.vm_api.note(paths)]
+        if probe.owner:
+            messages.append(f"another {probe.owner.get('op', 'apply')} holds the lock right now")
+        messages += self.vm_api.warnings()
+        return ApplyResult(
+            host=self.host.name,
+            changed=True,
+            dry_run=True,
+            files=[self.changes[i].path for i in todo],
+            actions=self.changeset.actions,
+            reboot_required=self.changeset.reboot_required,
+            messages=messages,
+        )
+
+    def _transaction(self, todo: list[int], probe: Probe, live: bool) -> ApplyResult:
+        try:
+            self._stage(todo, probe.files)
+            self._commit(todo)
+            messages = self._post_actions()
+            messages += self._live(live)
+            self._record("applied", "")
+        except BaseException as exc:
+            if self.entry is None:
+                raise
+            error = self._undo(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        assert self.entry is not None  # _stage wrote it
+        return ApplyResult(
+            host=self.host.name,
+            changed=True,
+            journal_id=self.id,
+            files=[f.path for f in self.entry.files],
+            actions=self.changeset.actions,
+            actions_run=self.actions_run,
+            live=self.bindings,
+            reboot_required=self.changeset.reboot_required,
+            messages=[
+                f"{len(todo)} files written; journal entry {self.id}",
+                *self.vm_api.note([self.changes[i].path for i in todo]),
+                *messages,
+                *self.vm_api.warnings(),
+            ],
+        )
+
+    def _stage(self, todo: list[int], states: Sequence[FileState]) -> None:
+        self.say("backup", f"backing up {len(todo)} files and staging the new ones")
+        self.not_written = frozenset(self.changes[i].path for i in todo)
+        files, items, contents = [], [], []
+        for n, index in enumerate(todo):
+            change, state, at = self.changes[index], states[index], self.where[index]
+            existed = state.kind == "file"
+            via_api = self.vm_api.covers(change.path)
+            files.append(
+                JournalFile(
+                    path=change.path,
+                    existed=existed,
+                    mode=state.mode,
+                    uid=state.uid,
+                    gid=state.gid,
+                    sha256_before=state.sha256,
+                    # For the API, what the plan says until the file Proxmox wrote is read back.
+                    sha256_after=sha(change.after),
+                    backup=str(n) if existed else None,
+                    via="api" if via_api else "file",
+                )
+            )
+            staged = change.after is not None and not via_api
+            mode, umask = mode_and_umask(change.mode, state.mode, at)
+            items.append(
+                StageItem(
+                    path=at.path,
+                    backup=str(n) if existed else None,
+                    sha256=state.sha256,
+                    tmp=at.tmp if staged else None,
+                    mode=mode,
+                    umask=umask,
+                    owner=f"{state.uid}:{state.gid}" if existed and not at.in_pve else None,
+                    parent_exists=int(state.parent_exists),
+                )
+            )
+            if change.after is not None and staged:
+                contents.append(b64_line(change.after.encode()))
+        created = created_dirs(
+            (self.changes[i].path, states[i]) for i in todo if self.changes[i].after is not None
+        )
+        self.entry = JournalEntry(
+            id=self.id,
+            status="in-progress",
+            host=self.host.name,
+            client=f"{getpass.getuser()}@{socket.gethostname()}",
+            started=now(),
+            changeset=self.changeset,
+            plan=self.plan,
+            files=files,
+            created_dirs=created,
+        )
+        meta = json.dumps([f.model_dump() for f in files], indent=2).encode()
+        payload = b64_line(self.entry.model_dump_json(indent=2).encode()) + b64_line(meta)
+        output = run_script(
+            self.host,
+            "stage",
+            self.layout.journal(self.id),
+            self.layout.backups(self.id),
+            *(arg for item in items for arg in item.argv()),
+            payload=payload + b"".join(contents),
+        )
+        self._refuse_changed(output.records, [self.changes[i].path for i in todo], "changed")
+
+    def _refuse_changed(self, records: Sequence[Record], paths: list[str], kind: str) -> None:
+        for record in records:
+            if record.kind == kind:
+                raise FileChangedError(
+                    self.host.name,
+                    paths[int(record[0])],
+                    "changed while being applied (compare-and-swap failed); plan again",
+                )
+
+    def _commit(self, todo: list[int]) -> None:
+        through_api = [i for i in todo if self.vm_api.covers(self.changes[i].path)]
+        as_files = [i for i in todo if i not in through_api]
+        self._api_writes(through_api)
+        self.say("write", f"replacing {len(as_files)} files")
+        # The configs written through the API come first: their hashes are read back before
+        # anything can stop the script.
+        items = [CommitItem(self.where[i].path, "=", None, None) for i in through_api]
+        for index in as_files:
+            change, at = self.changes[index], self.where[index]
+            tmp = at.tmp if change.after is not None else None
+            items.append(CommitItem(at.path, tmp, sha(change.before), at.guest_lock))
+        paths = [self.changes[i].path for i in through_api + as_files]
+        renamed = frozenset(self.changes[i].path for i in as_files)
+        self.not_written -= renamed  # unknown until the host answers
+        output = run_script(self.host, "commit", *(arg for item in items for arg in item.argv()))
+        self._confirm({paths[int(r[0])]: r[1] for r in output.of("api") if r[1] != "-"})
+        done = {paths[int(r[0])] for r in output.of("done")}
+        self.not_written |= renamed - done
+        self._refuse_changed(output.records, paths, "changed")
+        for record in output.of("guestlocked"):
+            raise PreflightError(
+                self.host.name,
+                f"{paths[int(record[0])]}: Proxmox held the guest's config lock for 10 s "
+                "(another edit is running); retry when it is done",
+            )
+        for record in output.of("failed"):
+            raise CommandError(
+                self.host.name, ["rename", paths[int(record[0])]], int(record[1]), ""
+            )
+
+    def _api_writes(self, indices: list[int]) -> None:
+        """``PUT /nodes/<node>/qemu/<vmid>/config`` for each VM config, one pvesh call each."""
+        for index in indices:
+            path = self.changes[index].path
+            try:
+                self.vm_api.write(path)
+            except PveApiError:
+                raise  # refused before writing: the file may now be someone else's edit
+            except BaseException:
+                self.not_written -= {path}  # the call may or may not have landed
+                raise
+            self.not_written -= {path}
+
+    def _confirm(self, hashes: dict[str, str]) -> None:
+        """Journal the hashes of the files Proxmox wrote, as read back from the host."""
+        assert self.entry is not None
+        self.vm_api.confirm(hashes)
+        self.entry = with_hashes(self.entry, hashes)
+
+    def _post_actions(self) -> list[str]:
+        actions = self.changeset.actions
+        return run_actions(self.host, actions, self.actions_run, self.say, self.action_timeout)
+
+    def _live(self, live: bool) -> list[str]:
+        if not live:
+            return []
+        assert self.plan is not None  # apply_changes refuses live without a plan
+        functions = vfio_functions(self.plan)
+        if not functions:
+            return ["live: the plan moves no function to vfio-pci"]
+        if not self.host.is_live:
+            return [
+                f"listed, not run (a directory tree): rebind {', '.join(functions)} to vfio-pci"
+            ]
+        # Preflight checked too, but the post-actions ran since (minutes, for an initramfs): a
+        # process that opened a GPU meanwhile would block the unbind in the kernel forever.
+        self.say("busy", "checking again that no process holds the GPUs that move")
+        check_not_busy(self.host, functions)
+        self.say("live", f"binding {len(functions)} functions to vfio-pci")
+        self.bindings = bind_to_vfio(self.host, functions)
+        return [f"bound to vfio-pci now: {', '.join(b.address for b in self.bindings)}"]
+
+    def _record(self, status: Status, message: str) -> None:
+        assert self.entry is not None
+        self.entry = self.entry.model_copy(
+            update={
+                "status": status,
+                "finished": now(),
+                "live": self.bindings,
+                "actions_run": self.actions_run,
+                "message": message,
+            }
+        )
+        finish(self.host, self.layout, self.id, self.entry, release=True)
+        self.locked = False
+
+    def _undo(self, exc: BaseException) -> ProxgpuError:
+        assert self.entry is not None
+        what = describe(exc)
+        self.say("restore", f"{what}; restoring every file from the backup")
+        problems = self._undo_steps()
+        if problems:
+            status: Status = "in-progress"
+            outcome = (
+                f"restoring did not finish ({'; '.join(problems)}); the apply is left in "
+                "progress: run `proxgpu rollback` once the host is reachable"
+            )
+        else:
+            status = "failed"
+            outcome = "every file was restored from the backup" + self._rerun_actions()
+        try:
+            self._record(status, f"{what}; {outcome}")
+        except ProxgpuError as record_exc:
+            outcome += f" (the journal could not be updated: {describe(record_exc)})"
+        if isinstance(exc, PreflightError) and not problems and not self.actions_run:
+            # Refused at the last moment, before any post-action ran: nothing of the apply is
+            # left on the host.
+            return exc
+        return ApplyError(
+            self.host.name, f"apply {self.id} failed: {what}; {outcome}", self.id, not problems
+        )
+
+    def _undo_steps(self) -> list[str]:
+        assert self.entry is not None
+        problems = []
+        if self.bindings:
+            try:
+                restore_drivers(self.host, self.bindings)
+            except ProxgpuError as exc:
+                problems.append(f"returning the drivers failed: {describe(exc)}")
+        try:
+            if self.vm_api.unconfirmed:
+                # Written through the API, but the file Proxmox wrote was never read back:
+                # recognise it by its content, so that it is restored and another's edit is not.
+                unconfirmed = self.vm_api.unconfirmed
+                self.entry = recognise(self.host, self.layout, self.entry, unconfirmed)
+            keep = self.not_written
+            problems += restore(self.host, self.layout, self.entry, force=False, keep=keep)[1]
+        except ProxgpuError as exc:
+            return [*problems, f"restoring the files failed: {describe(exc)}"]
+        return problems
+
+    def _rerun_actions(self) -> str:
+        # Post-actions rebuild things from the files (the initramfs): rebuild from the old ones.
+        for argv in self.actions_run:
+            try:
+                self.host.check(argv, timeout=self.action_timeout)
+            except ProxgpuError as exc:
+                return f"; re-running {argv[0]} failed ({describe(exc)}): run it by hand"
+        return f"; re-ran {len(self.actions_run)} post-actions" if self.actions_run else ""

@@ -1,0 +1,122 @@
+"""Human-readable text: an inventory (GPUs grouped by NUMA node), a plan and its change set.
+
+>>> print(table([["A", "BB"], ["ccc", "d"]]))
+A    BB
+ccc  d
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.planning.model import Plan, PlanGroup
+from proxgpu.rendering.changes import ChangeSet, unified_diff
+
+
+def table(rows: Sequence[Sequence[str]], indent: str = "") -> str:
+    """Align ``rows`` in columns two spaces apart; the first row is the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        indent
+        + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _gib(kib: int | None) -> str:
+    return f"{kib / 1048576:.0f} GiB" if kib else "? GiB"
+
+
+def _gpu_row(gpu: Gpu) -> list[str]:
+    others = [f".{f.address.rsplit('.', 1)[1]} {f.driver or '-'}" for f in gpu.function_info[1:]]
+    peers = [p.address for p in gpu.iommu_group_peers if not p.is_bridge]
+    bridges = len(gpu.iommu_group_peers) - len(peers)
+    if bridges:
+        peers.append(f"{bridges} bridge{'s' if bridges > 1 else ''}")
+    return [
+        gpu.address,
+        gpu.model or f"{gpu.vendor_id}:{gpu.device_id}",
+        gpu.driver or "-",
+        "-" if gpu.nvidia_minor is None else f"/dev/nvidia{gpu.nvidia_minor}",
+        "-" if gpu.iommu_group is None else str(gpu.iommu_group),
+        ", ".join(others + ([f"group shared with {', '.join(peers)}"] if peers else [])) or "-",
+    ]
+
+
+def _header(inv: Inventory) -> str:
+    pve = f"Proxmox VE {inv.pve_version}" if inv.pve_version else "not Proxmox VE"
+    iommu = "IOMMU on" if inv.iommu_enabled else "IOMMU off"
+    nvidia = f", nvidia {inv.nvidia_driver_version}" if inv.nvidia_driver_version else ""
+    return f"{inv.hostname}: {pve}, kernel {inv.kernel or '?'}, {inv.boot_loader}, {iommu}{nvidia}"
+
+
+def render_inventory(inv: Inventory) -> str:
+    """The inventory as a sysadmin reads it at a glance."""
+    lines = [_header(inv), ""]
+    header = ["ADDRESS", "MODEL", "DRIVER", "DEVICE", "IOMMU", "OTHER FUNCTIONS"]
+    groups: list[tuple[str, list[Gpu]]] = [
+        (
+            f"NUMA node {n.id}: CPUs {n.cpus}, {_gib(n.memory_kib)}",
+            [g for g in inv.gpus if g.numa_node == n.id],
+        )
+        for n in inv.numa_nodes
+    ]
+    unknown = [g for g in inv.gpus if g.numa_node is None]
+    if unknown:
+        groups.append(("NUMA node unknown (firmware reports -1)", unknown))
+    for title, gpus in groups:
+        lines.append(f"{title}: {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}")
+        if gpus:
+            lines.append(table([header, *(_gpu_row(g) for g in gpus)], indent="  "))
+        lines.append("")
+    uvm = inv.char_majors.get("nvidia-uvm")
+    if uvm is not None:
+        lines.append(
+            f"nvidia-uvm major {uvm}, nvidia-caps major {inv.char_majors.get('nvidia-caps', '-')}"
+        )
+    lines.append(f"Guest configs: {len(inv.guest_configs)}, host files read: {len(inv.host_files)}")
+    if inv.warnings:
+        lines += ["", "Warnings:", *(f"  - {w}" for w in inv.warnings)]
+    return "\n".join(lines)
+
+
+def _group_title(group: PlanGroup) -> str:
+    node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
+    target = "no guest" if group.guest is None else f"{group.guest.type.upper()} {group.guest.vmid}"
+    role = "stays on the host driver" if group.role == "host" else "goes to vfio-pci"
+    return f"{node} -> {group.driver} ({role}), for {target}; CPUs {group.cpus}"
+
+
+def render_plan(plan: Plan, inv: Inventory) -> str:
+    """The split as a sysadmin reviews it: each group, its GPUs, pinning and target."""
+    lines = [f"Plan for {inv.hostname}:"]
+    for group in plan.groups:
+        lines.append(
+            f"  {_group_title(group)}, memory node(s) "
+            f"{','.join(str(n) for n in group.memory_nodes) or '-'}"
+        )
+        rows = [["GPU", "MODEL", "NOW", "FUNCTIONS"]]
+        for address in group.gpus:
+            gpu = inv.gpu(address)
+            rows.append([address, gpu.model or "?", gpu.driver or "-", str(len(gpu.functions))])
+        lines.append(table(rows, indent="    "))
+    if plan.tensor_parallel:
+        lines.append(
+            "  NUMA-local CUDA_VISIBLE_DEVICES for the host group "
+            "(CUDA_DEVICE_ORDER=PCI_BUS_ID, numbered as the container sees them):"
+        )
+    for advice in plan.tensor_parallel:
+        lines.append(f"    TP={advice.size}: " + " | ".join(advice.device_sets))
+    if plan.enable_iommu:
+        lines.append("  The kernel command line gets the IOMMU turned on.")
+    lines += [f"  warning: {w}" for w in plan.warnings]
+    return "\n".join(lines)
+
+
+def render_changes(changes: ChangeSet, color: bool = False) -> str:
+    """Every changed file as a unified diff, then the actions and a one-line summary."""
+    diffs = "\n".join(unified_diff(change, color) for change in changes.changed_files())
+    notes = [f"warning: {w}\n" for w in changes.warnings]
+    notes += [f"then run: {' '.join(a.argv)}  ({a.why})\n" for a in changes.actions]
+    return (diffs + "\n" if diffs else "") + "".join(notes) + changes.summary() + "\n"

@@ -1,0 +1,104 @@
+"""What every kind of host offers: one primitive, :meth:`Host.run`, which takes an argument list.
+
+Argument lists are turned into a command line in exactly one place, :func:`command_line`, and only
+where a transport needs a string (SSH); locally they go to the kernel as they are.
+
+Each host has a ``root`` prefix: the directory under which the host's absolute paths live. A live
+host's root is ``/``; a captured host is a directory such as ``examples/hosts/ct200``.
+
+>>> command_line(["sh", "-c", "echo $1", "sh", "a b"])
+"sh -c 'echo $1' sh 'a b'"
+"""
+
+from __future__ import annotations
+
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+from proxgpu.errors import CommandError
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """Quote an argument list for a POSIX shell: the single place proxgpu quotes anything.
+
+    >>> command_line(["sh", "-s", "--", "/srv/a b"])
+    "sh -s -- '/srv/a b'"
+    """
+    return shlex.join(argv)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command printed and how it exited. A non-zero exit is data, not an exception."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command exited with status 0."""
+        return self.returncode == 0
+
+    @property
+    def stderr_text(self) -> str:
+        """stderr decoded leniently, for messages."""
+        return self.stderr.decode("utf-8", "replace")
+
+
+class Host(ABC):
+    """A place proxgpu reads from and, later, writes to.
+
+    ``commands_run`` counts the commands sent, which is the number of round trips on a remote host.
+    """
+
+    name: str
+    root: str
+    #: Whether commands act on the host itself (live steps, post-actions) rather than on a tree.
+    is_live: bool = True
+
+    def __init__(self) -> None:
+        self.commands_run = 0
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        """Run ``argv`` on the host and return its result, whatever its exit status.
+
+        :raises HostUnreachableError: when the transport fails (not when the command does).
+        """
+        self.commands_run += 1
+        return self._run(tuple(argv), stdin, timeout)
+
+    def check(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        """Like :meth:`run`, but a non-zero exit raises :class:`CommandError`."""
+        result = self.run(argv, stdin=stdin, timeout=timeout)
+        if not result.ok:
+            raise CommandError(self.name, list(argv), result.returncode, result.stderr_text)
+        return result
+
+    @abstractmethod
+    def _run(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
+    ) -> CommandResult: ...
+
+    def close(self) -> None:  # noqa: B027 - most hosts hold nothing to release
+        """Release the connection, if any."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

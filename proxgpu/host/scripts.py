@@ -1,0 +1,119 @@
+"""Run proxgpu's shell scripts (``proxgpu/scripts/NAME.sh``) on a host, one round trip each.
+
+Every script is sent as ``sh -c SCRIPT sh ARG...`` with the shared ``prelude.sh`` in front of it,
+so it runs unchanged on a Proxmox VE host over SSH, on this machine and against a directory tree.
+Data goes in as arguments and, for file contents, as base64 lines on stdin. A script answers in
+one record format: a line ``#KIND`` followed by tab-separated fields (the prelude's ``rec``
+function writes them); other lines are ignored. Most scripts end with an ``#end`` record, so a
+cut-short answer can be told from a finished one.
+
+>>> parse_records("#done\\t0\\nnoise\\n#api\\t1\\tab12\\n#end\\n")
+[Record(kind='done', fields=('0',)), Record(kind='api', fields=('1', 'ab12')), Record(kind='end', \
+fields=())]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import cache
+from importlib import resources
+
+from proxgpu.errors import CommandError
+from proxgpu.host.base import Host
+
+#: Seconds a script may run unless its caller says otherwise.
+SCRIPT_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class Record:
+    """One ``#KIND<TAB>FIELD...`` line of a script's answer."""
+
+    kind: str
+    fields: tuple[str, ...]
+
+    def __getitem__(self, index: int) -> str:
+        return self.fields[index]
+
+
+@dataclass(frozen=True)
+class ScriptOutput:
+    """A script's records, exit status and stderr (a non-zero exit is data here)."""
+
+    records: list[Record]
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+    def of(self, kind: str) -> list[Record]:
+        """Every record of ``kind``, in order."""
+        return [r for r in self.records if r.kind == kind]
+
+    def first(self, kind: str) -> Record | None:
+        """The first record of ``kind``, if any."""
+        return next((r for r in self.records if r.kind == kind), None)
+
+    def has(self, kind: str) -> bool:
+        """Whether any record is of ``kind``."""
+        return self.first(kind) is not None
+
+    @property
+    def complete(self) -> bool:
+        """Whether the script got to its ``#end`` record."""
+        return bool(self.records) and self.records[-1].kind == "end"
+
+
+class ScriptArgs:
+    """Base of the typed argument groups a script takes per item (a file, a function).
+
+    A subclass is a frozen dataclass; :meth:`argv` gives its fields in order, as the script's
+    ``shift N`` loop reads them, with ``None`` spelled ``-``.
+    """
+
+    def argv(self) -> list[str]:
+        """The fields as script arguments."""
+        values = (getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
+        return ["-" if v is None else str(v) for v in values]
+
+
+def parse_records(text: str) -> list[Record]:
+    """The records in a script's output (see the module docstring)."""
+    records = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            kind, *rest = line[1:].split("\t")
+            records.append(Record(kind, tuple(rest)))
+    return records
+
+
+@cache
+def script_text(name: str) -> str:
+    """The prelude and ``scripts/NAME.sh``, as sent to the host."""
+    scripts = resources.files("proxgpu").joinpath("scripts")
+    prelude = scripts.joinpath("prelude.sh").read_text(encoding="utf-8")
+    return prelude + "\n" + scripts.joinpath(f"{name}.sh").read_text(encoding="utf-8")
+
+
+def run_script(
+    host: Host,
+    name: str,
+    *args: str,
+    payload: bytes = b"",
+    timeout: float = SCRIPT_TIMEOUT,
+    check: bool = True,
+) -> ScriptOutput:
+    """Run ``scripts/NAME.sh`` on ``host`` with ``args`` (and ``payload`` on stdin).
+
+    :raises CommandError: when ``check`` and the script exits non-zero, naming the step.
+    :raises HostUnreachableError: when the transport fails.
+    """
+    result = host.run(["sh", "-c", script_text(name), "sh", *args], stdin=payload, timeout=timeout)
+    output = ScriptOutput(
+        records=parse_records(result.stdout.decode("utf-8", "replace")),
+        returncode=result.returncode,
+        stdout=result.stdout,
+        stderr=result.stderr_text,
+    )
+    if check and not result.ok:
+        raise CommandError(host.name, [f"the {name} step"], result.returncode, output.stderr)
+    return output

@@ -1,0 +1,314 @@
+"""A remote host over SSH (paramiko), verified against known_hosts.
+
+Connection settings come from ``~/.ssh/config`` (HostName, User, Port, IdentityFile,
+UserKnownHostsFile, ProxyJump, ProxyCommand) with explicit arguments taking precedence; keys come
+from IdentityFile, the default key files and ssh-agent. A host key that is not in known_hosts is
+refused unless the caller explicitly accepts new keys (then it is appended, as OpenSSH's
+``StrictHostKeyChecking=accept-new`` does); a changed key is always refused.
+
+>>> parse_target("root@pve1:2222")
+('root', 'pve1', 2222)
+>>> parse_target("[::1]:22")
+(None, '::1', 22)
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from proxgpu.errors import (
+    AuthenticationError,
+    CommandTimeoutError,
+    HostKeyChangedError,
+    HostKeyUnknownError,
+    HostUnreachableError,
+    UsageError,
+)
+from proxgpu.host.base import CommandResult, Host, command_line
+
+
+def parse_target(target: str) -> tuple[str | None, str, int | None]:
+    """Split ``[user@]host[:port]`` (IPv6 in brackets) into its parts.
+
+    :raises UsageError: when the target is empty or the port is not a number.
+    """
+    user, _, rest = target.rpartition("@")
+    host, port = rest, None
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        port = tail[1:] or None if tail.startswith(":") else None
+    elif rest.count(":") == 1:
+        host, port = rest.split(":")
+    if not host:
+        raise UsageError(f"{target!r} is not a host: expected [user@]host[:port]")
+    if port is not None and not port.isdigit():
+        raise UsageError(f"{target!r}: port {port!r} is not a number")
+    return user or None, host, int(port) if port else None
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """The key's fingerprint as OpenSSH prints it (``SHA256:...``)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_name(hostname: str, port: int) -> str:
+    """The name known_hosts files this host under (``[host]:port`` off port 22)."""
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+@dataclass
+class SSHOptions:
+    """How to reach a host; ``None`` means "ask ~/.ssh/config, then use the default"."""
+
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    connect_timeout: float = 10.0
+    command_timeout: float = 300.0
+    ssh_config: str | None = None
+
+
+@dataclass
+class _Resolved:
+    hostname: str
+    port: int
+    user: str
+    identity_files: list[str]
+    known_hosts: str
+    proxy_jump: str | None
+    proxy_command: str | None
+
+
+def _read_config(path: str | None) -> paramiko.SSHConfig:
+    config_path = Path(path or "~/.ssh/config").expanduser()
+    if not config_path.exists():
+        if path:
+            raise UsageError(f"{config_path}: no such SSH config file")
+        return paramiko.SSHConfig()
+    return paramiko.SSHConfig.from_path(str(config_path))
+
+
+def _resolve(target: str, options: SSHOptions, config: paramiko.SSHConfig) -> _Resolved:
+    user, alias, port = parse_target(target)
+    entry = config.lookup(alias)
+    identity = [options.identity_file] if options.identity_file else entry.get("identityfile", [])
+    known = (
+        options.known_hosts or (entry.get("userknownhostsfile") or "~/.ssh/known_hosts").split()[0]
+    )
+    return _Resolved(
+        hostname=entry.get("hostname", alias),
+        port=port or options.port or int(entry.get("port", 22)),
+        user=user or options.user or entry.get("user") or _local_user(),
+        identity_files=[os.path.expanduser(p) for p in identity],
+        known_hosts=os.path.expanduser(known),
+        proxy_jump=entry.get("proxyjump"),
+        proxy_command=entry.get("proxycommand"),
+    )
+
+
+def _local_user() -> str:
+    return os.environ.get("USER") or os.environ.get("LOGNAME") or "root"
+
+
+class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown keys, or append them when the caller accepted new keys explicitly."""
+
+    def __init__(self, display: str, known_hosts: str, accept_new: bool) -> None:
+        self.display = display
+        self.known_hosts = known_hosts
+        self.accept_new = accept_new
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        if not self.accept_new:
+            raise HostKeyUnknownError(
+                self.display,
+                f"host key {key.get_name()} {fingerprint(key)} is not in {self.known_hosts}; "
+                "check it with the host's console, then rerun with --accept-new-host-key",
+                fingerprint(key),
+                self.known_hosts,
+            )
+        Path(self.known_hosts).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.known_hosts, "a", encoding="ascii") as handle:
+            handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+class SSHHost(Host):
+    """A remote host reached over SSH.
+
+    The connection opens on first use and is reused for every command. With a ``root`` other than
+    ``/`` the host is a directory tree on the remote machine (an image): files are written there,
+    but actions and live steps are listed, not run, since they would act on the machine itself;
+    ``live=True`` overrides that (the tests use it to drive a live apply into a scratch tree).
+
+    >>> host = SSHHost("root@pve1", SSHOptions(port=2222), root="/srv/image")
+    >>> host.name, host.is_live
+    ('root@pve1', False)
+    """
+
+    def __init__(
+        self,
+        target: str,
+        options: SSHOptions | None = None,
+        root: str = "/",
+        live: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.target = target
+        self.options = options or SSHOptions()
+        self.root = root
+        self.is_live = root == "/" if live is None else live
+        self.name = target
+        self._clients: list[paramiko.SSHClient] = []
+
+    def _client(self) -> paramiko.SSHClient:
+        if not self._clients:
+            config = _read_config(self.options.ssh_config)
+            try:
+                self._connect(_resolve(self.target, self.options, config), config)
+            except BaseException:
+                # A half-built chain must not stay: the next command would run on a jump host.
+                self.close()
+                raise
+        return self._clients[-1]
+
+    def _connect(self, dest: _Resolved, config: paramiko.SSHConfig) -> None:
+        sock: Any = None
+        if dest.proxy_jump and dest.proxy_jump.lower() != "none":
+            for hop in dest.proxy_jump.split(","):
+                jump = _resolve(
+                    hop, SSHOptions(connect_timeout=self.options.connect_timeout), config
+                )
+                jump.known_hosts = dest.known_hosts
+                self._open(jump, self._tunnel(jump) if self._clients else None)
+            sock = self._tunnel(dest)
+        elif dest.proxy_command:
+            sock = paramiko.ProxyCommand(dest.proxy_command)
+        self._open(dest, sock)
+
+    def _tunnel(self, dest: _Resolved) -> paramiko.Channel:
+        transport = self._clients[-1].get_transport()
+        assert transport is not None  # _open only keeps connected clients
+        try:
+            return transport.open_channel(
+                "direct-tcpip",
+                (dest.hostname, dest.port),
+                ("127.0.0.1", 0),
+                timeout=self.options.connect_timeout,
+            )
+        except (paramiko.SSHException, OSError) as exc:
+            raise HostUnreachableError(
+                self.name, f"jump host cannot reach {dest.hostname}: {exc}"
+            ) from exc
+
+    def _open(self, dest: _Resolved, sock: Any) -> None:
+        display = known_hosts_name(dest.hostname, dest.port)
+        client = paramiko.SSHClient()
+        if os.path.exists(dest.known_hosts):
+            client.load_host_keys(dest.known_hosts)
+        client.set_missing_host_key_policy(
+            _KnownHostsPolicy(display, dest.known_hosts, self.options.accept_new_host_key)
+        )
+        timeout = self.options.connect_timeout
+        try:
+            client.connect(
+                dest.hostname,
+                dest.port,
+                username=dest.user,
+                # paramiko takes a list of key files; its type stubs only admit one.
+                key_filename=dest.identity_files or None,  # type: ignore[arg-type]
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                sock=sock,
+            )
+        except paramiko.BadHostKeyException as exc:
+            raise HostKeyChangedError(
+                display,
+                f"host key changed: offered {exc.key.get_name()} {fingerprint(exc.key)}, "
+                f"{dest.known_hosts} expects {fingerprint(exc.expected_key)}; if the host was "
+                f"reinstalled, remove the old key with: "
+                f"{command_line(['ssh-keygen', '-R', display])}",
+                fingerprint(exc.key),
+                dest.known_hosts,
+            ) from exc
+        except paramiko.AuthenticationException as exc:
+            raise AuthenticationError(
+                display, f"authentication as {dest.user} failed: {exc}"
+            ) from exc
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostUnreachableError(display, f"cannot connect: {_describe(exc)}") from exc
+        self._clients.append(client)
+
+    def _run(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
+    ) -> CommandResult:
+        limit = timeout or self.options.command_timeout
+        transport = self._client().get_transport()
+        if transport is None or not transport.is_active():
+            raise HostUnreachableError(self.name, "connection lost")
+        try:
+            channel = transport.open_session(timeout=self.options.connect_timeout)
+            channel.settimeout(limit)
+            channel.exec_command(command_line(argv))
+            return _collect(channel, argv, stdin)
+        except TimeoutError as exc:
+            raise CommandTimeoutError(self.name, list(argv), limit) from exc
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostUnreachableError(self.name, f"connection lost: {_describe(exc)}") from exc
+
+    def close(self) -> None:
+        """Close the connection and any jump-host connections behind it."""
+        while self._clients:
+            self._clients.pop().close()
+
+
+def _collect(
+    channel: paramiko.Channel, argv: tuple[str, ...], stdin: bytes | None
+) -> CommandResult:
+    # stderr is drained on its own thread: a full stderr window would otherwise stall stdout.
+    errors: list[bytes] = []
+
+    def drain_stderr() -> None:
+        with contextlib.suppress(OSError):  # the stdout side reports the same failure
+            errors.append(channel.makefile_stderr("rb").read())
+
+    drain = threading.Thread(target=drain_stderr, daemon=True)
+    drain.start()
+    if stdin is not None:
+        channel.sendall(stdin)
+    channel.shutdown_write()
+    stdout = channel.makefile("rb").read()
+    drain.join()
+    status = channel.recv_exit_status()
+    channel.close()
+    return CommandResult(argv, status, stdout, b"".join(errors))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, socket.gaierror):
+        return "name does not resolve"
+    if isinstance(exc, ConnectionRefusedError | paramiko.ssh_exception.NoValidConnectionsError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
+__all__: Sequence[str] = ["SSHHost", "SSHOptions", "fingerprint", "parse_target"]

@@ -1,0 +1,386 @@
+"""Turn what a host's files say into an :class:`~proxgpu.inspection.inventory.Inventory`.
+
+:func:`build_inventory` is pure: the same capture always gives the same inventory, so it is tested
+on captured trees without any host.
+
+>>> from proxgpu.inspection.capture import parse_gather_output
+>>> build_inventory(parse_gather_output(b""), "empty", GpuFilter())
+Traceback (most recent call last):
+...
+proxgpu.errors.SysfsError: empty: /sys/bus/pci/devices/: no PCI devices found (is this the root \
+of a Linux host?)
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from proxgpu.cpulist import parse_cpulist
+from proxgpu.errors import SysfsError
+from proxgpu.inspection.capture import Capture
+from proxgpu.inspection.inventory import BootLoader, Gpu, Inventory, NumaNode, PciFunction
+from proxgpu.paths import GUEST_FILE_PREFIXES, NVIDIA_GPUS, PCI_DEVICES, PCI_IDS
+
+_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_HEX4 = re.compile(r"^0x[0-9a-f]{4}$")
+
+
+@dataclass(frozen=True)
+class GpuFilter:
+    """Which PCI functions count as GPUs.
+
+    ``classes`` are prefixes of the six-digit class code without ``0x``: the default ``03``
+    takes every display controller (VGA ``0300``, 3D ``0302``, other ``0380``) of any vendor.
+    ``vendors`` (four hex digits) narrows it further when given.
+
+    >>> GpuFilter().matches("0x030200", "10de")
+    True
+    >>> GpuFilter(vendors=("1002",)).matches("0x030000", "10de")
+    False
+    """
+
+    classes: tuple[str, ...] = ("03",)
+    vendors: tuple[str, ...] | None = None
+
+    def matches(self, class_code: str, vendor_id: str) -> bool:
+        """Whether a function with this class code and vendor is a GPU."""
+        hex_class = class_code.removeprefix("0x")
+        if not any(hex_class.startswith(prefix) for prefix in self.classes):
+            return False
+        return self.vendors is None or vendor_id in self.vendors
+
+
+def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inventory:
+    """Interpret a capture. Pure: the same capture always gives the same inventory.
+
+    :raises SysfsError: when the PCI tree is missing or a GPU's NUMA node cannot be parsed.
+    """
+    warnings: list[str] = [f"{path}: cannot read (run as root)" for path in capture.unreadable]
+    names = _pci_names(capture)
+    functions = _pci_functions(capture, source, names, warnings)
+    nvidia = _nvidia_info(capture)
+    gpus = _gpus(functions, gpu_filter, nvidia, capture, warnings)
+    numa_nodes = _numa_nodes(capture)
+    cmdline = capture.first_line("/proc/cmdline")
+    hostname = capture.first_line("/proc/sys/kernel/hostname")
+    if hostname is None:
+        warnings.append("/proc/sys/kernel/hostname: missing; using the host's address")
+    inventory = Inventory(
+        source=source,
+        hostname=hostname or source,
+        kernel=capture.first_line("/proc/sys/kernel/osrelease"),
+        pve_version=_pve_version(capture),
+        boot_loader=_boot_loader(capture, cmdline),
+        kernel_cmdline=cmdline,
+        iommu_enabled=any(f.iommu_group is not None for f in functions.values()),
+        numa_nodes=numa_nodes,
+        gpus=gpus,
+        char_majors=_char_majors(capture),
+        cpu_vendor=_cpu_vendor(capture),
+        driver_modules=_driver_modules(capture),
+        commands=sorted({p.rsplit("/", 1)[1] for p in capture.files if not p.startswith("/dev/")}),
+        device_nodes=sorted(p for p in capture.files if p.startswith("/dev/")),
+        nvidia_driver_version=_nvidia_version(capture),
+        is_root=capture.uid == 0,
+        guest_configs=_texts(capture, GUEST_FILE_PREFIXES, include=True),
+        host_files=_texts(capture, GUEST_FILE_PREFIXES, include=False),
+        warnings=warnings,
+    )
+    return inventory.model_copy(update={"warnings": warnings + _topology_warnings(inventory)})
+
+
+def _attr(capture: Capture, address: str, name: str) -> str | None:
+    return capture.first_line(f"{PCI_DEVICES}{address}/{name}")
+
+
+def _link_name(capture: Capture, address: str, name: str) -> str | None:
+    target = capture.links.get(f"{PCI_DEVICES}{address}/{name}")
+    return target.rstrip("/").rsplit("/", 1)[-1] if target else None
+
+
+def _pci_addresses(capture: Capture, source: str) -> list[str]:
+    addresses = {
+        path[len(PCI_DEVICES) :].split("/", 1)[0]
+        for path in [*capture.lines, *capture.links]
+        if path.startswith(PCI_DEVICES)
+    }
+    if not addresses:
+        raise SysfsError(
+            source, PCI_DEVICES, "no PCI devices found (is this the root of a Linux host?)"
+        )
+    return sorted(a for a in addresses if _ADDRESS.match(a))
+
+
+def _pci_functions(
+    capture: Capture, source: str, names: dict[str, str], warnings: list[str]
+) -> dict[str, PciFunction]:
+    functions: dict[str, PciFunction] = {}
+    for address in _pci_addresses(capture, source):
+        ids = {key: _attr(capture, address, key) for key in ("class", "vendor", "device")}
+        missing = [key for key, value in ids.items() if value is None or not value.startswith("0x")]
+        if missing:
+            warnings.append(
+                f"{PCI_DEVICES}{address}/{missing[0]}: missing or unparsable; device skipped"
+            )
+            continue
+        vendor, device = _hex4(ids["vendor"]), _hex4(ids["device"])
+        functions[address] = PciFunction(
+            address=address,
+            class_code=str(ids["class"]),
+            vendor_id=vendor,
+            device_id=device,
+            subsystem_vendor_id=_opt_hex4(_attr(capture, address, "subsystem_vendor")),
+            subsystem_device_id=_opt_hex4(_attr(capture, address, "subsystem_device")),
+            name=names.get(vendor + device),
+            driver=_link_name(capture, address, "driver"),
+            driver_override=_override(_attr(capture, address, "driver_override")),
+            numa_node=_numa(capture, source, address),
+            iommu_group=_group(_link_name(capture, address, "iommu_group")),
+            is_bridge=f"{PCI_DEVICES}{address}/pci_bus" in capture.dirs,
+        )
+    return functions
+
+
+def _hex4(value: str | None) -> str:
+    return (value or "").removeprefix("0x").lower()
+
+
+def _opt_hex4(value: str | None) -> str | None:
+    return _hex4(value) if value and _HEX4.match(value.lower()) else None
+
+
+def _override(value: str | None) -> str | None:
+    return None if value in (None, "", "(null)") else value
+
+
+def _group(name: str | None) -> int | None:
+    return int(name) if name and name.isdigit() else None
+
+
+def _numa(capture: Capture, source: str, address: str) -> int | None:
+    value = _attr(capture, address, "numa_node")
+    if value is None:
+        return None
+    try:
+        node = int(value)
+    except ValueError:
+        raise SysfsError(
+            source, f"{PCI_DEVICES}{address}/numa_node", f"not a number: {value!r}"
+        ) from None
+    # -1 means the firmware gave no proximity information: unknown, not node 0.
+    return node if node >= 0 else None
+
+
+def _gpus(
+    functions: dict[str, PciFunction],
+    gpu_filter: GpuFilter,
+    nvidia: dict[str, dict[str, str]],
+    capture: Capture,
+    warnings: list[str],
+) -> list[Gpu]:
+    by_slot: dict[str, list[PciFunction]] = defaultdict(list)
+    for function in functions.values():
+        by_slot[function.slot].append(function)
+    by_group: dict[int, list[PciFunction]] = defaultdict(list)
+    for function in functions.values():
+        if function.iommu_group is not None:
+            by_group[function.iommu_group].append(function)
+    gpus = []
+    for slot in sorted(by_slot):
+        display = [f for f in by_slot[slot] if gpu_filter.matches(f.class_code, f.vendor_id)]
+        if display:
+            gpus.append(
+                _gpu(
+                    display[0],
+                    slot_functions=by_slot[slot],
+                    by_group=by_group,
+                    nvidia=nvidia,
+                    capture=capture,
+                    warnings=warnings,
+                )
+            )
+    return gpus
+
+
+def _gpu(
+    main: PciFunction,
+    *,
+    slot_functions: list[PciFunction],
+    by_group: dict[int, list[PciFunction]],
+    nvidia: dict[str, dict[str, str]],
+    capture: Capture,
+    warnings: list[str],
+) -> Gpu:
+    ordered = [main] + [f for f in slot_functions if f is not main]
+    own = {f.address for f in ordered}
+    peers = (
+        [f for f in by_group.get(main.iommu_group, []) if f.address not in own]
+        if (main.iommu_group is not None)
+        else []
+    )
+    info = nvidia.get(main.address, {})
+    if main.driver == "nvidia" and not info:
+        warnings.append(f"{NVIDIA_GPUS}{main.address}/information: missing; Device Minor unknown")
+    return Gpu(
+        address=main.address,
+        vendor_id=main.vendor_id,
+        device_id=main.device_id,
+        subsystem_vendor_id=main.subsystem_vendor_id,
+        subsystem_device_id=main.subsystem_device_id,
+        class_code=main.class_code,
+        model=info.get("Model") or main.name,
+        numa_node=main.numa_node,
+        local_cpus=_attr(capture, main.address, "local_cpulist"),
+        iommu_group=main.iommu_group,
+        driver=main.driver,
+        driver_override=main.driver_override,
+        boot_vga=_attr(capture, main.address, "boot_vga") == "1",
+        functions=[f.address for f in ordered],
+        function_info=ordered,
+        iommu_group_peers=peers,
+        nvidia_minor=_int_or_none(info.get("Device Minor")),
+        nvidia_uuid=info.get("GPU UUID"),
+    )
+
+
+def _int_or_none(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _nvidia_info(capture: Capture) -> dict[str, dict[str, str]]:
+    info: dict[str, dict[str, str]] = {}
+    for path, lines in capture.lines.items():
+        if path.startswith(NVIDIA_GPUS) and path.endswith("/information"):
+            fields = dict(_key_value(line) for line in lines if ":" in line)
+            address = fields.get("Bus Location") or path[len(NVIDIA_GPUS) :].split("/")[0]
+            info[address.lower()] = fields
+    return info
+
+
+def _key_value(line: str) -> tuple[str, str]:
+    key, _, value = line.partition(":")
+    return key.strip(), value.strip()
+
+
+def _numa_nodes(capture: Capture) -> list[NumaNode]:
+    nodes = []
+    pattern = re.compile(r"^/sys/devices/system/node/node(\d+)/cpulist$")
+    for path in capture.lines:
+        match = pattern.match(path)
+        if match:
+            node = int(match.group(1))
+            cpus = capture.first_line(path) or ""
+            parse_cpulist(cpus)  # a node whose CPU list is garbage must not reach the planner
+            nodes.append(NumaNode(id=node, cpus=cpus, memory_kib=_node_memory(capture, node)))
+    return sorted(nodes, key=lambda n: n.id)
+
+
+def _node_memory(capture: Capture, node: int) -> int | None:
+    for line in capture.lines.get(f"/sys/devices/system/node/node{node}/meminfo", []):
+        match = re.match(r"Node \d+ MemTotal:\s+(\d+) kB", line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _pci_names(capture: Capture) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for path in PCI_IDS:
+        vendor, vendor_name = "", ""
+        for line in capture.lines.get(path, []):
+            if line[:1] not in ("\t", "#") and len(line) > 6:
+                vendor, vendor_name = line[:4], _short_vendor(line[6:])
+            elif line.startswith("\t") and not line.startswith("\t\t") and vendor:
+                names.setdefault(vendor + line[1:5], f"{vendor_name} {line[7:]}".strip())
+    return names
+
+
+def _short_vendor(name: str) -> str:
+    for long, short in (("NVIDIA Corporation", "NVIDIA"), ("Advanced Micro Devices, Inc.", "AMD")):
+        if name.startswith(long):
+            return short
+    return name.split(" Corporation", maxsplit=1)[0].split(",", maxsplit=1)[0]
+
+
+def _pve_version(capture: Capture) -> str | None:
+    text = capture.text("/usr/share/perl5/PVE/pvecfg.pm") or ""
+    match = re.search(r"sub version\s*\{\s*return\s*'([^']+)'", text)
+    return match.group(1) if match else None
+
+
+def _boot_loader(capture: Capture, cmdline: str | None) -> BootLoader:
+    # GRUB always passes BOOT_IMAGE=; systemd-boot loads the initrd from the ESP (initrd=\EFI\...).
+    if cmdline and "BOOT_IMAGE=" in cmdline:
+        return "grub"
+    efi = "/sys/firmware/efi" in capture.dirs
+    if efi and (
+        "/etc/kernel/proxmox-boot-uuids" in capture.raw or "initrd=\\EFI" in (cmdline or "")
+    ):
+        return "systemd-boot"
+    if "/etc/default/grub" in capture.raw:
+        return "grub"
+    return "unknown"
+
+
+def _char_majors(capture: Capture) -> dict[str, int]:
+    majors: dict[str, int] = {}
+    in_char = False
+    for line in capture.lines.get("/proc/devices", []):
+        if line.strip().endswith("devices:"):
+            in_char = line.strip() == "Character devices:"
+            continue
+        parts = line.split()
+        if in_char and len(parts) == 2 and parts[0].isdigit():
+            majors.setdefault(parts[1], int(parts[0]))
+    return majors
+
+
+def _cpu_vendor(capture: Capture) -> str | None:
+    line = capture.first_line("/proc/cpuinfo")
+    return _key_value(line)[1] or None if line else None
+
+
+def _driver_modules(capture: Capture) -> dict[str, str]:
+    pattern = re.compile(r"^/sys/bus/pci/drivers/([^/]+)/module$")
+    modules = {}
+    for path, target in capture.links.items():
+        match = pattern.match(path)
+        if match:
+            modules[match.group(1)] = target.rstrip("/").rsplit("/", 1)[-1]
+    return dict(sorted(modules.items()))
+
+
+def _nvidia_version(capture: Capture) -> str | None:
+    line = capture.first_line("/proc/driver/nvidia/version") or ""
+    match = re.search(r"Kernel Module(?: for [\w.]+)?\s+([\d.]+)", line)
+    return match.group(1) if match else None
+
+
+def _texts(capture: Capture, prefixes: tuple[str, ...], include: bool) -> dict[str, str]:
+    return {
+        path: data.decode("utf-8", "replace")
+        for path, data in sorted(capture.raw.items())
+        if path.startswith(prefixes) == include
+    }
+
+
+def _topology_warnings(inventory: Inventory) -> list[str]:
+    warnings = []
+    if inventory.gpus and not inventory.iommu_enabled:
+        warnings.append("IOMMU is off: no IOMMU groups, so no GPU can be passed to a VM yet")
+    unknown = [g.address for g in inventory.gpus if g.numa_node is None]
+    if unknown:
+        warnings.append(
+            f"NUMA node unknown (numa_node -1) for {', '.join(unknown)}: assign these GPUs "
+            "explicitly when planning"
+        )
+    for gpu in inventory.gpus:
+        busy = [p.address for p in gpu.iommu_group_peers if not p.is_bridge]
+        if busy:
+            warnings.append(
+                f"{gpu.address}: shares IOMMU group {gpu.iommu_group} with {', '.join(busy)}; "
+                "they can only be passed through together"
+            )
+    return warnings

@@ -1,0 +1,177 @@
+"""A capture: the raw files, links and directories one inspection read from a host.
+
+The gather script (``proxgpu/scripts/gather.sh``) reads everything in one command, so inspecting a
+remote host costs one round trip however many GPUs and files it has. The same capture written out
+as a tree (:func:`write_tree`) is a snapshot: ``--root DIR`` reads it back through the same script.
+
+>>> cap = parse_gather_output(b"#proxgpu-gather\\t1\\n#uid\\t0\\n#section\\tlines\\n"
+...                           b"proc/cmdline\\0quiet\\n#end\\n")
+>>> cap.text("/proc/cmdline")
+'quiet\\n'
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from proxgpu.errors import HostUnreachableError, SysfsError, UsageError
+from proxgpu.host.base import Host
+from proxgpu.host.scripts import run_script
+from proxgpu.pve.config import redact_secrets
+
+KEEP = ".proxgpu-keep"
+
+#: Paths a capture must never hold, whatever a future gather script reads.
+FORBIDDEN_PREFIXES = ("/etc/pve/priv", "/etc/ssh", "/root/.ssh", "/home", "/etc/shadow")
+#: Guest config keys whose values are secrets (cloud-init's password hash).
+
+
+@dataclass
+class Capture:
+    """Files by absolute path: text read line by line keeps its lines, raw files their bytes."""
+
+    uid: int | None = None
+    lines: dict[str, list[str]] = field(default_factory=dict)
+    raw: dict[str, bytes] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    dirs: set[str] = field(default_factory=set)
+    files: set[str] = field(default_factory=set)
+    unreadable: list[str] = field(default_factory=list)
+
+    def text(self, path: str) -> str | None:
+        """The file's text, or ``None`` when the capture does not hold it."""
+        if path in self.raw:
+            return self.raw[path].decode("utf-8", "replace")
+        if path in self.lines:
+            return _joined(self.lines[path])
+        return None
+
+    def first_line(self, path: str) -> str | None:
+        """The first line of a one-line file (a sysfs attribute), stripped."""
+        lines = self.lines.get(path)
+        return lines[0].strip() if lines else None
+
+
+def gather(host: Host, timeout: float = 120.0) -> Capture:
+    """Read everything inspection needs from ``host`` in one command.
+
+    :raises HostUnreachableError: when the host cannot run the gather script.
+    """
+    output = run_script(host, "gather", host.root, timeout=timeout, check=False)
+    if not output.has("proxgpu-gather"):
+        error = output.first("error")
+        detail = error[0] if error else output.stderr.strip()
+        raise HostUnreachableError(host.name, f"cannot read {host.root}: {detail or 'no output'}")
+    if not output.complete:
+        raise HostUnreachableError(host.name, "inspection output was cut short")
+    return parse_gather_output(output.stdout)
+
+
+def parse_gather_output(output: bytes) -> Capture:
+    """Parse the gather script's output (see the script for the format)."""
+    capture = Capture()
+    section = ""
+    for record in output.split(b"\n"):
+        if record.startswith(b"#"):
+            section = _marker(capture, record.decode("utf-8", "replace"), section)
+        elif record:
+            _record(capture, section, record)
+    return capture
+
+
+def _marker(capture: Capture, line: str, section: str) -> str:
+    word, _, arg = line[1:].partition("\t")
+    if word == "uid":
+        capture.uid = int(arg)
+    return arg if word == "section" else section
+
+
+def _record(capture: Capture, section: str, record: bytes) -> None:
+    if section == "lines":
+        path, _, data = record.partition(b"\0")
+        capture.lines.setdefault(_abs(path), []).append(data.decode("utf-8", "replace"))
+    elif section == "links":
+        kind, path, target = record.split(b"\0", 2)
+        if kind == b"l":
+            capture.links[_abs(path)] = target.decode("utf-8", "replace")
+        elif kind == b"f":
+            capture.files.add(_abs(path))
+        else:
+            capture.dirs.add(_abs(path))
+    elif section == "raw":
+        path, _, data = record.partition(b"\0")
+        if data == b"!unreadable":
+            capture.unreadable.append(_abs(path))
+        else:
+            capture.raw[_abs(path)] = base64.b64decode(data)
+
+
+def _abs(path: bytes) -> str:
+    return "/" + path.decode("utf-8", "replace").lstrip("/")
+
+
+def write_tree(capture: Capture, directory: str) -> int:
+    """Write ``capture`` under ``directory`` as a snapshot tree; return the number of entries.
+
+    Symlinks keep their targets (``driver``, ``iommu_group`` carry meaning in their last part).
+
+    :raises UsageError: when ``directory`` exists and is not empty.
+    """
+    out = Path(directory)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out}: exists and is not empty; choose a new directory")
+    entries = 0
+    for path, content in _file_contents(capture):
+        target = _inside(out, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        entries += 1
+    for path in sorted(capture.dirs):
+        marker = _inside(out, path)
+        marker.mkdir(parents=True, exist_ok=True)
+        # Only the directory's existence was read; the file keeps it alive in git, which drops
+        # empty directories.
+        (marker / KEEP).touch()
+        entries += 1
+    for path in sorted(capture.files):
+        target = _inside(out, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()  # only its existence was read: a command the host has
+        entries += 1
+    for path, link in sorted(capture.links.items()):
+        target = _inside(out, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(link, target)
+        entries += 1
+    return entries
+
+
+def _file_contents(capture: Capture) -> list[tuple[str, bytes]]:
+    contents = {
+        path: _redacted(data) if path.startswith("/etc/pve/") else data
+        for path, data in capture.raw.items()
+    }
+    for path, lines in capture.lines.items():
+        contents[path] = _joined(lines).encode()
+    return sorted(contents.items())
+
+
+def _redacted(data: bytes) -> bytes:
+    # surrogateescape keeps any byte that is not UTF-8 exactly as it was.
+    return redact_secrets(data.decode("utf-8", "surrogateescape")).encode(
+        "utf-8", "surrogateescape"
+    )
+
+
+def _joined(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def _inside(out: Path, path: str) -> Path:
+    clean = PurePosixPath(path)
+    if ".." in clean.parts or any(path.startswith(p) for p in FORBIDDEN_PREFIXES):
+        raise SysfsError(str(out), path, "refusing to write this path into a snapshot")
+    return out.joinpath(*clean.parts[1:])

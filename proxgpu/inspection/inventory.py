@@ -1,0 +1,162 @@
+"""The inventory: what one host's inspection found, as a stable, JSON-serialisable model.
+
+The field names documented in the README's JSON contract keep their names and meaning across
+releases; new fields may be added. Everything here is plain data: building an inventory is the job
+of :mod:`proxgpu.inspection`, using it is the job of the planner and renderers.
+
+>>> node = NumaNode(id=0, cpus="0-31", memory_kib=263678136)
+>>> node.cpu_ids()[:3]
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from proxgpu.cpulist import parse_cpulist
+from proxgpu.model import FrozenModel
+from proxgpu.pci import returning_driver
+
+SCHEMA_VERSION = 1
+
+BootLoader = Literal["grub", "systemd-boot", "unknown"]
+
+
+class NumaNode(FrozenModel):
+    """One NUMA node: its id, CPUs (a kernel cpulist string) and memory."""
+
+    id: int
+    cpus: str
+    memory_kib: int | None = None
+
+    def cpu_ids(self) -> list[int]:
+        """The node's CPUs as integers, ascending."""
+        return parse_cpulist(self.cpus)
+
+
+class PciFunction(FrozenModel):
+    """One PCI function as sysfs describes it.
+
+    IDs are four lower-case hex digits without ``0x`` (``10de``), the form Proxmox and
+    ``lspci -n`` use; ``class_code`` keeps the kernel's six-digit form (``0x030000``).
+    """
+
+    address: str
+    class_code: str
+    vendor_id: str
+    device_id: str
+    subsystem_vendor_id: str | None = None
+    subsystem_device_id: str | None = None
+    name: str | None = None
+    driver: str | None = None
+    driver_override: str | None = None
+    numa_node: int | None = None
+    iommu_group: int | None = None
+    is_bridge: bool = False
+
+    @property
+    def slot(self) -> str:
+        """The address without its function number (``0000:81:00``)."""
+        return self.address.rsplit(".", 1)[0]
+
+
+class Gpu(FrozenModel):
+    """A GPU: a display-class PCI function plus every function of its slot.
+
+    ``functions`` lists the slot's addresses, the GPU's own first. ``iommu_group_peers`` lists
+    every *other* device in the GPU's IOMMU group, bridges marked, since all of them must move
+    together.
+    """
+
+    address: str
+    vendor_id: str
+    device_id: str
+    subsystem_vendor_id: str | None = None
+    subsystem_device_id: str | None = None
+    class_code: str
+    model: str | None = None
+    numa_node: int | None = None
+    local_cpus: str | None = None
+    iommu_group: int | None = None
+    driver: str | None = None
+    driver_override: str | None = None
+    boot_vga: bool = False
+    functions: list[str]
+    function_info: list[PciFunction]
+    iommu_group_peers: list[PciFunction] = Field(default_factory=list)
+    nvidia_minor: int | None = None
+    nvidia_uuid: str | None = None
+
+    @property
+    def host_driver(self) -> str | None:
+        """The driver this GPU holds on the host after a split: its own, or, when it is unbound
+        or on vfio-pci, the one it returns to (``None`` when proxgpu cannot tell)."""
+        return returning_driver(self.driver, self.vendor_id, self.class_code)
+
+    @property
+    def slot(self) -> str:
+        """The address without its function number (``0000:81:00``)."""
+        return self.address.rsplit(".", 1)[0]
+
+
+class Inventory(FrozenModel):
+    """Everything proxgpu knows about one host.
+
+    ``guest_configs`` and ``host_files`` map absolute paths to the files' exact text so that later
+    stages can diff against them and detect changes made since inspection. ``driver_modules`` maps
+    a PCI driver's name to the module that provides it (``bochs-drm`` -> ``bochs``); built-in
+    drivers have none. ``commands`` lists the tools found on the host (``driverctl``, ...), and
+    ``device_nodes`` the nvidia device nodes present (empty when the capture did not look).
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    source: str
+    hostname: str
+    kernel: str | None = None
+    pve_version: str | None = None
+    boot_loader: BootLoader = "unknown"
+    kernel_cmdline: str | None = None
+    iommu_enabled: bool = False
+    numa_nodes: list[NumaNode] = Field(default_factory=list)
+    gpus: list[Gpu] = Field(default_factory=list)
+    char_majors: dict[str, int] = Field(default_factory=dict)
+    cpu_vendor: str | None = None
+    driver_modules: dict[str, str] = Field(default_factory=dict)
+    commands: list[str] = Field(default_factory=list)
+    device_nodes: list[str] = Field(default_factory=list)
+    nvidia_driver_version: str | None = None
+    is_root: bool = False
+    guest_configs: dict[str, str] = Field(default_factory=dict)
+    host_files: dict[str, str] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def node_name(self) -> str:
+        """The host's name as a Proxmox VE cluster node: its short hostname.
+
+        >>> Inventory(source="s", hostname="pve1.example.org").node_name
+        'pve1'
+        """
+        return self.hostname.split(".")[0]
+
+    def gpu(self, address: str) -> Gpu:
+        """The GPU at ``address`` (any function of its slot).
+
+        :raises KeyError: when no GPU sits at that address.
+        """
+        for gpu in self.gpus:
+            if address in gpu.functions or gpu.slot == address:
+                return gpu
+        raise KeyError(address)
+
+    def numa_node(self, node_id: int) -> NumaNode:
+        """The NUMA node with this id.
+
+        :raises KeyError: when the host has no such node.
+        """
+        for node in self.numa_nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(node_id)

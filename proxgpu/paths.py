@@ -1,0 +1,78 @@
+"""Every path proxgpu reads or writes on a host, as the host itself names it (no root prefix).
+
+A host's ``root`` (see :mod:`proxgpu.host`) is put in front of these when a command runs; the
+journal, plans and diffs always carry them as written here.
+
+>>> guest_config("lxc", 200), guest_config("vm", 300)
+('/etc/pve/lxc/200.conf', '/etc/pve/qemu-server/300.conf')
+>>> guest_of("/etc/pve/qemu-server/300.conf")
+('vm', 300)
+>>> guest_config_lock("/etc/pve/lxc/200.conf")
+'/run/lock/lxc/pve-config-200.lock'
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+GuestKind = Literal["lxc", "vm"]
+
+# Proxmox VE's cluster file system (pmxcfs): guest configs and cluster-wide mappings.
+PVE_DIR = "/etc/pve/"
+LXC_CONFIG_DIR = "/etc/pve/lxc/"
+VM_CONFIG_DIR = "/etc/pve/qemu-server/"
+MAPPING_DIR = "/etc/pve/mapping/"
+PCI_MAPPING = "/etc/pve/mapping/pci.cfg"
+GUEST_CONFIG = re.compile(r"^/etc/pve/(lxc|qemu-server)/(\d+)\.conf$")
+#: Where inspection finds the files that say which guest holds which device.
+GUEST_FILE_PREFIXES = (LXC_CONFIG_DIR, VM_CONFIG_DIR, MAPPING_DIR)
+
+# What inspection reads.
+PCI_DEVICES = "/sys/bus/pci/devices/"
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus/"
+PCI_IDS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids")
+
+# The host files a split writes or edits.
+MODPROBE_CONF = "/etc/modprobe.d/proxgpu-vfio.conf"
+BIND_SCRIPT = "/usr/local/sbin/proxgpu-vfio-bind"
+INITRAMFS_HOOK = "/etc/initramfs-tools/hooks/proxgpu"
+MODULES_LOAD = "/etc/modules-load.d/proxgpu-vfio.conf"
+DRIVERCTL_DIR = "/etc/driverctl.d/"
+KERNEL_CMDLINE = "/etc/kernel/cmdline"
+GRUB_DEFAULT = "/etc/default/grub"
+
+# What proxgpu keeps on the host: the journal and backups survive a reboot, the lock does not.
+JOURNAL_DIR = "/var/lib/proxgpu/journal"
+BACKUP_DIR = "/var/lib/proxgpu/backups"
+LOCK_DIR = "/run/lock/proxgpu"
+
+
+def guest_config(kind: GuestKind, vmid: int) -> str:
+    """The config file of a container (``lxc``) or VM (``vm``)."""
+    return f"{LXC_CONFIG_DIR if kind == 'lxc' else VM_CONFIG_DIR}{vmid}.conf"
+
+
+def guest_of(path: str) -> tuple[GuestKind, int] | None:
+    """Which guest a config path belongs to, or ``None`` when it is no guest config."""
+    match = GUEST_CONFIG.match(path)
+    if match is None:
+        return None
+    return ("lxc" if match[1] == "lxc" else "vm"), int(match[2])
+
+
+def is_vm_config(path: str) -> bool:
+    """Whether ``path`` is a VM's config (``/etc/pve/qemu-server/N.conf``)."""
+    guest = guest_of(path)
+    return guest is not None and guest[0] == "vm"
+
+
+def guest_config_lock(path: str) -> str | None:
+    """The lock file ``qm set`` / ``pct set`` take for a guest config, or ``None``."""
+    guest = guest_of(path)
+    if guest is None:
+        return None
+    kind, vmid = guest
+    if kind == "vm":
+        return f"/var/lock/qemu-server/lock-{vmid}.conf"
+    return f"/run/lock/lxc/pve-config-{vmid}.lock"

@@ -1,0 +1,105 @@
+"""The planner: which GPUs stay on their host driver and which go to vfio-pci.
+
+:func:`plan_split` turns an :class:`~proxgpu.inspection.inventory.Inventory` and a
+:class:`SplitPolicy` into a :class:`Plan`, or raises :class:`~proxgpu.errors.PlanRefusedError`
+listing every problem together with what to do about it. It reads and writes nothing;
+renderers turn the plan into configuration.
+:func:`check_gpu_set` tells whether a set of GPUs shares one NUMA node.
+
+>>> from proxgpu.inspection import Gpu, Inventory, PciFunction
+>>> def gpu(bus, node):
+...     address = f"0000:{bus}:00.0"
+...     return Gpu(address=address, vendor_id="10de", device_id="2330", class_code="0x030200",
+...                numa_node=node, iommu_group=int(bus, 16), driver="nvidia",
+...                functions=[address], function_info=[])
+>>> inventory = Inventory(source="doc", hostname="pve1", iommu_enabled=True,
+...                       gpus=[gpu("01", 0), gpu("11", 0), gpu("81", 1)])
+>>> plan = plan_split(inventory, SplitPolicy(lxc=200))
+>>> [(g.role, g.numa_node, len(g.gpus), g.driver) for g in plan.groups]
+[('host', 0, 2, 'nvidia'), ('vfio', 1, 1, 'vfio-pci')]
+>>> plan.warnings
+['uneven split: 2 GPUs on the host driver, 1 GPU on vfio-pci']
+>>> [(tp.size, tp.device_sets) for tp in plan.tensor_parallel]
+[(1, ['0', '1']), (2, ['0,1'])]
+"""
+
+from __future__ import annotations
+
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.planning.advice import check_gpu_set, tensor_parallel, warn_about_shape
+from proxgpu.planning.checks import (
+    check_claims,
+    check_iommu_groups,
+    check_iommu_on,
+    check_slots,
+)
+from proxgpu.planning.context import Context
+from proxgpu.planning.model import (
+    GpuPlacement,
+    GpuSetCheck,
+    Plan,
+    PlanGroup,
+    Problem,
+    SplitPolicy,
+    TensorParallelAdvice,
+    parse_vm_spec,
+)
+from proxgpu.planning.packing import build_groups
+from proxgpu.planning.roles import assign_roles
+
+
+def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
+    """Split the inventory's GPUs into a host group and vfio groups as ``policy`` says.
+
+    The result depends only on the arguments, and its lists are in a fixed order: the host group
+    first, then one vfio group per VM in ``policy.vms`` order, then GPUs bound to vfio-pci for no
+    VM, one group per NUMA node.
+
+    >>> from proxgpu.inspection import Inventory
+    >>> plan_split(Inventory(source="doc", hostname="pve1"))
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.PlanRefusedError: pve1: plan refused (1 problem)
+      - the inventory holds no GPUs
+        fix: check that the GPUs are visible on the host (lspci -nn | grep -i nvidia)
+
+    :raises PlanRefusedError: listing every problem found.
+    """
+    ctx = Context(inventory, policy or SplitPolicy())
+    if not ctx.index.gpus:
+        ctx.problem(
+            "no-gpus",
+            "the inventory holds no GPUs",
+            "check that the GPUs are visible on the host (lspci -nn | grep -i nvidia)",
+        )
+    ctx.raise_problems()
+    roles = assign_roles(ctx)
+    ctx.raise_problems()
+    groups = build_groups(ctx, roles)
+    check_slots(ctx, roles)
+    check_iommu_groups(ctx, roles)
+    check_claims(ctx, groups)
+    enable_iommu = check_iommu_on(ctx, groups)
+    ctx.raise_problems()
+    warn_about_shape(ctx, groups)
+    host = next((group for group in groups if group.role == "host"), None)
+    return Plan(
+        groups=groups,
+        warnings=ctx.warnings,
+        tensor_parallel=tensor_parallel(ctx, host),
+        enable_iommu=enable_iommu,
+    )
+
+
+__all__ = [
+    "GpuPlacement",
+    "GpuSetCheck",
+    "Plan",
+    "PlanGroup",
+    "Problem",
+    "SplitPolicy",
+    "TensorParallelAdvice",
+    "check_gpu_set",
+    "parse_vm_spec",
+    "plan_split",
+]

@@ -1,0 +1,191 @@
+"""Warnings and advice: uneven or non-local groups, NUMA-local tensor-parallel sets, check-gpus."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from proxgpu.errors import UsageError
+from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.pci import normalize_pci_address
+from proxgpu.planning import wording
+from proxgpu.planning.context import Context, GpuIndex
+from proxgpu.planning.model import (
+    TP_SIZES,
+    GpuPlacement,
+    GpuSetCheck,
+    PlanGroup,
+    TensorParallelAdvice,
+)
+
+
+def check_gpu_set(inventory: Inventory, selectors: list[str]) -> GpuSetCheck:
+    """Check that the selected GPUs share one NUMA node.
+
+    A selector is an index in PCI bus order over all the host's GPUs (what ``nvidia-smi`` shows
+    under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) or an address in any form
+    :func:`normalize_pci_address` takes.
+
+    >>> from proxgpu.inspection import Gpu, Inventory, PciFunction
+    >>> gpus = [Gpu(address=a, vendor_id="10de", device_id="2330", class_code="0x030200",
+    ...             numa_node=n, functions=[a], function_info=[])
+    ...         for a, n in [("0000:01:00.0", 0), ("0000:11:00.0", 0), ("0000:81:00.0", 1)]]
+    >>> check = check_gpu_set(Inventory(source="doc", hostname="pve1", gpus=gpus), ["1", "2"])
+    >>> check.numa_local
+    False
+    >>> print(check.explanation)
+    GPUs 1,2 straddle NUMA nodes 0 and 1: node 0 holds 1 (0000:11:00.0); node 1 holds 2 \
+(0000:81:00.0). NUMA-local sets of 2: 0,1.
+
+    :raises UsageError: when a selector names no GPU, none is given, or the host has no GPUs.
+    """
+    index = GpuIndex(sorted(inventory.gpus, key=wording.address))
+    if not index.gpus:
+        raise UsageError(f"{inventory.hostname} has no GPUs to check")
+    if not selectors:
+        raise UsageError("name at least one GPU, by index (0, 1, ...) or by address")
+    chosen: dict[str, Gpu] = {}
+    for selector in selectors:
+        for gpu in _select_for_check(index, selector):
+            chosen[gpu.address] = gpu
+    placements = [
+        GpuPlacement(
+            index=index.position[gpu.address],
+            address=gpu.address,
+            model=gpu.model,
+            numa_node=gpu.numa_node,
+        )
+        for gpu in sorted(chosen.values(), key=wording.address)
+    ]
+    nodes = {placement.numa_node for placement in placements}
+    local = len(nodes) == 1 and None not in nodes
+    return GpuSetCheck(
+        gpus=placements,
+        numa_local=local,
+        numa_node=placements[0].numa_node if local else None,
+        explanation=_explain_set(index, placements, local),
+    )
+
+
+def warn_about_shape(ctx: Context, groups: list[PlanGroup]) -> None:
+    host = sum(len(group.gpus) for group in groups if group.role == "host")
+    vfio = sum(len(group.gpus) for group in groups if group.role == "vfio")
+    if not vfio:
+        ctx.warnings.append(
+            f"nothing goes to vfio-pci: {wording.count(host, 'GPU')} on the host driver"
+        )
+    elif not host:
+        ctx.warnings.append(
+            f"nothing stays on the host driver: {wording.count(vfio, 'GPU')} on vfio-pci"
+        )
+    elif host != vfio:
+        ctx.warnings.append(
+            f"uneven split: {wording.count(host, 'GPU')} on the host driver, "
+            f"{wording.count(vfio, 'GPU')} "
+            "on vfio-pci"
+        )
+    gpu_nodes = {gpu.numa_node for gpu in ctx.index.gpus}
+    for node in ctx.inventory.numa_nodes:
+        # A GPU of unknown node may sit on any node, so then no node is known to be empty.
+        if None not in gpu_nodes and node.id not in gpu_nodes:
+            ctx.warnings.append(
+                f"NUMA node {node.id} (CPUs {node.cpus}) holds no GPUs; no group uses it"
+            )
+    for group in groups:
+        _warn_about_locality(ctx, group)
+        boot_vga = [a for a in group.gpus if group.role == "vfio" and ctx.index.get(a).boot_vga]
+        for address in boot_vga:
+            ctx.warnings.append(
+                f"{address} is the boot VGA device: on vfio-pci the host loses its console "
+                "there, so keep another way in (serial console, IPMI, SSH)"
+            )
+
+
+def _warn_about_locality(ctx: Context, group: PlanGroup) -> None:
+    nodes = {ctx.index.get(address).numa_node for address in group.gpus}
+    known = sorted(node for node in nodes if node is not None)
+    if len(known) > 1:
+        ctx.warnings.append(
+            f"{wording.group_name(group)} spans NUMA nodes "
+            f"{wording.join(known)}: its pinning covers them all, "
+            "and work spread over them crosses the socket interconnect"
+        )
+    if None in nodes and len(ctx.inventory.numa_nodes) > 1:
+        ctx.warnings.append(
+            f"{wording.group_name(group)} holds GPUs of unknown NUMA node: "
+            "its pinning covers every node"
+        )
+
+
+def tensor_parallel(ctx: Context, host: PlanGroup | None) -> list[TensorParallelAdvice]:
+    if host is None:
+        return []
+    gpus = [ctx.index.get(address) for address in host.gpus]
+    advice = []
+    for size in TP_SIZES:
+        sets = [",".join(map(str, chunk)) for chunk in _local_sets(gpus, size)]
+        if sets:
+            advice.append(TensorParallelAdvice(size=size, device_sets=sets))
+    return advice
+
+
+def _local_sets(gpus: list[Gpu], size: int) -> list[list[int]]:
+    """Disjoint NUMA-local sets of ``size`` positions in ``gpus``, in PCI order per node."""
+    by_node: dict[int, list[int]] = defaultdict(list)
+    for position, gpu in enumerate(gpus):
+        # An unknown node promises no locality, so those GPUs join no set.
+        if gpu.numa_node is not None:
+            by_node[gpu.numa_node].append(position)
+    return [
+        positions[start : start + size]
+        for _, positions in sorted(by_node.items())
+        for start in range(0, len(positions) - size + 1, size)
+    ]
+
+
+def _select_for_check(index: GpuIndex, selector: str) -> list[Gpu]:
+    text = selector.strip()
+    if text.isdigit():
+        if int(text) >= len(index.gpus):
+            raise UsageError(
+                f"GPU {text}: no such index; the host has {wording.count(len(index.gpus), 'GPU')} "
+                f"(0-{len(index.gpus) - 1} in PCI bus order)"
+            )
+        return [index.gpus[int(text)]]
+    try:
+        found = index.at(normalize_pci_address(text))
+    except ValueError:
+        raise UsageError(f"{text!r}: neither a GPU index nor a PCI address") from None
+    if not found:
+        raise UsageError(f"{text}: no GPU at that address")
+    return found
+
+
+def _explain_set(index: GpuIndex, placements: list[GpuPlacement], local: bool) -> str:
+    ids = ",".join(str(placement.index) for placement in placements)
+    if local and len(placements) == 1:
+        return f"GPU {ids} is on NUMA node {placements[0].numa_node}."
+    if local:
+        return f"GPUs {ids} are all on NUMA node {placements[0].numa_node}: the set is NUMA-local."
+    unknown = [placement for placement in placements if placement.numa_node is None]
+    if unknown:
+        return (
+            f"cannot tell whether GPUs {ids} are NUMA-local: the NUMA node of "
+            f"{wording.join(f'{p.index} ({p.address})' for p in unknown)} is unknown "
+            "(sysfs numa_node -1)."
+        )
+    by_node: dict[int, list[str]] = defaultdict(list)
+    for placement in placements:
+        if placement.numa_node is not None:
+            by_node[placement.numa_node].append(f"{placement.index} ({placement.address})")
+    holds = "; ".join(
+        f"node {node} holds {', '.join(gpus)}" for node, gpus in sorted(by_node.items())
+    )
+    sets = [",".join(map(str, chunk)) for chunk in _local_sets(index.gpus, len(placements))]
+    alternatives = (
+        f"NUMA-local sets of {len(placements)}: {'; '.join(sets)}."
+        if sets
+        else f"no NUMA node holds {len(placements)} GPUs."
+    )
+    return (
+        f"GPUs {ids} straddle NUMA nodes {wording.join(sorted(by_node))}: {holds}. {alternatives}"
+    )

@@ -1,0 +1,196 @@
+"""The checks that refuse a plan: split slots, IOMMU groups, GPUs other guests hold, IOMMU off."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from proxgpu.inspection.inventory import Gpu, PciFunction
+from proxgpu.pci import normalize_pci_address
+from proxgpu.planning import wording
+from proxgpu.planning.context import Context, GpuIndex
+from proxgpu.planning.model import PlanGroup, Role
+from proxgpu.pve.claims import DeviceClaim, GuestRef, device_claims
+
+
+def check_slots(ctx: Context, roles: dict[str, Role]) -> None:
+    """All functions of a slot move together, so its GPUs need one role."""
+    by_slot: dict[str, list[Gpu]] = defaultdict(list)
+    for gpu in ctx.index.gpus:
+        by_slot[gpu.slot].append(gpu)
+    for slot, gpus in by_slot.items():
+        if len({roles[gpu.address] for gpu in gpus}) > 1:
+            ctx.problem(
+                "slot-split",
+                f"slot {slot} holds GPUs of both roles: {wording.with_roles(gpus, roles)}",
+                "all functions of a slot move together: give its GPUs the same role",
+            )
+
+
+def check_iommu_groups(ctx: Context, roles: dict[str, Role]) -> None:
+    """An IOMMU group moves to vfio-pci whole: no host GPU and no foreign device may be in it."""
+    owner = {function: gpu for gpu in ctx.index.gpus for function in gpu.functions}
+    gpus_in, members = _iommu_membership(ctx, owner)
+    foreign = _foreign_peers(ctx, owner)
+    for group, gpus in sorted(gpus_in.items()):
+        group_roles = {roles[gpu.address] for gpu in gpus}
+        listing = "; ".join(
+            f"{address} ({label})" for address, label in sorted(members[group].items())
+        )
+        addresses = wording.addresses(gpus)
+        if len(group_roles) > 1:
+            ctx.problem(
+                "iommu-mixed",
+                f"IOMMU group {group} holds GPUs of both roles: {wording.with_roles(gpus, roles)}; "
+                f"members: {listing}",
+                "a group goes to vfio-pci as a whole: give these GPUs the same role, move one card "
+                "to a slot with its own IOMMU group, or turn on ACS in the firmware",
+            )
+        elif group_roles == {"vfio"} and group in foreign:
+            ctx.problem(
+                "iommu-peer",
+                f"IOMMU group {group} of {wording.join(addresses)} also holds "
+                f"{wording.join(foreign[group])}, "
+                "which is no GPU function: vfio-pci would take it from the host; "
+                f"members: {listing}",
+                "move the GPU to another slot or turn on ACS so that it gets an IOMMU group of its "
+                f"own, or keep it on the host driver (--host-gpus {','.join(addresses)})",
+            )
+
+
+def _iommu_membership(
+    ctx: Context, owner: dict[str, Gpu]
+) -> tuple[dict[int, list[Gpu]], dict[int, dict[str, str]]]:
+    """IOMMU group -> the GPUs with a function in it, and -> every member with a label."""
+    gpus_in: dict[int, dict[str, Gpu]] = defaultdict(dict)
+    members: dict[int, dict[str, str]] = defaultdict(dict)
+    for gpu in ctx.index.gpus:
+        if gpu.iommu_group is not None:
+            gpus_in[gpu.iommu_group][gpu.address] = gpu
+            members[gpu.iommu_group][gpu.address] = gpu.model or "GPU"
+        for function in [*gpu.function_info, *gpu.iommu_group_peers]:
+            if function.iommu_group is None:
+                continue
+            members[function.iommu_group].setdefault(function.address, _label(function, owner))
+            if function.address in owner:
+                gpu_there = owner[function.address]
+                gpus_in[function.iommu_group][gpu_there.address] = gpu_there
+    by_address = {
+        group: sorted(gpus.values(), key=wording.address) for group, gpus in gpus_in.items()
+    }
+    return by_address, members
+
+
+def _foreign_peers(ctx: Context, owner: dict[str, Gpu]) -> dict[int, list[str]]:
+    """IOMMU group -> its devices that are neither a GPU function nor a bridge."""
+    foreign: dict[int, set[str]] = defaultdict(set)
+    for gpu in ctx.index.gpus:
+        for peer in gpu.iommu_group_peers:
+            # Bridges stay with the host: vfio-pci never binds them (PVE skips them too).
+            if peer.address not in owner and not peer.is_bridge and peer.iommu_group is not None:
+                foreign[peer.iommu_group].add(peer.address)
+    return {group: sorted(addresses) for group, addresses in foreign.items()}
+
+
+def _label(function: PciFunction, owner: dict[str, Gpu]) -> str:
+    if function.address in owner:
+        return f"function of {owner[function.address].address}"
+    kind = "bridge" if function.is_bridge else function.name or f"class {function.class_code}"
+    return kind if function.driver is None else f"{kind}, driver {function.driver}"
+
+
+def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
+    """A GPU held by a guest other than the targets conflicts where the plan takes it away."""
+    group_of = {address: group for group in groups for address in group.gpus}
+    targets = ctx.targets()
+    held: dict[tuple[GuestRef, str], list[DeviceClaim]] = defaultdict(list)
+    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
+        # The plan rewrites the targets' own device entries, so those never conflict.
+        if claim.guest in targets:
+            continue
+        for gpu in _claimed_gpus(ctx.index, claim):
+            held[claim.guest, gpu.address].append(claim)
+    for (guest, address), claims in held.items():
+        if guest.type == "lxc":
+            _judge_container_claim(ctx, group_of[address], address, claims)
+        else:
+            _judge_vm_claim(ctx, group_of[address], address, claims)
+
+
+def _claimed_gpus(index: GpuIndex, claim: DeviceClaim) -> list[Gpu]:
+    if claim.nvidia_minor == "*":
+        return list(index.by_minor.values())
+    if claim.nvidia_minor is not None:
+        gpu = index.by_minor.get(claim.nvidia_minor)
+        return [] if gpu is None else [gpu]
+    try:
+        return index.at(normalize_pci_address(claim.pci_address or ""))
+    except ValueError:
+        # PVE would refuse such a hostpci value; it claims nothing here.
+        return []
+
+
+def _judge_container_claim(
+    ctx: Context, group: PlanGroup, address: str, claims: list[DeviceClaim]
+) -> None:
+    vmid = claims[0].guest.vmid
+    if group.role == "vfio":
+        ctx.problem(
+            "claimed",
+            f"{address} goes to vfio-pci but CT {vmid} uses it: {wording.claim_lines(claims)}",
+            f"give CT {vmid} the host group (--lxc {vmid}: proxgpu rewrites its GPU entries), "
+            f"or remove those entries yourself, or keep the GPU on the host driver "
+            f"(--host-gpus {address})",
+        )
+    elif ctx.policy.lxc is not None:
+        ctx.warnings.append(
+            f"{address} is also used by CT {vmid} ("
+            f"{wording.claim_lines(claims)}); CT {ctx.policy.lxc} "
+            "will share it"
+        )
+
+
+def _judge_vm_claim(
+    ctx: Context, group: PlanGroup, address: str, claims: list[DeviceClaim]
+) -> None:
+    vmid = claims[0].guest.vmid
+    if group.role == "host":
+        ctx.problem(
+            "claimed",
+            f"{address} stays on the host driver but VM {vmid} passes it through: "
+            f"{wording.claim_lines(claims)}; starting VM {vmid} would take it from the host",
+            f"remove that hostpci entry (or the GPU's map line in the PCI mapping), or move the "
+            f"GPU to vfio-pci for that VM (--vm {vmid} with --vfio-gpus {address})",
+        )
+    elif group.guest is not None:
+        ctx.problem(
+            "claimed",
+            f"{address} goes to VM {group.guest.vmid} but VM {vmid} already passes it through: "
+            f"{wording.claim_lines(claims)}",
+            f"remove that hostpci entry from VM {vmid}, or give it the GPU (--vm {vmid}:N)",
+        )
+    else:
+        ctx.warnings.append(
+            f"{address} is already passed through to VM {vmid} ("
+            f"{wording.claim_lines(claims)}); binding it to "
+            "vfio-pci keeps that working"
+        )
+
+
+def check_iommu_on(ctx: Context, groups: list[PlanGroup]) -> bool:
+    """Whether the plan must turn the IOMMU on; a problem when it may not."""
+    vfio = [address for group in groups if group.role == "vfio" for address in group.gpus]
+    if ctx.inventory.iommu_enabled or not vfio:
+        return False
+    if ctx.policy.enable_iommu:
+        ctx.warnings.append(
+            "the IOMMU is off: the plan turns it on on the kernel command line, which takes a "
+            "reboot; IOMMU groups can only be checked after it, so plan again then"
+        )
+        return True
+    ctx.problem(
+        "iommu-off",
+        f"the IOMMU is off, but {wording.count(len(vfio), 'GPU')} would go to vfio-pci",
+        "let proxgpu plan the kernel command line change (--enable-iommu) and reboot, or keep "
+        "every GPU on the host driver",
+    )
+    return False

@@ -1,0 +1,161 @@
+"""What the planner takes and gives: the policy asked for, and the plan with its groups.
+
+>>> parse_vm_spec("301:2")
+(301, 2)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from proxgpu.errors import UsageError
+from proxgpu.model import FrozenModel
+from proxgpu.pve.claims import GuestRef
+
+Role = Literal["host", "vfio"]
+ProblemCode = Literal[
+    "no-gpus",
+    "policy",
+    "unknown-numa",
+    "slot-split",
+    "iommu-mixed",
+    "iommu-peer",
+    "claimed",
+    "iommu-off",
+    "no-fit",
+]
+
+
+TP_SIZES = (1, 2, 4, 8)
+
+
+class SplitPolicy(FrozenModel):
+    """What the user asked for: how to split and who receives the groups.
+
+    ``split="numa"`` (the only mode so far) keeps the lowest-numbered NUMA node holding GPUs on
+    the host driver and sends every other node to vfio-pci. ``host_nodes``/``vfio_nodes`` choose
+    nodes instead (nodes not named take the other role when only one list is given);
+    ``host_gpus``/``vfio_gpus`` assign GPUs by address (one address per entry, any form
+    :func:`normalize_pci_address` takes) and win over node rules. ``lxc`` receives the host group;
+    ``vms`` share the vfio GPUs as ``(vmid, count)``, a count of ``None`` meaning "the rest".
+    ``enable_iommu`` says the kernel command line change that turns the IOMMU on will be planned.
+
+    >>> SplitPolicy(lxc=200, vms=[(300, 2), (301, None)]).vms
+    [(300, 2), (301, None)]
+    """
+
+    split: Literal["numa"] = "numa"
+    host_nodes: list[int] = Field(default_factory=list)
+    vfio_nodes: list[int] = Field(default_factory=list)
+    host_gpus: list[str] = Field(default_factory=list)
+    vfio_gpus: list[str] = Field(default_factory=list)
+    lxc: int | None = None
+    vms: list[tuple[int, int | None]] = Field(default_factory=list)
+    enable_iommu: bool = False
+
+
+class Problem(FrozenModel):
+    """One reason to refuse a plan: what is wrong and what to do about it.
+
+    >>> Problem(code="iommu-off", what="IOMMU is off", fix="turn it on").fix
+    'turn it on'
+    """
+
+    code: ProblemCode
+    what: str
+    fix: str
+
+
+class PlanGroup(FrozenModel):
+    """GPUs that go one way together, with the pinning that goes with them.
+
+    ``gpus`` are the GPUs' own addresses; ``functions`` every function that moves with them
+    (audio and other functions of their slots). ``cpus`` (a cpulist) and ``memory_nodes`` are the
+    NUMA-local CPUs and memory: a container's ``cpuset.cpus``/``cpuset.mems``, a VM's
+    ``affinity`` and ``hostnodes``. ``numa_node`` is ``None`` when the GPUs span nodes or their
+    node is unknown; then the pinning covers every node they may sit on.
+
+    >>> PlanGroup(role="vfio", numa_node=1, gpus=["0000:81:00.0"], functions=["0000:81:00.0"],
+    ...           cpus="32-63", memory_nodes=[1], driver="vfio-pci").guest is None
+    True
+    """
+
+    role: Role
+    numa_node: int | None
+    gpus: list[str]
+    functions: list[str]
+    cpus: str
+    memory_nodes: list[int]
+    driver: str
+    guest: GuestRef | None = None
+
+
+class TensorParallelAdvice(FrozenModel):
+    """NUMA-local device sets of one tensor-parallel size, as ``CUDA_VISIBLE_DEVICES`` values.
+
+    The numbers are the indices the container sees under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: the
+    position of each GPU among the host group's GPUs sorted by PCI address.
+
+    >>> TensorParallelAdvice(size=2, device_sets=["0,1", "2,3"]).device_sets[1]
+    '2,3'
+    """
+
+    size: int
+    device_sets: list[str]
+
+
+class Plan(FrozenModel):
+    """The planned split: groups, warnings, tensor-parallel advice for the host group.
+
+    ``enable_iommu`` is true when the plan relies on turning the IOMMU on at the next boot.
+
+    >>> Plan(groups=[], warnings=["uneven split"], tensor_parallel=[]).model_dump()["warnings"]
+    ['uneven split']
+    """
+
+    groups: list[PlanGroup]
+    warnings: list[str]
+    tensor_parallel: list[TensorParallelAdvice]
+    enable_iommu: bool = False
+
+
+class GpuPlacement(FrozenModel):
+    """Where one GPU of a checked set sits: its PCI-bus-order index, address and NUMA node.
+
+    >>> GpuPlacement(index=4, address="0000:81:00.0", model=None, numa_node=1).numa_node
+    1
+    """
+
+    index: int
+    address: str
+    model: str | None
+    numa_node: int | None
+
+
+class GpuSetCheck(FrozenModel):
+    """Whether a set of GPUs shares one known NUMA node, and why (or why not).
+
+    >>> GpuSetCheck(gpus=[], numa_local=True, numa_node=0, explanation="").numa_local
+    True
+    """
+
+    gpus: list[GpuPlacement]
+    numa_local: bool
+    numa_node: int | None
+    explanation: str
+
+
+def parse_vm_spec(spec: str) -> tuple[int, int | None]:
+    """``VMID`` or ``VMID:N`` (N GPUs for that VM) as ``SplitPolicy.vms`` takes it.
+
+    >>> parse_vm_spec("300"), parse_vm_spec("301:2")
+    ((300, None), (301, 2))
+
+    :raises UsageError: when ``spec`` is neither.
+    """
+    vmid, _, count = str(spec).partition(":")
+    if not vmid.isdigit() or (count and not count.isdigit()):
+        raise UsageError(f"VM {spec!r}: expected VMID or VMID:N")
+    return int(vmid), int(count) if count else None

@@ -1,0 +1,185 @@
+"""Groups: the host group for the container, vfio GPUs packed onto VMs by NUMA node."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from proxgpu.cpulist import format_cpulist, parse_cpulist
+from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.pci import VFIO_DRIVER
+from proxgpu.planning import wording
+from proxgpu.planning.context import Context
+from proxgpu.planning.model import PlanGroup, Role
+from proxgpu.pve.claims import GuestRef
+
+
+def build_groups(ctx: Context, roles: dict[str, Role]) -> list[PlanGroup]:
+    host = [gpu for gpu in ctx.index.gpus if roles[gpu.address] == "host"]
+    vfio = [gpu for gpu in ctx.index.gpus if roles[gpu.address] == "vfio"]
+    groups: list[PlanGroup] = []
+    lxc = None if ctx.policy.lxc is None else GuestRef(type="lxc", vmid=ctx.policy.lxc)
+    if host:
+        groups.append(_make_group(ctx, "host", host, lxc))
+    elif lxc is not None:
+        ctx.problem(
+            "no-fit",
+            f"CT {lxc.vmid} should receive the host group, but every GPU goes to vfio-pci",
+            "keep a NUMA node on the host (--host-node N) or name GPUs with --host-gpus",
+        )
+    groups.extend(_make_group(ctx, "vfio", gpus, vm) for vm, gpus in _vfio_units(ctx, vfio))
+    return groups
+
+
+def _make_group(ctx: Context, role: Role, gpus: list[Gpu], guest: GuestRef | None) -> PlanGroup:
+    nodes = {gpu.numa_node for gpu in gpus}
+    if role == "vfio":
+        driver = VFIO_DRIVER
+    else:
+        driver = ",".join(sorted({gpu.host_driver or "unknown" for gpu in gpus}))
+    return PlanGroup(
+        role=role,
+        numa_node=next(iter(nodes)) if len(nodes) == 1 else None,
+        gpus=wording.addresses(gpus),
+        functions=sorted({function for gpu in gpus for function in gpu.functions}),
+        cpus=_group_cpus(ctx.inventory, gpus),
+        memory_nodes=_memory_nodes(ctx.inventory, nodes),
+        driver=driver,
+        guest=guest,
+    )
+
+
+def _group_cpus(inventory: Inventory, gpus: list[Gpu]) -> str:
+    node_cpus = {node.id: node.cpus for node in inventory.numa_nodes}
+    cpus: set[int] = set()
+    for gpu in gpus:
+        if gpu.numa_node in node_cpus:
+            cpus.update(parse_cpulist(node_cpus[gpu.numa_node]))
+        elif gpu.local_cpus:
+            # For an unknown node the kernel lists every online CPU here.
+            cpus.update(parse_cpulist(gpu.local_cpus))
+        else:
+            cpus.update(cpu for node in inventory.numa_nodes for cpu in node.cpu_ids())
+    return format_cpulist(cpus)
+
+
+def _memory_nodes(inventory: Inventory, nodes: set[int | None]) -> list[int]:
+    if None in nodes:
+        # Locality unknown: allow every node rather than guess one.
+        return sorted(node.id for node in inventory.numa_nodes)
+    return sorted(node for node in nodes if node is not None)
+
+
+def _vfio_units(ctx: Context, vfio: list[Gpu]) -> list[tuple[GuestRef | None, list[Gpu]]]:
+    """The vfio GPUs shared out: one unit per VM, then the rest per NUMA node for no VM."""
+    free = _bundles_by_node(vfio)
+    taken: dict[int, list[Gpu]] = {}
+    counted = [(vmid, count) for vmid, count in ctx.policy.vms if count is not None]
+    # Largest first, so that big VMs still find a whole node before small ones fragment it.
+    for vmid, count in sorted(counted, key=lambda vm: -vm[1]):
+        gpus = _take_for_vm(free, count)
+        if gpus is None:
+            _report_no_fit(ctx, vmid, count, vfio, free)
+        else:
+            taken[vmid] = gpus
+    left = sorted(
+        (gpu for bundles in free.values() for bundle in bundles for gpu in bundle),
+        key=wording.address,
+    )
+    rest = [vmid for vmid, count in ctx.policy.vms if count is None]
+    if rest and left:
+        taken[rest[0]] = left
+        left = []
+    elif rest:
+        _report_no_fit(ctx, rest[0], None, vfio, free)
+    if left and ctx.policy.vms:
+        ctx.warnings.append(
+            f"{wording.count(len(left), 'GPU')} on vfio-pci go to no VM: "
+            f"{wording.join(wording.addresses(left))}"
+        )
+    units: list[tuple[GuestRef | None, list[Gpu]]] = [
+        (GuestRef(type="vm", vmid=vmid), sorted(taken[vmid], key=wording.address))
+        for vmid, _ in ctx.policy.vms
+        if vmid in taken
+    ]
+    units.extend((None, gpus) for gpus in _split_by_node(left))
+    return units
+
+
+def _bundles_by_node(gpus: list[Gpu]) -> dict[int | None, list[list[Gpu]]]:
+    """GPUs that must go to the same VM (one IOMMU group, or one slot), by NUMA node."""
+    bundles: dict[tuple[str, int | str], list[Gpu]] = {}
+    for gpu in gpus:
+        key = ("group", gpu.iommu_group) if gpu.iommu_group is not None else ("slot", gpu.slot)
+        bundles.setdefault(key, []).append(gpu)
+    by_node: dict[int | None, list[list[Gpu]]] = defaultdict(list)
+    for bundle in bundles.values():
+        by_node[bundle[0].numa_node].append(bundle)
+    return {node: by_node[node] for node in sorted(by_node, key=wording.node_order)}
+
+
+def _take_for_vm(free: dict[int | None, list[list[Gpu]]], count: int) -> list[Gpu] | None:
+    """Take ``count`` GPUs out of ``free``: from one node if any fits (the tightest), else across
+    nodes starting with the fullest. ``None`` when the bundles cannot make ``count``."""
+    fits = [
+        (sum(map(len, bundles)), wording.node_order(node), node, picked)
+        for node, bundles in free.items()
+        if (picked := _pick_exact(bundles, count)) is not None
+    ]
+    if fits:
+        _, _, node, picked = min(fits, key=lambda fit: fit[:2])
+        free[node] = [bundle for bundle in free[node] if bundle not in picked]
+        return [gpu for bundle in picked for gpu in bundle]
+    order = sorted(free, key=lambda node: (-sum(map(len, free[node])), wording.node_order(node)))
+    spanning = _pick_exact([bundle for node in order for bundle in free[node]], count)
+    if spanning is None:
+        return None
+    for node in order:
+        free[node] = [bundle for bundle in free[node] if bundle not in spanning]
+    return [gpu for bundle in spanning for gpu in bundle]
+
+
+def _pick_exact(bundles: list[list[Gpu]], count: int) -> list[list[Gpu]] | None:
+    """The earliest bundles (in list order) holding exactly ``count`` GPUs, or ``None``."""
+    # reachable[i]: the GPU counts some choice of bundles[i:] adds up to; lets the walk below
+    # take a bundle only when the rest can still be made up, without backtracking.
+    reachable = [{0}]
+    for bundle in reversed(bundles):
+        after = reachable[-1]
+        reachable.append(after | {n + len(bundle) for n in after if n + len(bundle) <= count})
+    reachable.reverse()
+    if count not in reachable[0]:
+        return None
+    picked: list[list[Gpu]] = []
+    left = count
+    for i, bundle in enumerate(bundles):
+        if len(bundle) <= left and left - len(bundle) in reachable[i + 1]:
+            picked.append(bundle)
+            left -= len(bundle)
+    return picked
+
+
+def _report_no_fit(
+    ctx: Context,
+    vmid: int,
+    count: int | None,
+    vfio: list[Gpu],
+    free: dict[int | None, list[list[Gpu]]],
+) -> None:
+    left = sum(len(bundle) for bundles in free.values() for bundle in bundles)
+    asked = "the remaining vfio GPUs" if count is None else wording.count(count, "GPU")
+    if count is not None and left >= count:
+        why = f"the {left} vfio GPUs left cannot make that: GPUs sharing an IOMMU group go together"
+    else:
+        why = f"at most {left} of the {len(vfio)} vfio GPUs are left for it"
+    ctx.problem(
+        "no-fit",
+        f"VM {vmid} asks for {asked}, but {why}",
+        "change the VM GPU counts (--vm VMID:N), or send more GPUs to vfio-pci",
+    )
+
+
+def _split_by_node(gpus: list[Gpu]) -> list[list[Gpu]]:
+    by_node: dict[int | None, list[Gpu]] = defaultdict(list)
+    for gpu in gpus:
+        by_node[gpu.numa_node].append(gpu)
+    return [by_node[node] for node in sorted(by_node, key=wording.node_order)]

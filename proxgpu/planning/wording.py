@@ -1,0 +1,52 @@
+"""How the planner words GPUs, counts and lists in its messages.
+
+>>> count(1, "GPU"), count(2, "GPU"), join(["a", "b", "c"])
+('1 GPU', '2 GPUs', 'a, b and c')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from proxgpu.inspection.inventory import Gpu
+from proxgpu.planning.model import PlanGroup, Role
+from proxgpu.pve.claims import DeviceClaim
+
+
+def addresses(gpus: Iterable[Gpu]) -> list[str]:
+    return [gpu.address for gpu in gpus]
+
+
+def address(gpu: Gpu) -> str:
+    return gpu.address
+
+
+def join(items: Iterable[object]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    texts = [str(item) for item in items]
+    return " and ".join(texts) if len(texts) < 3 else f"{', '.join(texts[:-1])} and {texts[-1]}"
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def with_roles(gpus: list[Gpu], roles: dict[str, Role]) -> str:
+    return ", ".join(f"{gpu.address} ({roles[gpu.address]})" for gpu in sorted(gpus, key=address))
+
+
+def claim_lines(claims: list[DeviceClaim]) -> str:
+    via = {f" via PCI mapping {c.mapping}" for c in claims if c.mapping}
+    return f"{'; '.join(repr(c.line) for c in claims)} in {claims[0].path}{''.join(sorted(via))}"
+
+
+def group_name(group: PlanGroup) -> str:
+    if group.guest is None:
+        return f"the {group.role} group"
+    kind = "CT" if group.guest.type == "lxc" else "VM"
+    return f"the {group.role} group of {kind} {group.guest.vmid}"
+
+
+def node_order(node: int | None) -> tuple[bool, int]:
+    """Sort key placing unknown nodes last."""
+    return (node is None, node or 0)

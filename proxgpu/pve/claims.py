@@ -1,0 +1,147 @@
+"""Which devices the guests' Proxmox configs already hand to a guest.
+
+A container claims an NVIDIA GPU through its device node (``devN: /dev/nvidia3``, a raw
+``lxc.mount.entry: /dev/nvidia3 ...``) or its cgroup rule (``c 195:3 rwm``, or ``c 195:* rwm`` for
+every GPU); a VM claims a PCI device through ``hostpciN`` with an address or a ``mapping=`` from
+``/etc/pve/mapping/pci.cfg``. Only the main section of a config counts: pending changes and
+snapshots do not hold devices. The claims keep the addresses and minors as written; matching them
+to GPUs is the planner's job.
+
+>>> configs = {"/etc/pve/lxc/201.conf": "dev0: /dev/nvidia3,gid=44\\n",
+...            "/etc/pve/qemu-server/300.conf": "hostpci0: 81:00,pcie=1\\n"}
+>>> [(c.guest.vmid, c.nvidia_minor, c.pci_address) for c in device_claims(configs, "pve1")]
+[(201, 3, None), (300, None, '81:00')]
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Literal
+
+from proxgpu.model import FrozenModel
+from proxgpu.paths import GUEST_CONFIG, PCI_MAPPING
+from proxgpu.pve.config import GuestConfig, hostpci_devices, parse_property_string
+from proxgpu.pve.mapping import PciMappingConfig
+
+NVIDIA_MAJOR = 195
+"""The character major of ``/dev/nvidiaN``: registered, so it never changes (unlike nvidia-uvm)."""
+
+_NVIDIA_NODE = re.compile(r"^/dev/nvidia(\d+)$")
+_NVIDIA_RULE = re.compile(rf"^c\s+{NVIDIA_MAJOR}:(\*|\d+)(?:\s|$)")
+_HOSTPCI = re.compile(r"^hostpci\d+$")
+_CGROUP_ALLOW = ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow")
+
+
+class GuestRef(FrozenModel):
+    """A guest by type and VMID, as the plan's JSON writes it.
+
+    >>> GuestRef(type="lxc", vmid=200).model_dump()
+    {'type': 'lxc', 'vmid': 200}
+    """
+
+    type: Literal["lxc", "vm"]
+    vmid: int
+
+
+class DeviceClaim(FrozenModel):
+    """One config line by which a guest holds a device.
+
+    Exactly one of ``pci_address`` (as written: ``81:00``, ``0000:81:00.0``) and ``nvidia_minor``
+    (``"*"`` for ``c 195:* rwm``) is set. ``mapping`` names the PCI mapping the address came from.
+
+    >>> DeviceClaim(guest=GuestRef(type="lxc", vmid=201), path="/etc/pve/lxc/201.conf",
+    ...             line="lxc.cgroup2.devices.allow: c 195:* rwm", nvidia_minor="*").nvidia_minor
+    '*'
+    """
+
+    guest: GuestRef
+    path: str
+    line: str
+    pci_address: str | None = None
+    nvidia_minor: int | Literal["*"] | None = None
+    mapping: str | None = None
+
+
+def device_claims(configs: Mapping[str, str], node: str) -> list[DeviceClaim]:
+    """Every device claim in the guest configs, by path then line.
+
+    ``configs`` maps absolute paths to file text (``Inventory.guest_configs``); only
+    ``/etc/pve/lxc/N.conf`` and ``/etc/pve/qemu-server/N.conf`` are guests of this host. PCI
+    mappings resolve through ``/etc/pve/mapping/pci.cfg``, keeping the ``map`` entries whose
+    ``node`` is this host's cluster node name (``Inventory.node_name``).
+
+    >>> cfg = "gpu1\\n\\tmap id=10de:2330,node=pve1,path=0000:c1:00.0\\n"
+    >>> configs = {PCI_MAPPING: cfg, "/etc/pve/qemu-server/301.conf": "hostpci1: mapping=gpu1"}
+    >>> [(c.pci_address, c.mapping) for c in device_claims(configs, "pve1")]
+    [('0000:c1:00.0', 'gpu1')]
+    """
+    mappings = _pci_mappings(configs.get(PCI_MAPPING, ""), node)
+    claims: list[DeviceClaim] = []
+    for path in sorted(configs):
+        match = GUEST_CONFIG.match(path)
+        if match is None:
+            continue
+        guest = GuestRef(type="lxc" if match[1] == "lxc" else "vm", vmid=int(match[2]))
+        # Only the main section holds devices: pending changes and snapshots do not.
+        for key, value in GuestConfig.parse(configs[path]).entries():
+            line = f"{key}: {value}"
+            if guest.type == "vm" and _HOSTPCI.match(key):
+                claims.extend(
+                    DeviceClaim(guest=guest, path=path, line=line, pci_address=pci, mapping=name)
+                    for pci, name in _hostpci_addresses(value, mappings)
+                )
+            elif guest.type == "lxc" and (minor := _lxc_minor(key, value)) is not None:
+                claims.append(DeviceClaim(guest=guest, path=path, line=line, nvidia_minor=minor))
+    return claims
+
+
+def _hostpci_addresses(
+    value: str, mappings: dict[str, list[str]]
+) -> Iterator[tuple[str, str | None]]:
+    """The addresses of a ``hostpciN`` value, each with the mapping it came from."""
+    try:
+        addresses, mapping = hostpci_devices(value)
+    except ValueError:
+        return  # Proxmox refuses such a value: it claims nothing
+    yield from ((address, None) for address in addresses)
+    if mapping is not None:
+        yield from ((address, mapping) for address in mappings.get(mapping, []))
+
+
+def _lxc_minor(key: str, value: str) -> int | Literal["*"] | None:
+    """The nvidia minor a container line gives access to, if any."""
+    if key in _CGROUP_ALLOW:
+        rule = _NVIDIA_RULE.match(value)
+        if rule is None:
+            return None
+        return "*" if rule[1] == "*" else int(rule[1])
+    if re.fullmatch(r"dev\d+", key):
+        try:
+            node = parse_property_string(value, "path").get("path", "")
+        except ValueError:
+            return None
+    elif key == "lxc.mount.entry":
+        node = value.split(maxsplit=1)[0] if value else ""
+    else:
+        return None
+    match = _NVIDIA_NODE.match(node)
+    return int(match[1]) if match else None
+
+
+def _pci_mappings(text: str, node: str) -> dict[str, list[str]]:
+    """Mapping id -> the ``path`` of each of its ``map`` entries for this node."""
+    config = PciMappingConfig.parse(text)
+    mappings: dict[str, list[str]] = {}
+    for mapping_id in config.ids():
+        paths = []
+        for key, value in config.entries(mapping_id):
+            try:
+                fields = parse_property_string(value) if key == "map" else {}
+            except ValueError:
+                continue
+            # Mappings are cluster-wide: another node's map entry names that node's hardware.
+            if fields.get("node", node) == node and fields.get("path"):
+                paths.append(fields["path"])
+        mappings[mapping_id] = paths
+    return mappings

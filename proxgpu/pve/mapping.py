@@ -1,0 +1,132 @@
+"""The cluster PCI mapping file, ``/etc/pve/mapping/pci.cfg``, read and edited line by line.
+
+>>> cfg = PciMappingConfig.parse("gpu-a\\n\\tmap node=pve1,path=0000:81:00.0\\n")
+>>> cfg.ids(), cfg.entries("gpu-a")
+(['gpu-a'], [('map', 'node=pve1,path=0000:81:00.0')])
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from proxgpu.pve.config import KEY_RE, Line, LineFile, check_value
+
+_PENDING_NAMES = frozenset({"pending", "pve:pending"})
+_MAPPING_ID_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]+")
+
+
+_MAPPING_ID_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]+")
+_MAPPING_PROP_RE = re.compile(r"\s+(?P<key>\S+)(?:\s+(?P<value>.*?))?\s*")
+
+
+@dataclass(frozen=True)
+class _Block:
+    mapping_id: str
+    start: int
+    end: int
+
+
+class PciMappingConfig(LineFile):
+    """``/etc/pve/mapping/pci.cfg``: an ``<id>`` line, then ``\\t<key> <value>`` lines.
+
+    A blank line ends an id's block, as in PVE's SectionConfig, and ``map`` may repeat. Editing
+    one id leaves every other id's lines exactly as they were.
+
+    >>> cfg = PciMappingConfig.parse("gpu0\\n\\tmap id=10de:2330,node=pve1,path=0000:c1:00.0\\n")
+    >>> cfg.set_entries("gpu1", [("map", "id=10de:2330,node=pve1,path=0000:d1:00.0")])
+    >>> cfg.ids()
+    ['gpu0', 'gpu1']
+    >>> cfg.render().endswith("00.0\\n\\ngpu1\\n\\tmap id=10de:2330,node=pve1,path=0000:d1:00.0\\n")
+    True
+    """
+
+    def _blocks(self) -> list[_Block]:
+        blocks: list[_Block] = []
+        start: int | None = None
+        for i, line in enumerate([*self._lines, Line("", "")]):
+            blank = not line.text.strip()
+            if start is not None and blank:
+                header = self._lines[start].text.rstrip()
+                # PVE skips a block whose header is not an id; so do we, keeping its lines.
+                if _MAPPING_ID_RE.fullmatch(header):
+                    blocks.append(_Block(header, start, i))
+                start = None
+            elif start is None and not blank and not line.text.lstrip().startswith("#"):
+                start = i
+        return blocks
+
+    def _block(self, mapping_id: str) -> _Block | None:
+        return next((b for b in self._blocks() if b.mapping_id == mapping_id), None)
+
+    def ids(self) -> list[str]:
+        """The mapping ids in file order.
+
+        >>> PciMappingConfig.parse("a1\\n\\tmap path=0000:01:00.0\\n\\nb1\\n").ids()
+        ['a1', 'b1']
+        """
+        return [block.mapping_id for block in self._blocks()]
+
+    def entries(self, mapping_id: str) -> list[tuple[str, str]]:
+        """The ``(key, value)`` lines of ``mapping_id`` in order; ``map`` may appear many times.
+
+        :raises KeyError: when there is no such id.
+
+        >>> PciMappingConfig.parse("a1\\n\\tdescription GPUs\\n\\tmap path=0000:01:00.0\\n"
+        ...                        ).entries("a1")
+        [('description', 'GPUs'), ('map', 'path=0000:01:00.0')]
+        """
+        block = self._block(mapping_id)
+        if block is None:
+            raise KeyError(mapping_id)
+        lines = self._lines[block.start + 1 : block.end]
+        found = (_MAPPING_PROP_RE.fullmatch(line.text) for line in lines)
+        return [(m["key"], m["value"] or "") for m in found if m and not m["key"].startswith("#")]
+
+    def set_entries(self, mapping_id: str, entries: Sequence[tuple[str, str]]) -> None:
+        """Replace ``mapping_id``'s lines with ``entries``, or append the id if it is new.
+
+        :raises ValueError: when the id, a key or a value cannot be written in this format.
+
+        >>> cfg = PciMappingConfig.parse("a1\\n\\tmap path=0000:01:00.0\\n")
+        >>> cfg.set_entries("a1", [("map", "path=0000:02:00.0")])
+        >>> cfg.render()
+        'a1\\n\\tmap path=0000:02:00.0\\n'
+        """
+        _check_mapping(mapping_id, entries)
+        texts = [mapping_id, *(f"\t{key} {value}" for key, value in entries)]
+        block = self._block(mapping_id)
+        if block is not None:
+            self._replace(block.start, block.end, texts)
+            return
+        if self._lines and self._lines[-1].text.strip():
+            texts.insert(0, "")
+        self._insert(len(self._lines), texts)
+
+    def remove(self, mapping_id: str) -> bool:
+        """Remove ``mapping_id`` and one blank line that separated it; say whether it existed.
+
+        >>> cfg = PciMappingConfig.parse("a1\\n\\tmap path=0000:01:00.0\\n\\nb1\\n")
+        >>> cfg.remove("a1"), cfg.render()
+        (True, 'b1\\n')
+        """
+        block = self._block(mapping_id)
+        if block is None:
+            return False
+        doomed = list(range(block.start, block.end))
+        if block.end < len(self._lines):
+            doomed.append(block.end)
+        elif block.start and not self._lines[block.start - 1].text.strip():
+            doomed.append(block.start - 1)
+        self._delete(doomed)
+        return True
+
+
+def _check_mapping(mapping_id: str, entries: Sequence[tuple[str, str]]) -> None:
+    if not _MAPPING_ID_RE.fullmatch(mapping_id):
+        raise ValueError(f"{mapping_id!r} is not a valid mapping id")
+    for key, value in entries:
+        if not KEY_RE.fullmatch(key):
+            raise ValueError(f"{key!r} is not a valid mapping key")
+        check_value(value)

@@ -1,0 +1,60 @@
+"""The follow-up actions a change set needs (initramfs, boot loader) and whether to reboot."""
+
+from __future__ import annotations
+
+from proxgpu.paths import (
+    BIND_SCRIPT,
+    DRIVERCTL_DIR,
+    GRUB_DEFAULT,
+    INITRAMFS_HOOK,
+    KERNEL_CMDLINE,
+    MODPROBE_CONF,
+    MODULES_LOAD,
+    guest_of,
+)
+from proxgpu.rendering.changes import Action, ChangeSet
+from proxgpu.rendering.context import RenderContext
+
+
+def with_actions(ctx: RenderContext) -> ChangeSet:
+    changed = {f.path for f in ctx.files if f.changed}
+    initramfs = bool(changed & {MODPROBE_CONF, BIND_SCRIPT, INITRAMFS_HOOK})
+    cmdline = bool(changed & {KERNEL_CMDLINE, GRUB_DEFAULT})
+    boot = (
+        initramfs
+        or cmdline
+        or any(p == MODULES_LOAD or p.startswith(DRIVERCTL_DIR) for p in changed)
+    )
+    actions = []
+    if initramfs:
+        actions.append(
+            Action(
+                argv=["update-initramfs", "-u", "-k", "all"],
+                why="the initramfs must carry the new binding",
+            )
+        )
+    # proxmox-boot-tool keeps the boot files on every ESP, for systemd-boot and GRUB alike.
+    boot_tool = ctx.inventory.boot_loader == "systemd-boot" or (
+        "/etc/kernel/proxmox-boot-uuids" in ctx.inventory.host_files
+    )
+    if boot_tool and (initramfs or cmdline):
+        actions.append(
+            Action(
+                argv=["proxmox-boot-tool", "refresh"],
+                why="copy kernel command line and initramfs to the ESPs",
+            )
+        )
+    elif GRUB_DEFAULT in changed:
+        actions.append(Action(argv=["update-grub"], why="regenerate grub.cfg"))
+    guests = sorted(p for p in changed if guest_of(p) is not None)
+    if guests:
+        ctx.warnings.append(
+            "restart the changed guests to apply their new config: " + ", ".join(guests)
+        )
+    return ChangeSet(
+        host=ctx.inventory.source,
+        files=ctx.files,
+        actions=actions,
+        reboot_required=boot,
+        warnings=ctx.warnings,
+    )

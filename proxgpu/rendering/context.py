@@ -1,0 +1,63 @@
+"""One rendering pass: the options, the inventory and plan it reads, the changes it collects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from proxgpu.errors import RenderError
+from proxgpu.inspection.inventory import Inventory, PciFunction
+from proxgpu.model import FrozenModel
+from proxgpu.planning.model import Plan
+from proxgpu.pve.config import GuestConfig
+from proxgpu.rendering.changes import FileChange
+
+BindMethod = Literal["modprobe", "driverctl"]
+
+
+class RenderOptions(FrozenModel):
+    """Choices that change the files but not the split.
+
+    ``bind_method``: ``modprobe`` (a softdep plus an ``install`` hook that writes
+    driver_override before any GPU driver loads, also inside the initramfs) or ``driverctl``
+    (its per-address overrides in /etc/driverctl.d). ``mapping``: give VMs their GPUs through
+    a cluster PCI mapping of this name instead of raw ``hostpciN: host=`` addresses.
+    """
+
+    bind_method: BindMethod = "modprobe"
+    mapping: str | None = None
+
+
+@dataclass
+class RenderContext:
+    """What one rendering pass collects."""
+
+    inventory: Inventory
+    plan: Plan
+    options: RenderOptions
+    files: list[FileChange] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def file(self, path: str, after: str | None, why: str, mode: int | None = 0o644) -> None:
+        before = self.inventory.host_files.get(path, self.inventory.guest_configs.get(path))
+        if before is None and after is None:
+            return
+        self.files.append(FileChange(path=path, before=before, after=after, mode=mode, why=why))
+
+
+def role_functions(ctx: RenderContext, role: str) -> list[PciFunction]:
+    """Every function the plan gives ``role`` (bridges never move), in address order."""
+    known = functions_by_address(ctx.inventory)
+    addresses = {a for g in ctx.plan.groups if g.role == role for a in g.functions}
+    return [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
+
+
+def functions_by_address(inventory: Inventory) -> dict[str, PciFunction]:
+    return {f.address: f for g in inventory.gpus for f in [*g.function_info, *g.iommu_group_peers]}
+
+
+def guest_config_of(ctx: RenderContext, path: str, kind: str) -> GuestConfig:
+    before = ctx.inventory.guest_configs.get(path)
+    if before is None:
+        raise RenderError(f"{ctx.inventory.source}: {path}: no such {kind} config")
+    return GuestConfig.parse(before)

@@ -1,0 +1,203 @@
+"""The container's config: exactly its GPUs' device nodes (by nvidia Device Minor), pinned."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from proxgpu.errors import RenderError
+from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.planning.model import PlanGroup
+from proxgpu.pve.claims import NVIDIA_MAJOR
+from proxgpu.pve.config import GuestConfig, format_property_string, parse_property_string
+from proxgpu.rendering.context import RenderContext, guest_config_of
+from proxgpu.rendering.templating import render_template
+
+
+@dataclass(frozen=True)
+class _DeviceNode:
+    path: str
+    major: int | None
+    minor: int | None
+
+
+def _supports_dev_entries(pve_version: str | None) -> bool:
+    """``devN:`` entries exist from pve-container 5.0.7, which is Proxmox VE 8.1."""
+    match = re.match(r"(\d+)\.(\d+)", pve_version or "")
+    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (8, 1)  # type: ignore[union-attr]
+
+
+def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
+    """``/dev/nvidiaN`` for each GPU that is on nvidia after the plan.
+
+    The driver hands out minors in probe order, so they hold only while the same GPUs stay on
+    nvidia; once others go to vfio-pci, the next boot numbers the remaining ones 0, 1, ... in PCI
+    order.
+    """
+    kept = [ctx.inventory.gpu(a) for g in ctx.plan.groups if g.role == "host" for a in g.gpus]
+    planned = sorted(g.address for g in kept if g.host_driver == "nvidia")
+    current = sorted(g.address for g in ctx.inventory.gpus if g.driver == "nvidia")
+    minors = {g.address: g.nvidia_minor for g in ctx.inventory.gpus}
+    if planned == current and all(minors[a] is not None for a in planned):
+        return {a: m for a, m in minors.items() if a in planned and m is not None}
+    ranks = {address: rank for rank, address in enumerate(planned)}
+    moved = [a for a in planned if minors[a] != ranks[a]]
+    if moved:
+        ctx.warnings.append(
+            "the nvidia driver numbers its GPUs anew at the next boot: "
+            + ", ".join(f"{a} becomes /dev/nvidia{ranks[a]}" for a in moved)
+            + "; start the container only after the reboot"
+        )
+    return ranks
+
+
+def _control_nodes(ctx: RenderContext) -> list[_DeviceNode]:
+    uvm = ctx.inventory.char_majors.get("nvidia-uvm")
+    nodes = [
+        _DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
+        _DeviceNode("/dev/nvidia-modeset", NVIDIA_MAJOR, 254),
+        _DeviceNode("/dev/nvidia-uvm", uvm, 0),
+        _DeviceNode("/dev/nvidia-uvm-tools", uvm, 1),
+    ]
+    present = set(ctx.inventory.device_nodes)
+    if not present:
+        return nodes  # the capture did not look at /dev: offer them all
+    nodes += _capability_nodes(ctx, present)
+    missing = [n.path for n in nodes if n.path not in present]
+    if missing:
+        # Proxmox refuses to start a container whose devN node is missing.
+        ctx.warnings.append(
+            f"{', '.join(missing)} missing on the host, so not given to the container (nvidia-uvm "
+            "appears once loaded, e.g. nvidia-modprobe -u -c0; nvidia-modeset with nvidia_modeset)"
+        )
+    return [n for n in nodes if n.path in present]
+
+
+def _capability_nodes(ctx: RenderContext, present: set[str]) -> list[_DeviceNode]:
+    """The MIG capability nodes the host has (``/dev/nvidia-caps/nvidia-capN``, minor N)."""
+    major = ctx.inventory.char_majors.get("nvidia-caps")
+    caps = sorted(
+        (int(m.group(1)), path)
+        for path in present
+        if (m := re.fullmatch(r"/dev/nvidia-caps/nvidia-cap(\d+)", path))
+    )
+    return [_DeviceNode(path, major, minor) for minor, path in caps] if major is not None else []
+
+
+def _device_nodes(ctx: RenderContext, gpus: list[Gpu]) -> list[_DeviceNode]:
+    nvidia = [g for g in gpus if g.host_driver == "nvidia"]
+    minors = _nvidia_minors(ctx) if nvidia else {}
+    nodes = [
+        _DeviceNode(f"/dev/nvidia{minors[g.address]}", NVIDIA_MAJOR, minors[g.address])
+        for g in nvidia
+    ]
+    if nvidia:
+        nodes += _control_nodes(ctx)
+    for gpu in gpus:
+        if gpu not in nvidia:
+            nodes += [
+                _DeviceNode(f"/dev/dri/by-path/pci-{gpu.address}-{kind}", None, None)
+                for kind in ("card", "render")
+            ]
+    return nodes
+
+
+@dataclass(frozen=True)
+class _Managed:
+    """Which container entries belong to the GPU setup proxgpu manages.
+
+    Every nvidia node and cgroup rule is ours to rewrite; of the DRM nodes only those of the
+    inventory's GPUs, so that another card the container uses (an iGPU's renderD128) stays.
+    """
+
+    majors: frozenset[int]
+    gpu_addresses: frozenset[str]
+
+    @classmethod
+    def of(cls, inventory: Inventory) -> _Managed:
+        nvidia = {m for name, m in inventory.char_majors.items() if name.startswith("nvidia")}
+        return cls(frozenset({NVIDIA_MAJOR, *nvidia}), frozenset(g.address for g in inventory.gpus))
+
+    def node(self, path: str) -> bool:
+        if path.startswith("/dev/nvidia"):
+            return True
+        match = re.fullmatch(r"/dev/dri/by-path/pci-(.+)-(card|render)", path)
+        return match is not None and match.group(1) in self.gpu_addresses
+
+    def raw(self, key: str, value: str) -> bool:
+        if key in ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow"):
+            match = re.match(r"c\s+(\d+):", value)
+            return match is not None and int(match.group(1)) in self.majors
+        return key == "lxc.mount.entry" and self.node(value.split(" ", 1)[0])
+
+
+def _lxc_entries(
+    ctx: RenderContext, group: PlanGroup, gpus: list[Gpu], dev_mode: bool
+) -> list[tuple[str, str]]:
+    nodes = _device_nodes(ctx, gpus)
+    if not dev_mode and any(n.major is None for n in nodes):
+        raise RenderError(
+            f"{ctx.inventory.source}: Proxmox VE {ctx.inventory.pve_version} has no devN entries "
+            "and the device's major is unknown (for nvidia-uvm: load it with nvidia-modprobe -u)"
+        )
+    text = render_template(
+        "lxc-devices.conf.j2",
+        use_dev_entries=dev_mode,
+        device_nodes=nodes,
+        cpus=group.cpus,
+        mems=",".join(str(n) for n in group.memory_nodes),
+    )
+    return [
+        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines())
+    ]
+
+
+def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> None:
+    config = guest_config_of(ctx, path, "container")
+    gpus = [ctx.inventory.gpu(a) for a in group.gpus]
+    dev_mode = _supports_dev_entries(ctx.inventory.pve_version)
+    wanted = _lxc_entries(ctx, group, gpus, dev_mode)
+    managed = _Managed.of(ctx.inventory)
+    _sync_dev_entries(config, [v for k, v in wanted if k == "dev"] if dev_mode else [], managed)
+    raw = [
+        (k, v) for k, v in wanted if k.startswith("lxc.cgroup2.devices") or k == "lxc.mount.entry"
+    ]
+    _sync_raw_entries(config, raw, managed)
+    for key, value in wanted:
+        if key.startswith("lxc.cgroup2.cpuset."):
+            config.set(key, value)
+    ctx.file(path, config.render(), f"container {vmid}: its own GPUs and NUMA pinning", mode=None)
+
+
+def _sync_dev_entries(config: GuestConfig, paths: list[str], managed: _Managed) -> None:
+    present: set[str] = set()
+    options: set[str] = set()
+    for key, value in config.entries():
+        if re.fullmatch(r"dev\d+", key):
+            props = parse_property_string(value, "path")
+            path = props.pop("path", "")
+            if managed.node(path):
+                options.add(format_property_string(props))
+                if path not in paths:
+                    config.delete(key)
+            present.add(path)
+    # New nodes get the options (gid=44, mode...) the container's GPU nodes already share.
+    suffix = "," + options.pop() if len(options) == 1 and "" not in options else ""
+    missing = [p for p in paths if p not in present]
+    for index, path in zip(config.free_indices("dev", len(missing)), missing, strict=True):
+        config.set(f"dev{index}", path + suffix)
+
+
+def _sync_raw_entries(
+    config: GuestConfig, wanted: list[tuple[str, str]], managed: _Managed
+) -> None:
+    present = set()
+    for key, value in config.entries():
+        if managed.raw(key, value):
+            if (key, value) in wanted:
+                present.add((key, value))
+            else:
+                config.remove_raw(key, value)
+    for key, value in wanted:
+        if (key, value) not in present:
+            config.add_raw(key, value)

@@ -1,0 +1,142 @@
+"""A VM's config: ``hostpciN`` entries (or a cluster PCI mapping), vNUMA and CPU affinity."""
+
+from __future__ import annotations
+
+import re
+
+from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.paths import PCI_MAPPING
+from proxgpu.pci import normalize_pci_address
+from proxgpu.planning.model import PlanGroup
+from proxgpu.pve.config import (
+    GuestConfig,
+    format_property_string,
+    hostpci_devices,
+    parse_property_string,
+)
+from proxgpu.pve.mapping import PciMappingConfig
+from proxgpu.rendering.context import RenderContext, guest_config_of
+
+
+def _gpu_slots(inventory: Inventory) -> dict[str, Gpu]:
+    return {gpu.slot: gpu for gpu in inventory.gpus}
+
+
+def _hostpci_slots(value: str) -> list[str]:
+    slots = []
+    for address in hostpci_devices(value)[0]:
+        try:
+            slots.append(normalize_pci_address(address).split(".")[0])
+        except ValueError:
+            continue  # not a PCI address: not one of our GPUs
+    return slots
+
+
+def render_vm(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> None:
+    config = guest_config_of(ctx, path, "VM")
+    q35 = "q35" in (config.get("machine") or "")
+    if not q35:
+        ctx.warnings.append(
+            f"VM {vmid} is not a q35 machine: its GPUs get no pcie=1; set machine: q35 for PCIe"
+        )
+    gpus = [ctx.inventory.gpu(a) for a in group.gpus]
+    if ctx.options.mapping:
+        _sync_mapping(ctx, gpus)
+        _sync_hostpci(ctx, config, gpus, q35)
+    else:
+        _sync_hostpci(ctx, config, gpus, q35)
+    config.set("numa", "1")
+    config.set("affinity", group.cpus)
+    _vnuma(ctx, config, group, vmid)
+    ctx.file(path, config.render(), f"VM {vmid}: its GPUs and NUMA pinning", mode=None)
+
+
+def _sync_hostpci(ctx: RenderContext, config: GuestConfig, gpus: list[Gpu], q35: bool) -> None:
+    mapping = ctx.options.mapping
+    gpu_slots = _gpu_slots(ctx.inventory)
+    wanted_slots = [g.slot for g in gpus]
+    kept_slots: set[str] = set()
+    kept_mapped = 0
+    for key, value in config.entries():
+        if not re.fullmatch(r"hostpci\d+", key):
+            continue
+        used = hostpci_devices(value)[1]
+        if used is not None:
+            if used == mapping and kept_mapped < len(gpus):
+                kept_mapped += 1
+            elif used == mapping:
+                config.delete(key)
+            continue
+        slots = [s for s in _hostpci_slots(value) if s in gpu_slots]
+        if slots and (mapping or not set(slots) <= set(wanted_slots)):
+            config.delete(key)
+        else:
+            kept_slots.update(slots)
+    extra = ",pcie=1" if q35 else ""
+    if mapping:
+        values = [f"mapping={mapping}{extra}"] * (len(gpus) - kept_mapped)
+    else:
+        values = [f"{slot}{extra}" for slot in wanted_slots if slot not in kept_slots]
+    for index, value in zip(config.free_indices("hostpci", len(values)), values, strict=True):
+        config.set(f"hostpci{index}", value)
+
+
+def _sync_mapping(ctx: RenderContext, gpus: list[Gpu]) -> None:
+    assert ctx.options.mapping is not None
+    before = ctx.inventory.guest_configs.get(PCI_MAPPING, "")
+    mapping = PciMappingConfig.parse(before)
+    node = ctx.inventory.node_name
+    entries = []
+    for gpu in gpus:
+        props = {
+            "id": f"{gpu.vendor_id}:{gpu.device_id}",
+            "iommugroup": str(gpu.iommu_group),
+            "node": node,
+            "path": gpu.slot,
+        }
+        if gpu.subsystem_vendor_id and gpu.subsystem_device_id:
+            props["subsystem-id"] = f"{gpu.subsystem_vendor_id}:{gpu.subsystem_device_id}"
+        entries.append(("map", format_property_string(props)))
+    name = ctx.options.mapping
+    existing = mapping.entries(name) if name in mapping.ids() else []
+    merged = _with_node_maps(existing, entries, node)
+    if merged != existing:
+        mapping.set_entries(name, merged)
+    ctx.file(PCI_MAPPING, mapping.render(), f"PCI mapping {name}", mode=None)
+
+
+def _with_node_maps(
+    existing: list[tuple[str, str]], ours: list[tuple[str, str]], node: str
+) -> list[tuple[str, str]]:
+    """A mapping's lines with this node's ``map`` lines replaced by ``ours``.
+
+    A mapping is cluster-wide: its description and the other nodes' ``map`` lines stay as they
+    are, and ours take the place of this node's first one (or go last).
+    """
+
+    def this_node(key: str, value: str) -> bool:
+        if key != "map":
+            return False
+        try:
+            return parse_property_string(value).get("node") == node
+        except ValueError:
+            return False
+
+    at = next((i for i, (k, v) in enumerate(existing) if this_node(k, v)), len(existing))
+    others = [(k, v) for k, v in existing if not this_node(k, v)]
+    kept_before = sum(1 for k, v in existing[:at] if not this_node(k, v))
+    return others[:kept_before] + ours + others[kept_before:]
+
+
+def _vnuma(ctx: RenderContext, config: GuestConfig, group: PlanGroup, vmid: int) -> None:
+    if group.numa_node is None:
+        return
+    vcpus = int(config.get("sockets") or 1) * int(config.get("cores") or 1)
+    memory = config.get("memory") or "512"
+    wanted = f"cpus=0-{vcpus - 1},hostnodes={group.numa_node},memory={memory},policy=bind"
+    existing = [(k, v) for k, v in config.entries() if re.fullmatch(r"numa\d+", k)]
+    if not existing:
+        config.set("numa0", wanted)
+    elif existing != [("numa0", wanted)]:
+        # The guest's own vNUMA layout is the admin's; only point out where it may disagree.
+        ctx.warnings.append(f"VM {vmid} has its own numaN entries: check their hostnodes")

@@ -1,0 +1,13 @@
+# shellcheck shell=sh
+# proxgpu read: the bytes of each regular file, as base64.
+# Usage: read.sh PATH...  Records: text I B64(content) | text I - (absent, or not a file) | end
+i=0
+for p; do
+    if [ -f "$p" ] && [ ! -L "$p" ]; then
+        rec text "$i" "$(base64 -w0 < "$p")"
+    else
+        rec text "$i" -
+    fi
+    i=$((i + 1))
+done
+rec end
