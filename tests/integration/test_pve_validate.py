@@ -1,0 +1,125 @@
+"""What proxgpu writes, checked by Proxmox's own parsers (``../shared/pve-validate``).
+
+VM configs proxgpu wrote go through ``qemu-start`` (qemu-server's config-to-command generation,
+where NUMA, hotplug and mapping mistakes show); container configs through ``lxc`` (pve-container's
+parser, its schema and ``parse_device``); ``pci.cfg`` through the ``pci-mapping`` section parser.
+"""
+
+from __future__ import annotations
+
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from proxgpu.errors import RenderError
+from proxgpu.host.local import DirectoryHost
+from proxgpu.inspection import inspect
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.paths import guest_config
+from proxgpu.pipeline import split_host
+from proxgpu.planning import SplitPolicy, plan_split
+from proxgpu.rendering import RenderOptions, render
+from tests.support.pvevalidate import (
+    REPO,
+    Mode,
+    assert_all_ok,
+    validate,
+    validate_tree,
+)
+
+EXAMPLES = REPO / "examples" / "hosts"
+CORPUS = REPO.parent / "shared" / "corpus" / "pve-configs"
+
+#: A split for every example host: what its README row says it is for.
+EXAMPLE_SPLITS: dict[str, list[tuple[SplitPolicy, RenderOptions]]] = {
+    "ct200": [
+        (SplitPolicy(lxc=200, vms=[(300, None)]), RenderOptions()),
+        (SplitPolicy(lxc=200, vms=[(300, None)]), RenderOptions(mapping="gpu-node1")),
+        (SplitPolicy(lxc=200, vms=[(300, 2)]), RenderOptions(bind_method="driverctl")),
+    ],
+    "single-socket": [(SplitPolicy(vfio_gpus=["0000:0b:00.0"], lxc=101), RenderOptions())],
+    "uneven-5-3": [(SplitPolicy(enable_iommu=True, lxc=150), RenderOptions())],
+    "shared-iommu-group": [(SplitPolicy(), RenderOptions())],
+    "h200-vm": [(SplitPolicy(host_gpus=["0000:00:06.0"]), RenderOptions())],
+}
+CASES = [
+    pytest.param(host, policy, options, id=f"{host}-{i}")
+    for host, splits in sorted(EXAMPLE_SPLITS.items())
+    for i, (policy, options) in enumerate(splits)
+]
+
+
+def test_every_example_host_has_a_split() -> None:
+    assert sorted(EXAMPLE_SPLITS) == sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize(("host", "policy", "options"), CASES)
+def test_an_apply_on_each_example_host_leaves_configs_proxmox_accepts(
+    tmp_path: Path, host: str, policy: SplitPolicy, options: RenderOptions
+) -> None:
+    root = tmp_path / host
+    shutil.copytree(EXAMPLES / host, root, symlinks=True)
+    result = split_host(DirectoryHost(str(root)), policy, options, check=False)
+    verdicts = validate_tree(root, result.inventory.node_name)
+    written = {
+        (root / f.path.lstrip("/")).resolve()
+        for f in result.changes.changed_files()
+        if f.after is not None and f.path.startswith("/etc/pve/")
+    }
+    assert written <= set(verdicts), "every guest config and pci.cfg the apply wrote is checked"
+    if verdicts:
+        assert_all_ok(verdicts)
+
+
+# --- the upstream corpus ---------------------------------------------------------------------
+
+
+@cache
+def _ct200() -> Inventory:
+    return inspect(DirectoryHost(str(EXAMPLES / "ct200")))
+
+
+def _split_edit(kind: str, text: str) -> str | None:
+    """``text`` as the container (``lxc``) or VM of a ct200 split after proxgpu edits it, or
+    ``None`` when rendering refuses the config (a malformed entry proxgpu will not guess at)."""
+    inventory = _ct200()
+    path = guest_config("lxc" if kind == "lxc" else "vm", 200 if kind == "lxc" else 300)
+    configs = {**inventory.guest_configs, path: text}
+    inventory = inventory.model_copy(update={"guest_configs": configs})
+    plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
+    try:
+        changes = render(inventory, plan)
+    except RenderError:
+        return None
+    return next(f.after for f in changes.files if f.path == path)
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus of real configs not present")
+def test_a_split_never_turns_an_accepted_corpus_config_into_a_rejected_one(
+    tmp_path: Path,
+) -> None:
+    originals: list[tuple[Mode, Path]] = []
+    edited: list[tuple[Mode, Path]] = []
+    modes: dict[str, Mode] = {"qemu": "qemu", "lxc": "lxc"}
+    for kind, mode in modes.items():
+        for source in sorted((CORPUS / kind).glob("*.conf")):
+            after = _split_edit(kind, source.read_text())
+            if after is None:
+                continue
+            target = tmp_path / kind / source.name
+            target.parent.mkdir(exist_ok=True)
+            target.write_text(after)
+            originals.append((mode, source))
+            edited.append((mode, target))
+    assert len(originals) >= 330, "nearly every corpus config gets the split's edit"
+    verdicts = validate([*originals, *edited], parser_only=True)
+    broken = [
+        f"{source.name}: {'; '.join(verdicts[target].failures)}"
+        for (_, source), (_, target) in zip(originals, edited, strict=True)
+        if verdicts[source].ok and not verdicts[target].ok
+    ]
+    assert not broken, "proxgpu's edit made Proxmox reject:\n" + "\n".join(broken)
+    accepted = sum(verdicts[source].ok for _, source in originals)
+    assert accepted >= 330, "the corpus is mostly valid input (upstream says 340 of 346)"
