@@ -47,6 +47,10 @@ def propose(
     :raises ProxgpuError: when the host cannot be read or the plan is refused.
     """
     inventory = inspect(host, gpu_filter)
+    policy = policy or SplitPolicy()
+    if options is not None and options.mapping and policy.mapping is None:
+        # The planner checks that the mapping can be written (the IOMMU groups it needs).
+        policy = policy.model_copy(update={"mapping": options.mapping})
     plan = plan_split(inventory, policy)
     return Proposal(inventory, plan, render(inventory, plan, options))
 

@@ -31,7 +31,9 @@ from proxgpu.planning.checks import (
     check_claims,
     check_iommu_groups,
     check_iommu_on,
+    check_mapping,
     check_slots,
+    check_vfio_iommu_groups,
 )
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import (
@@ -79,7 +81,9 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     check_slots(ctx, roles)
     check_iommu_groups(ctx, roles)
     check_claims(ctx, groups)
+    check_vfio_iommu_groups(ctx, groups)
     enable_iommu = check_iommu_on(ctx, groups)
+    check_mapping(ctx, groups)
     ctx.raise_problems()
     warn_about_shape(ctx, groups)
     host = next((group for group in groups if group.role == "host"), None)

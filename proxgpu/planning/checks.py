@@ -1,4 +1,5 @@
-"""The checks that refuse a plan: split slots, IOMMU groups, GPUs other guests hold, IOMMU off."""
+"""The checks that refuse a plan: split slots, IOMMU groups, GPUs other guests hold, IOMMU off,
+a PCI mapping that cannot be written."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from proxgpu.planning import wording
 from proxgpu.planning.context import Context, GpuIndex
 from proxgpu.planning.model import PlanGroup, Role
 from proxgpu.pve.claims import DeviceClaim, GuestRef, device_claims
+from proxgpu.pve.mapping import is_mapping_id
 
 
 def check_slots(ctx: Context, roles: dict[str, Role]) -> None:
@@ -194,3 +196,60 @@ def check_iommu_on(ctx: Context, groups: list[PlanGroup]) -> bool:
         "every GPU on the host driver",
     )
     return False
+
+
+def check_vfio_iommu_groups(ctx: Context, groups: list[PlanGroup]) -> None:
+    """With the IOMMU on, a GPU outside every IOMMU group cannot go to vfio-pci."""
+    if not ctx.inventory.iommu_enabled:
+        return  # check_iommu_on speaks for every vfio GPU then
+    lacking = [
+        address
+        for group in groups
+        if group.role == "vfio"
+        for address in group.gpus
+        if ctx.index.get(address).iommu_group is None
+    ]
+    if lacking:
+        ctx.problem(
+            "no-iommu-group",
+            f"{wording.join(lacking)} would go to vfio-pci but "
+            f"{'has' if len(lacking) == 1 else 'have'} no IOMMU group although the IOMMU is on: "
+            "vfio-pci refuses a device the IOMMU does not cover, and a VM given it cannot start",
+            "look for DMAR or AMD-Vi errors about the slot in the kernel log (dmesg) and check "
+            "that the firmware covers it (VT-d or AMD-Vi), or keep the GPU on the host driver "
+            f"(--host-gpus {','.join(lacking)})",
+        )
+
+
+def check_mapping(ctx: Context, groups: list[PlanGroup]) -> None:
+    """``--mapping``: each map line needs the GPU's IOMMU group, and one mapping is one pool."""
+    name = ctx.policy.mapping
+    if name is None:
+        return
+    if not is_mapping_id(name):
+        ctx.problem(
+            "mapping",
+            f"--mapping {name!r} is no name Proxmox takes for a mapping",
+            "start it with a letter, followed by at least one letter, digit, - or _ (gpu-node1)",
+        )
+    if not ctx.inventory.iommu_enabled:
+        first = "plan without --mapping now (--enable-iommu), " if ctx.policy.enable_iommu else ""
+        ctx.problem(
+            "mapping",
+            f"--mapping {name} writes each GPU's IOMMU group into /etc/pve/mapping/pci.cfg, but "
+            "the IOMMU is off, so the groups are unknown until it is on",
+            f"{first}turn the IOMMU on (--enable-iommu) and reboot, then plan the mapping",
+        )
+        return
+    mapped = [group for group in groups if group.role == "vfio" and group.guest is not None]
+    nodes = {group.numa_node for group in mapped}
+    if len(mapped) > 1 and (len(nodes) > 1 or None in nodes):
+        vms = wording.join(group.guest.vmid for group in mapped if group.guest is not None)
+        ctx.problem(
+            "mapping",
+            f"--mapping {name} would pool the GPUs of VMs {vms}, which sit on different NUMA "
+            "nodes: Proxmox hands any free GPU of a mapping to any VM using it, so a VM could get "
+            "GPUs of a node it is not pinned to",
+            "give the VMs raw hostpciN entries (leave out --mapping), or give the VMs the GPUs of "
+            "one NUMA node (--vfio-node N)",
+        )

@@ -24,8 +24,13 @@ ProblemCode = Literal[
     "iommu-peer",
     "claimed",
     "iommu-off",
+    "no-iommu-group",
+    "mapping",
     "no-fit",
 ]
+
+#: The VMIDs Proxmox accepts (pve-common's ``pve-vmid`` format: 3 to 9 digits, no leading 0).
+VMID_MIN, VMID_MAX = 100, 999_999_999
 
 
 TP_SIZES = (1, 2, 4, 8)
@@ -41,6 +46,8 @@ class SplitPolicy(FrozenModel):
     :func:`normalize_pci_address` takes) and win over node rules. ``lxc`` receives the host group;
     ``vms`` share the vfio GPUs as ``(vmid, count)``, a count of ``None`` meaning "the rest".
     ``enable_iommu`` says the kernel command line change that turns the IOMMU on will be planned.
+    ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
+    :class:`~proxgpu.rendering.RenderOptions` ``mapping``); the planner checks it can be written.
 
     >>> SplitPolicy(lxc=200, vms=[(300, 2), (301, None)]).vms
     [(300, 2), (301, None)]
@@ -54,6 +61,7 @@ class SplitPolicy(FrozenModel):
     lxc: int | None = None
     vms: list[tuple[int, int | None]] = Field(default_factory=list)
     enable_iommu: bool = False
+    mapping: str | None = None
 
 
 class Problem(FrozenModel):

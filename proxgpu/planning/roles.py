@@ -8,7 +8,7 @@ from proxgpu.inspection.inventory import Gpu
 from proxgpu.pci import normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
-from proxgpu.planning.model import Role
+from proxgpu.planning.model import VMID_MAX, VMID_MIN, Role
 
 
 def assign_roles(ctx: Context) -> dict[str, Role]:
@@ -48,6 +48,12 @@ def _check_targets(ctx: Context) -> None:
             "policy",
             f"guest {vmid} is named more than once among the targets",
             "name each container or VM once (a VMID is unique across containers and VMs)",
+        )
+    for vmid in sorted({vmid for vmid in vmids if not VMID_MIN <= vmid <= VMID_MAX}):
+        ctx.problem(
+            "policy",
+            f"guest {vmid} cannot exist: Proxmox VMIDs run from {VMID_MIN} to {VMID_MAX}",
+            "name the container or VM by its VMID, as pct list or qm list shows it",
         )
     for vmid, count in ctx.policy.vms:
         if count is not None and count < 1:

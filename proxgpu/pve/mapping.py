@@ -123,8 +123,18 @@ class PciMappingConfig(LineFile):
         return True
 
 
+def is_mapping_id(name: str) -> bool:
+    """Whether Proxmox takes ``name`` as a mapping ID (``pve-configid``: a letter, then at least
+    one letter, digit, ``-`` or ``_``).
+
+    >>> is_mapping_id("gpu-node1"), is_mapping_id("g"), is_mapping_id("1gpu")
+    (True, False, False)
+    """
+    return _MAPPING_ID_RE.fullmatch(name) is not None
+
+
 def _check_mapping(mapping_id: str, entries: Sequence[tuple[str, str]]) -> None:
-    if not _MAPPING_ID_RE.fullmatch(mapping_id):
+    if not is_mapping_id(mapping_id):
         raise ValueError(f"{mapping_id!r} is not a valid mapping id")
     for key, value in entries:
         if not KEY_RE.fullmatch(key):

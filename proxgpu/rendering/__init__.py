@@ -26,7 +26,7 @@ from proxgpu.rendering.changes import ChangeSet
 from proxgpu.rendering.cmdline import render_kernel_cmdline
 from proxgpu.rendering.context import RenderContext, RenderOptions
 from proxgpu.rendering.lxc import render_lxc
-from proxgpu.rendering.vm import render_vm
+from proxgpu.rendering.vm import render_mapping, render_vm
 
 
 def render(inventory: Inventory, plan: Plan, options: RenderOptions | None = None) -> ChangeSet:
@@ -38,6 +38,8 @@ def render(inventory: Inventory, plan: Plan, options: RenderOptions | None = Non
     refuse_conflicting_binding(ctx)
     render_binding(ctx)
     render_kernel_cmdline(ctx)
+    # The mapping first: Proxmox refuses a VM config naming a mapping that does not exist yet.
+    render_mapping(ctx, plan.groups)
     for group in plan.groups:
         if group.guest is not None:
             _render_guest(ctx, group, group.guest.type, group.guest.vmid)

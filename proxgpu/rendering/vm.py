@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.paths import PCI_MAPPING
 from proxgpu.pci import normalize_pci_address
@@ -16,6 +17,9 @@ from proxgpu.pve.config import (
 )
 from proxgpu.pve.mapping import PciMappingConfig
 from proxgpu.rendering.context import RenderContext, guest_config_of
+
+#: qemu-server's ``memory`` default in MiB, when the config names none.
+DEFAULT_MEMORY = "512"
 
 
 def _gpu_slots(inventory: Inventory) -> dict[str, Gpu]:
@@ -40,11 +44,7 @@ def render_vm(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> Non
             f"VM {vmid} is not a q35 machine: its GPUs get no pcie=1; set machine: q35 for PCIe"
         )
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
-    if ctx.options.mapping:
-        _sync_mapping(ctx, gpus)
-        _sync_hostpci(ctx, config, gpus, q35)
-    else:
-        _sync_hostpci(ctx, config, gpus, q35)
+    _sync_hostpci(ctx, config, gpus, q35)
     config.set("numa", "1")
     config.set("affinity", group.cpus)
     _vnuma(ctx, config, group, vmid)
@@ -81,8 +81,29 @@ def _sync_hostpci(ctx: RenderContext, config: GuestConfig, gpus: list[Gpu], q35:
         config.set(f"hostpci{index}", value)
 
 
-def _sync_mapping(ctx: RenderContext, gpus: list[Gpu]) -> None:
-    assert ctx.options.mapping is not None
+def render_mapping(ctx: RenderContext, groups: list[PlanGroup]) -> None:
+    """The cluster PCI mapping ``options.mapping``: one pool of every VM's GPUs on this node.
+
+    One file change for all VMs, so that no VM's map lines are lost to another's.
+
+    :raises RenderError: when a GPU has no IOMMU group (the IOMMU off): Proxmox needs it there.
+    """
+    name = ctx.options.mapping
+    if name is None:
+        return
+    gpus = [ctx.inventory.gpu(a) for g in groups if g.role == "vfio" and g.guest for a in g.gpus]
+    if not gpus:
+        return
+    lacking = [gpu.address for gpu in gpus if gpu.iommu_group is None]
+    if lacking:
+        raise RenderError(
+            f"{ctx.inventory.source}: {PCI_MAPPING}: mapping {name} needs the IOMMU group of "
+            f"{', '.join(lacking)}, which is unknown: turn the IOMMU on and reboot first"
+        )
+    _sync_mapping(ctx, name, gpus)
+
+
+def _sync_mapping(ctx: RenderContext, name: str, gpus: list[Gpu]) -> None:
     before = ctx.inventory.guest_configs.get(PCI_MAPPING, "")
     mapping = PciMappingConfig.parse(before)
     node = ctx.inventory.node_name
@@ -97,7 +118,6 @@ def _sync_mapping(ctx: RenderContext, gpus: list[Gpu]) -> None:
         if gpu.subsystem_vendor_id and gpu.subsystem_device_id:
             props["subsystem-id"] = f"{gpu.subsystem_vendor_id}:{gpu.subsystem_device_id}"
         entries.append(("map", format_property_string(props)))
-    name = ctx.options.mapping
     existing = mapping.entries(name) if name in mapping.ids() else []
     merged = _with_node_maps(existing, entries, node)
     if merged != existing:
@@ -132,11 +152,36 @@ def _vnuma(ctx: RenderContext, config: GuestConfig, group: PlanGroup, vmid: int)
     if group.numa_node is None:
         return
     vcpus = int(config.get("sockets") or 1) * int(config.get("cores") or 1)
-    memory = config.get("memory") or "512"
+    memory = _static_memory(config)
     wanted = f"cpus=0-{vcpus - 1},hostnodes={group.numa_node},memory={memory},policy=bind"
     existing = [(k, v) for k, v in config.entries() if re.fullmatch(r"numa\d+", k)]
-    if not existing:
+    if _hotplugs_memory(config):
+        # qemu-server refuses to start such a VM with any numaN ("cannot enable memory
+        # hotplugging with custom NUMA topology"); the admin chose hotplug, so pin by affinity.
+        if existing == [("numa0", wanted)]:
+            config.delete("numa0")  # ours, from before memory hotplug was turned on
+        ctx.warnings.append(
+            f"VM {vmid} hotplugs memory, which Proxmox allows only without numaN entries: it is "
+            f"pinned to NUMA node {group.numa_node}'s CPUs by affinity alone, its memory is not "
+            "bound there (take memory out of its hotplug: option to bind it)"
+        )
+    elif not existing:
         config.set("numa0", wanted)
     elif existing != [("numa0", wanted)]:
         # The guest's own vNUMA layout is the admin's; only point out where it may disagree.
         ctx.warnings.append(f"VM {vmid} has its own numaN entries: check their hostnodes")
+
+
+def _static_memory(config: GuestConfig) -> str:
+    """The VM's memory in MiB as a NUMA node must add up to: ``memory:``'s ``current``."""
+    value = config.get("memory") or DEFAULT_MEMORY
+    try:
+        return parse_property_string(value, "current").get("current", DEFAULT_MEMORY)
+    except ValueError:
+        return value  # Proxmox itself rejects such a value; leave it for it to say so
+
+
+def _hotplugs_memory(config: GuestConfig) -> bool:
+    """Whether ``hotplug:`` holds ``memory`` (``1`` means Proxmox's default, without it)."""
+    value = (config.get("hotplug") or "").strip()
+    return value not in ("", "0", "1") and "memory" in re.split(r"[,;\s]+", value)

@@ -8,6 +8,7 @@ parser, its schema and ``parse_device``); ``pci.cfg`` through the ``pci-mapping`
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -71,6 +72,46 @@ def test_an_apply_on_each_example_host_leaves_configs_proxmox_accepts(
     assert written <= set(verdicts), "every guest config and pci.cfg the apply wrote is checked"
     if verdicts:
         assert_all_ok(verdicts)
+
+
+def _vm_300(root: Path) -> Path:
+    return root / "etc" / "pve" / "qemu-server" / "300.conf"
+
+
+def _second_vm(root: Path) -> None:
+    text = _vm_300(root).read_text().replace("name: train", "name: train2")
+    (root / "etc" / "pve" / "qemu-server" / "301.conf").write_text(text)
+
+
+def _memory_hotplug(root: Path) -> None:
+    text = _vm_300(root).read_text().replace("memory: 262144", "memory: 32768")
+    _vm_300(root).write_text(text + "hotplug: network,disk,usb,memory\n")
+
+
+def _bare_dev_entries(root: Path) -> None:
+    ct = root / "etc" / "pve" / "lxc" / "200.conf"
+    kept = [line for line in ct.read_text().splitlines() if not line.startswith("lxc.")]
+    ct.write_text("\n".join([*kept, "dev0: /dev/nvidia0", "dev1: /dev/nvidiactl,gid=44"]) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("edit", "policy", "options"),
+    [
+        (_second_vm, SplitPolicy(lxc=200, vms=[(300, 2), (301, 2)]), RenderOptions(mapping="gpus")),
+        (_memory_hotplug, SplitPolicy(lxc=200, vms=[(300, None)]), RenderOptions()),
+        (_bare_dev_entries, SplitPolicy(lxc=200, vms=[(300, None)]), RenderOptions()),
+    ],
+    ids=["two-vms-one-mapping", "memory-hotplug", "dev-entries"],
+)
+def test_guests_proxgpu_wrote_start_on_proxmox(
+    tmp_path: Path, edit: Callable[[Path], None], policy: SplitPolicy, options: RenderOptions
+) -> None:
+    root = tmp_path / "ct200"
+    shutil.copytree(EXAMPLES / "ct200", root, symlinks=True)
+    edit(root)
+    result = split_host(DirectoryHost(str(root)), policy, options, check=False)
+    assert result.changed
+    assert_all_ok(validate_tree(root, result.inventory.node_name))
 
 
 # --- the upstream corpus ---------------------------------------------------------------------
