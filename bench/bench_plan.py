@@ -2,7 +2,8 @@
 
 The host has 8 NUMA nodes with 8 GPUs each; every GPU has an HDMI audio function and a bridge in
 its IOMMU group, and the guest configs hold a few containers and VMs with GPU entries, so that
-every check does real work. Scenarios:
+every check does real work. It is built with the test suite's own factory
+(``tests/support/factories.py``). Scenarios:
 
 * numa: the default split with a container target (8 GPUs host, 56 vfio in 7 groups);
 * vms: the same plus seven VMs of 8 GPUs each, placed one per node.
@@ -21,47 +22,33 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.timing import median_seconds  # noqa: E402
-from proxgpu.inspection.inventory import Gpu, Inventory, NumaNode, PciFunction  # noqa: E402
+from proxgpu.inspection.inventory import Gpu, Inventory  # noqa: E402
 from proxgpu.planning import plan_split  # noqa: E402
 from proxgpu.planning.model import SplitPolicy  # noqa: E402
+from tests.support.factories import bridge, make_gpu, make_inventory  # noqa: E402
 
 NODES = 8
 GPUS_PER_NODE = 8
 CPUS_PER_NODE = 16
 
 
-def function(address: str, node: int, group: int, **fields: str | bool) -> PciFunction:
-    kind: dict[str, str | bool] = {"class_code": "0x030200", "vendor_id": "10de"}
-    kind.update(fields)
-    return PciFunction(
-        address=address,
-        device_id="2330",
-        numa_node=node,
-        iommu_group=group,
-        **kind,
-    )
+def node_cpus(node: int) -> str:
+    return f"{node * CPUS_PER_NODE}-{(node + 1) * CPUS_PER_NODE - 1}"
 
 
 def gpu(node: int, slot: int) -> Gpu:
+    """An H100 with its HDMI audio function and its root port, all in one IOMMU group."""
     index = node * GPUS_PER_NODE + slot
-    bus = f"{node * 0x20 + slot + 1:02x}"
-    address, audio = f"0000:{bus}:00.0", f"0000:{bus}:00.1"
-    bridge = f"0000:{node * 0x20:02x}:{slot + 1:02x}.0"
-    audio_fn = function(audio, node, index, class_code="0x040300", driver="snd_hda_intel")
-    return Gpu(
-        address=address,
-        vendor_id="10de",
-        device_id="2330",
-        class_code="0x030200",
+    port = bridge(f"0000:{node * 0x20:02x}:{slot + 1:02x}.0", index, node=node)
+    return make_gpu(
+        f"{node * 0x20 + slot + 1:02x}",
+        node,
+        group=index,
+        audio=True,
+        peers=(port,),
+        minor=index,
         model="NVIDIA H100 80GB HBM3",
-        numa_node=node,
-        local_cpus=f"{node * CPUS_PER_NODE}-{(node + 1) * CPUS_PER_NODE - 1}",
-        iommu_group=index,
-        driver="nvidia",
-        functions=[address, audio],
-        function_info=[function(address, node, index, driver="nvidia"), audio_fn],
-        iommu_group_peers=[audio_fn, function(bridge, node, index, is_bridge=True)],
-        nvidia_minor=index,
+        local_cpus=node_cpus(node),
     )
 
 
@@ -72,16 +59,11 @@ def synthetic_host() -> Inventory:
         "/etc/pve/qemu-server/300.conf": "hostpci0: 21:00,pcie=1\nhostpci1: mapping=gpus\n",
         "/etc/pve/mapping/pci.cfg": "gpus\n\tmap id=10de:2330,node=bench,path=0000:22:00.0\n",
     }
-    return Inventory(
-        source="synthetic",
+    return make_inventory(
+        [gpu(node, slot) for node in range(NODES) for slot in range(GPUS_PER_NODE)],
+        {n: node_cpus(n) for n in range(NODES)},
+        configs=configs,
         hostname="bench",
-        iommu_enabled=True,
-        numa_nodes=[
-            NumaNode(id=n, cpus=f"{n * CPUS_PER_NODE}-{(n + 1) * CPUS_PER_NODE - 1}")
-            for n in range(NODES)
-        ],
-        gpus=[gpu(node, slot) for node in range(NODES) for slot in range(GPUS_PER_NODE)],
-        guest_configs=configs,
     )
 
 

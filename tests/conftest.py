@@ -1,38 +1,28 @@
-"""Shared fixtures: the example hosts and a real OpenSSH server on loopback."""
+"""Fixtures every tier shares: the example hosts and a real OpenSSH server on loopback.
+
+The tiers are folders; each runs everything the one before it does, and more:
+
+* ``unit``: pure Python on in-memory models and texts, no command run (``pytest tests/unit``
+  takes seconds);
+* ``local``: runs commands on this machine (``sh``, the host scripts, stand-in tools on PATH)
+  against copies of the example hosts in tmp directories, and the CLI in process;
+* ``sshd``: a real OpenSSH server on 127.0.0.1 (marker ``sshd``);
+* ``integration``: real ansible-playbook, a built and installed wheel, ``python -m proxgpu``;
+* ``e2e``: a QEMU test host booting a real kernel (marker ``e2e``, minutes).
+
+Their helpers live in ``tests/support``, shared with ``bench/``.
+"""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.sshd import SSHD, Sshd, running_sshd
-from tests.support.tools import find_tool
-
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples" / "hosts"
-EXAMPLE_HOSTS = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
-
-
-def require_tool(path: str, package: str) -> str:
-    """The full path of a tool (see :func:`find_tool`); else skip, or fail under CI."""
-    found = find_tool(path)
-    if found:
-        return found
-    message = f"{path} not found: install Debian's {package}"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def copy_example(tmp_path: Path, name: str = "ct200", dest: str | None = None) -> Path:
-    """A private copy of an example host, symlinks kept, that a test may change."""
-    root = tmp_path / (dest or name)
-    shutil.copytree(EXAMPLES / name, root, symlinks=True)
-    return root
+from tests.support.tools import require_tool
+from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES, copy_example
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """A real OpenSSH server on 127.0.0.1 with throwaway host and user keys.
 
 Used by the test suite (``sshd`` fixture) and by ``bench/bench_inspect.py``. It listens on loopback
-only, on a port free at start-up, and accepts exactly one user key.
+only, on a port free at start-up, and accepts exactly one user key; :func:`client_options` are the
+SSH options that reach it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
+
+from proxgpu.host.ssh import SSHOptions
 
 SSHD = "/usr/sbin/sshd"
 
@@ -92,3 +96,17 @@ def running_sshd(work: Path) -> Iterator[Sshd]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def client_options(server: Sshd, workdir: Path, **overrides: Any) -> SSHOptions:
+    """Options that reach ``server`` with its user key and pinned host key, and an empty
+    ssh_config (written into ``workdir``) so that the user's own config plays no part."""
+    empty_config = workdir / "ssh_config"
+    empty_config.touch()
+    options = SSHOptions(
+        identity_file=str(server.identity_file),
+        known_hosts=str(server.known_hosts),
+        ssh_config=str(empty_config),
+        connect_timeout=5.0,
+    )
+    return replace(options, **overrides)

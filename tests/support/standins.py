@@ -75,9 +75,9 @@ def fake_pvesh(directory: Path, root: Path | None = None) -> Path:
     """A stand-in for Proxmox's pvesh, which cannot be installed here (see the module docstring).
 
     The status of a guest is ``stopped`` unless a file ``status-<vmid>`` next to it says
-    otherwise; ``set`` rewrites the VM configs under ``root`` (default: the tree
-    :func:`copy_host` makes next to ``directory``). Every call is logged, one JSON argument list
-    a line, to ``pvesh.log`` next to it.
+    otherwise; ``set`` rewrites the VM configs under ``root`` (default: the tree ``host`` next to
+    ``directory``, where the ``root`` fixture copies ct200). Every call is logged, one JSON
+    argument list a line, to ``pvesh.log`` next to it.
     """
     directory.mkdir(exist_ok=True)
     where = root if root is not None else directory.parent / "host"
@@ -96,3 +96,10 @@ def pvesh_calls(directory: Path) -> list[list[str]]:
 def on_path(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
     """Put ``directory`` first on PATH for the commands a LocalHost runs."""
     monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ['PATH']}")
+
+
+def fake_nvidia_smi(directory: Path, persistence: dict[str, str]) -> None:
+    """A stand-in for nvidia-smi: it prints only what ``--query-gpu=pci.bus_id,persistence_mode
+    --format=csv,noheader`` prints, the bus id with its 8-digit upper-case domain."""
+    rows = "".join(f"00000000:{a[5:].upper()}, {mode}\\n" for a, mode in persistence.items())
+    fake_tool(directory, "nvidia-smi", f"printf '{rows}'\n")

@@ -3,7 +3,8 @@
 CI runs with a plain PATH (``/usr/sbin:/usr/bin:/sbin:/bin``) and never activates the virtual
 environment, so a tool that pip installed beside the interpreter (``ansible-playbook``) is looked
 up in ``sys.executable``'s directory first; Debian's tools are found on PATH or in the sbin
-directories that a non-login PATH may lack.
+directories that a non-login PATH may lack. :func:`require_tool` skips a test whose tool is
+absent, or fails it under CI (``CI`` set), where a skip would hide a broken setup.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import os
 import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
@@ -29,3 +32,14 @@ def find_tool(name: str) -> str | None:
     if os.path.isabs(name):
         return name if os.access(name, os.X_OK) else None
     return shutil.which(name, path=search_path())
+
+
+def require_tool(path: str, package: str) -> str:
+    """The full path of a tool (see :func:`find_tool`); else skip, or fail under CI."""
+    found = find_tool(path)
+    if found:
+        return found
+    message = f"{path} not found: install Debian's {package}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)

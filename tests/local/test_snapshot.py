@@ -10,7 +10,7 @@ from proxgpu.errors import SysfsError, UsageError
 from proxgpu.host.local import DirectoryHost, LocalHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.capture import gather, parse_gather_output, write_tree
-from tests.conftest import EXAMPLES, copy_example
+from tests.support.trees import EXAMPLES, copy_example
 
 
 def _without_source(inventory_json: dict[str, object]) -> dict[str, object]:
@@ -79,15 +79,6 @@ def test_snapshot_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not empty"):
         write_tree(gather(DirectoryHost(str(EXAMPLES / "ct200"))), str(tmp_path / "snap"))
     assert (tmp_path / "snap" / "keep.txt").read_text() == "mine"
-
-
-def test_unreadable_files_are_reported_not_captured() -> None:
-    capture = parse_gather_output(
-        b"#proxgpu-gather\t1\n#uid\t1000\n#section\traw\netc/pve/lxc/100.conf\0!unreadable\n#end\n"
-    )
-    assert capture.unreadable == ["/etc/pve/lxc/100.conf"]
-    assert capture.raw == {}
-    assert capture.uid == 1000
 
 
 def test_cloud_init_password_hashes_are_redacted_in_snapshots(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Tests for the planner (proxgpu.planning) and the guest claims it checks (proxgpu.pve.claims)."""
+"""The planner (proxgpu.planning) on in-memory inventories: the split, NUMA, IOMMU groups, VMs."""
 
 from __future__ import annotations
 
@@ -8,108 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
-from proxgpu.inspection.inventory import Gpu, Inventory, NumaNode, PciFunction
-from proxgpu.pci import normalize_pci_address
+from proxgpu.errors import PlanRefusedError, ProxgpuError
+from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.planning import plan_split
-from proxgpu.planning.advice import check_gpu_set
 from proxgpu.planning.model import Plan, SplitPolicy
-from proxgpu.pve.claims import GuestRef, device_claims
-
-CT200_NODES = {0: ["01", "11", "61", "71"], 1: ["81", "91", "e1", "f1"]}
-TWO_SOCKETS = {0: "0-31,64-95", 1: "32-63,96-127"}
-
-
-def make_fn(
-    address: str, group: int | None, *, node: int | None = None, **kw: object
-) -> PciFunction:
-    fields: dict[str, object] = {
-        "class_code": "0x030200",
-        "vendor_id": "10de",
-        "device_id": "2330",
-        "driver": "nvidia",
-    }
-    fields.update(kw)
-    return PciFunction(address=address, numa_node=node, iommu_group=group, **fields)
-
-
-def make_gpu(
-    bus: str,
-    node: int | None,
-    *,
-    group: int | None = -1,
-    audio: bool = False,
-    peers: tuple[PciFunction, ...] = (),
-    minor: int | None = None,
-    boot_vga: bool = False,
-    driver: str | None = "nvidia",
-    function: int = 0,
-    slot_functions: tuple[int, ...] = (),
-) -> Gpu:
-    """A GPU at ``0000:<bus>:00.<function>``; ``group=-1`` means its own IOMMU group (the bus)."""
-    address = f"0000:{bus}:00.{function}"
-    iommu = int(bus, 16) if group == -1 else group
-    numbers = sorted({function, *slot_functions, *((1,) if audio else ())})
-    functions = [address] + [f"0000:{bus}:00.{n}" for n in numbers if n != function]
-    info = [make_fn(a, iommu, node=node, driver=driver) for a in functions]
-    own_peers = [fn for fn in info if fn.address != address]
-    return Gpu(
-        address=address,
-        vendor_id="10de",
-        device_id="2330",
-        class_code="0x030200",
-        model="NVIDIA H100",
-        numa_node=node,
-        local_cpus=TWO_SOCKETS.get(node) if node is not None else "0-127",
-        iommu_group=iommu,
-        driver=driver,
-        boot_vga=boot_vga,
-        functions=functions,
-        function_info=info,
-        iommu_group_peers=[*own_peers, *peers],
-        nvidia_minor=minor,
-    )
-
-
-def make_inventory(
-    gpus: list[Gpu],
-    nodes: dict[int, str] | None = None,
-    *,
-    iommu: bool = True,
-    configs: dict[str, str] | None = None,
-) -> Inventory:
-    return Inventory(
-        source="test",
-        hostname="pve1",
-        iommu_enabled=iommu,
-        numa_nodes=[
-            NumaNode(id=i, cpus=c) for i, c in (TWO_SOCKETS if nodes is None else nodes).items()
-        ],
-        gpus=gpus,
-        guest_configs=configs or {},
-    )
-
-
-def ct200(configs: dict[str, str] | None = None, *, iommu: bool = True) -> Inventory:
-    """The ct200 example: 8 GPUs, 4 per socket, each with an HDMI audio function in its group."""
-    gpus = [
-        make_gpu(bus, node, audio=True, minor=minor)
-        for minor, (node, bus) in enumerate(
-            (node, bus) for node, buses in CT200_NODES.items() for bus in buses
-        )
-    ]
-    return make_inventory(gpus, configs=configs, iommu=iommu)
-
-
-def refusal(inventory: Inventory, policy: SplitPolicy | None = None) -> PlanRefusedError:
-    with pytest.raises(PlanRefusedError) as caught:
-        plan_split(inventory, policy)
-    return caught.value
-
-
-def codes(error: PlanRefusedError) -> list[str]:
-    return [problem.code for problem in error.problems]
-
+from proxgpu.pve.claims import GuestRef
+from tests.support.factories import ct200, make_fn, make_gpu, make_inventory
+from tests.support.plans import codes, refusal
 
 # --- the JSON contract and the default split ---------------------------------------------------
 
@@ -174,63 +79,6 @@ def test_refusal_is_a_proxgpu_error_naming_host_problem_and_fix() -> None:
     assert text.startswith("pve1: plan refused (1 problem)")
     assert error.problems[0].what in text
     assert error.problems[0].fix in text
-
-
-# --- tensor-parallel advice and check_gpu_set --------------------------------------------------
-
-
-def test_tp_advice_for_ct200_host_group() -> None:
-    plan = plan_split(ct200(), SplitPolicy(lxc=200))
-    advice = {tp.size: tp.device_sets for tp in plan.tensor_parallel}
-    assert advice == {1: ["0", "1", "2", "3"], 2: ["0,1", "2,3"], 4: ["0,1,2,3"]}
-
-
-def test_tp_advice_numbers_gpus_as_the_container_sees_them() -> None:
-    # A host group across both sockets: sets never straddle, numbers follow the group's PCI order.
-    policy = SplitPolicy(host_gpus=["0000:61:00.0", "0000:71:00.0", "81:00.0", "91:00.0", "e1:00"])
-    plan = plan_split(ct200(), policy)
-    advice = {tp.size: tp.device_sets for tp in plan.tensor_parallel}
-    assert advice == {1: ["0", "1", "2", "3", "4"], 2: ["0,1", "2,3"]}
-
-
-@pytest.mark.parametrize(
-    ("selectors", "local", "node"),
-    [
-        (["0", "1", "2", "3"], True, 0),
-        (["4", "5", "6", "7"], True, 1),
-        (["1", "2", "3", "4"], False, None),
-        (["81:00.0", "0000:91:00.0"], True, 1),
-        (["5"], True, 1),
-    ],
-)
-def test_check_gpu_set_on_ct200(selectors: list[str], local: bool, node: int | None) -> None:
-    check = check_gpu_set(ct200(), selectors)
-    assert (check.numa_local, check.numa_node) == (local, node)
-
-
-def test_check_gpu_set_explains_a_straddling_set() -> None:
-    check = check_gpu_set(ct200(), ["1", "2", "3", "4"])
-    assert [(p.index, p.numa_node) for p in check.gpus] == [(1, 0), (2, 0), (3, 0), (4, 1)]
-    assert "straddle NUMA nodes 0 and 1" in check.explanation
-    assert "node 1 holds 4 (0000:81:00.0)" in check.explanation
-    assert "0,1,2,3; 4,5,6,7" in check.explanation
-
-
-def test_check_gpu_set_of_one_gpu() -> None:
-    assert check_gpu_set(ct200(), ["f1:00.0"]).explanation == "GPU 7 is on NUMA node 1."
-
-
-def test_check_gpu_set_with_unknown_node_is_not_local() -> None:
-    inventory = make_inventory([make_gpu("01", None), make_gpu("02", None)])
-    check = check_gpu_set(inventory, ["0", "1"])
-    assert not check.numa_local
-    assert "unknown" in check.explanation
-
-
-@pytest.mark.parametrize("selectors", [["8"], ["zz"], ["0000:02:00.0"], []])
-def test_check_gpu_set_rejects_bad_selectors(selectors: list[str]) -> None:
-    with pytest.raises(UsageError):
-        check_gpu_set(ct200(), selectors)
 
 
 # --- NUMA: unknown, uneven, empty nodes, more than two nodes ----------------------------------
@@ -371,14 +219,6 @@ def test_both_address_lists_naming_every_gpu() -> None:
     plan = plan_split(ct200(), policy)
     assert plan.groups[0].gpus == addresses[::2]
     assert [group.numa_node for group in plan.groups[1:]] == [0, 1]
-
-
-@pytest.mark.parametrize(
-    ("value", "normal"),
-    [("81:00.0", "0000:81:00.0"), ("0000:E1:00", "0000:e1:00"), (" 1234:f0:43.7 ", "1234:f0:43.7")],
-)
-def test_normalize_pci_address(value: str, normal: str) -> None:
-    assert normalize_pci_address(value) == normal
 
 
 def test_slot_holding_two_gpus_moves_together() -> None:
@@ -524,119 +364,6 @@ def test_vms_asking_for_too_many_gpus_are_refused() -> None:
 def test_lxc_target_needs_a_host_group() -> None:
     error = refusal(ct200(), SplitPolicy(lxc=200, vfio_nodes=[0, 1]))
     assert codes(error) == ["no-fit"]
-
-
-# --- GPUs claimed by other guests --------------------------------------------------------------
-
-
-LXC_201 = "/etc/pve/lxc/201.conf"
-VM_300 = "/etc/pve/qemu-server/300.conf"
-
-
-@pytest.mark.parametrize(
-    "line",
-    [
-        "dev0: /dev/nvidia4,gid=44",
-        "dev1: path=/dev/nvidia4,mode=0666",
-        "lxc.mount.entry: /dev/nvidia4 dev/nvidia4 none bind,optional,create=file",
-        "lxc.mount.entry = /dev/nvidia4 dev/nvidia4 none bind,optional,create=file",
-        "lxc.cgroup2.devices.allow: c 195:4 rwm",
-        "lxc.cgroup2.devices.allow: c 195:* rwm",
-    ],
-)
-def test_container_holding_a_vfio_gpu_conflicts(line: str) -> None:
-    inventory = ct200({LXC_201: f"arch: amd64\n{line}\n"})
-    error = refusal(inventory, SplitPolicy(lxc=200))
-    assert codes(error) == (["claimed"] * (4 if "*" in line else 1))
-    assert error.problems[0].what.startswith("0000:81:00.0 goes to vfio-pci but CT 201 uses it")
-    assert LXC_201 in error.problems[0].what
-
-
-def test_wildcard_of_the_target_container_is_no_conflict() -> None:
-    configs = {"/etc/pve/lxc/200.conf": "lxc.cgroup2.devices.allow: c 195:* rwm\n"}
-    assert plan_split(ct200(configs), SplitPolicy(lxc=200)).warnings == []
-
-
-def test_other_container_sharing_a_host_gpu_is_reported_not_refused() -> None:
-    plan = plan_split(ct200({LXC_201: "dev0: /dev/nvidia0\n"}), SplitPolicy(lxc=200))
-    assert plan.warnings == [
-        "0000:01:00.0 is also used by CT 201 ('dev0: /dev/nvidia0' in /etc/pve/lxc/201.conf); "
-        "CT 200 will share it"
-    ]
-
-
-def test_claims_in_snapshot_and_pending_sections_do_not_count() -> None:
-    text = "cores: 4\n\n[pve:pending]\ndev0: /dev/nvidia4\n[snap1]\ndev0: /dev/nvidia5\n"
-    assert plan_split(ct200({LXC_201: text}), SplitPolicy(lxc=200)).warnings == []
-
-
-def test_nvidiactl_and_other_minors_claim_no_gpu() -> None:
-    text = "lxc.cgroup2.devices.allow: c 195:255 rwm\nlxc.cgroup2.devices.allow: c 511:* rwm\n"
-    text += "lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file\n"
-    plan_split(ct200({LXC_201: text}), SplitPolicy(lxc=200))
-
-
-@pytest.mark.parametrize(
-    "value",
-    ["01:00,pcie=1", "host=0000:01:00.0", "0000:81:00.0;0000:01:00", "01:00.1,x-vga=1"],
-)
-def test_vm_passing_a_host_gpu_through_conflicts(value: str) -> None:
-    error = refusal(ct200({VM_300: f"bios: ovmf\nhostpci0: {value}\n"}), SplitPolicy(lxc=200))
-    assert codes(error) == ["claimed"]
-    assert error.problems[0].what.startswith("0000:01:00.0 stays on the host driver but VM 300")
-
-
-def pci_cfg(node: str) -> str:
-    return (
-        "gpu-node0\n"
-        f"\tmap id=10de:2330,iommugroup=1,node={node},path=0000:11:00.0,subsystem-id=10de:16c1\n"
-    )
-
-
-def test_vm_mapping_to_a_host_gpu_conflicts() -> None:
-    configs = {
-        "/etc/pve/mapping/pci.cfg": pci_cfg("pve1"),
-        VM_300: "hostpci0: mapping=gpu-node0,pcie=1\n",
-    }
-    error = refusal(ct200(configs), SplitPolicy(lxc=200))
-    assert codes(error) == ["claimed"]
-    assert "0000:11:00.0" in error.problems[0].what
-    assert "via PCI mapping gpu-node0" in error.problems[0].what
-
-
-def test_mapping_entries_of_another_node_are_ignored() -> None:
-    configs = {
-        "/etc/pve/mapping/pci.cfg": pci_cfg("pve2"),
-        VM_300: "hostpci0: mapping=gpu-node0\n",
-    }
-    plan_split(ct200(configs), SplitPolicy(lxc=200))
-
-
-def test_vm_holding_a_gpu_given_to_another_vm_conflicts() -> None:
-    error = refusal(ct200({VM_300: "hostpci0: 81:00\n"}), SplitPolicy(vms=[(301, None)]))
-    assert codes(error) == ["claimed"]
-    assert "goes to VM 301 but VM 300 already passes it through" in error.problems[0].what
-
-
-def test_target_vm_and_binding_only_plans_accept_existing_passthrough() -> None:
-    configs = {VM_300: "hostpci0: 81:00\n"}
-    assert plan_split(ct200(configs), SplitPolicy(vms=[(300, None)])).warnings == []
-    plan = plan_split(ct200(configs), SplitPolicy())
-    assert plan.warnings == [
-        "0000:81:00.0 is already passed through to VM 300 ('hostpci0: 81:00' in "
-        "/etc/pve/qemu-server/300.conf); binding it to vfio-pci keeps that working"
-    ]
-
-
-def test_device_claims_reads_only_guest_configs_of_this_host() -> None:
-    configs = {
-        "/etc/pve/nodes/pve2/lxc/205.conf": "dev0: /dev/nvidia1\n",
-        "/etc/pve/storage.cfg": "dev0: /dev/nvidia1\n",
-        "/etc/pve/qemu-server/302.conf": "# hostpci0: 81:00\nnet0: virtio=AA:BB,bridge=vmbr0\n",
-        "/etc/pve/qemu-server/303.conf": "hostpci2: host=81:00;91:00.0,mapping=none\n",
-    }
-    found = [(c.guest.vmid, c.pci_address) for c in device_claims(configs, "pve1")]
-    assert found == [(303, "81:00"), (303, "91:00.0")]
 
 
 # --- property tests ------------------------------------------------------------------------------

@@ -8,17 +8,12 @@ import pytest
 
 from proxgpu.errors import CommandError, CommandTimeoutError, HostUnreachableError
 from proxgpu.host import connect
-from proxgpu.host.base import command_line
 from proxgpu.host.local import DirectoryHost, LocalHost
 
 
 def test_arguments_reach_the_command_unchanged() -> None:
     result = LocalHost().run(["printf", "%s|", "a b", "$HOME", "'", ""])
     assert result.stdout == b"a b|$HOME|'||"
-
-
-def test_command_line_quotes_for_a_posix_shell() -> None:
-    assert command_line(["echo", "a b", "it's"]) == "echo 'a b' 'it'\"'\"'s'"
 
 
 def test_a_failing_command_is_data_until_checked() -> None:

@@ -19,23 +19,10 @@ from proxgpu.host.local import DirectoryHost, LocalHost
 from proxgpu.host.ssh import SSHHost, SSHOptions
 from proxgpu.inspection import inspect
 from proxgpu.rendering.changes import Action, ChangeSet, FileChange
-from tests.conftest import EXAMPLES
-from tests.support.sshd import Sshd, free_port
+from tests.support.sshd import Sshd, client_options, free_port
+from tests.support.trees import EXAMPLES
 
 pytestmark = pytest.mark.sshd
-
-
-def options(sshd: Sshd, tmp_path: Path, **overrides: object) -> SSHOptions:
-    empty_config = tmp_path / "ssh_config"
-    empty_config.touch()
-    settings: dict[str, object] = {
-        "identity_file": str(sshd.identity_file),
-        "known_hosts": str(sshd.known_hosts),
-        "ssh_config": str(empty_config),
-        "connect_timeout": 5.0,
-    }
-    settings.update(overrides)
-    return SSHOptions(**settings)  # type: ignore[arg-type]
 
 
 def same_inventory(a: dict[str, object], b: dict[str, object]) -> bool:
@@ -48,7 +35,7 @@ def test_inspecting_a_tree_over_ssh_equals_inspecting_it_locally(
     sshd: Sshd, tmp_path: Path
 ) -> None:
     root = str(EXAMPLES / "ct200")
-    with SSHHost(sshd.target, options(sshd, tmp_path), root=root) as host:
+    with SSHHost(sshd.target, client_options(sshd, tmp_path), root=root) as host:
         remote = inspect(host)
         assert host.commands_run == 1, "inspection must be one round trip"
     assert remote.source == sshd.target
@@ -58,14 +45,14 @@ def test_inspecting_a_tree_over_ssh_equals_inspecting_it_locally(
 def test_inspecting_this_machine_over_ssh_equals_inspecting_it_locally(
     sshd: Sshd, tmp_path: Path
 ) -> None:
-    with SSHHost(sshd.target, options(sshd, tmp_path)) as host:
+    with SSHHost(sshd.target, client_options(sshd, tmp_path)) as host:
         remote = inspect(host)
     assert same_inventory(remote.model_dump(), inspect(LocalHost()).model_dump())
 
 
 def test_commands_keep_their_arguments_intact(sshd: Sshd, tmp_path: Path) -> None:
     tricky = ["printf", "%s|", "a b", "it's", "$HOME", "; rm -rf /", ""]
-    with SSHHost(sshd.target, options(sshd, tmp_path)) as host:
+    with SSHHost(sshd.target, client_options(sshd, tmp_path)) as host:
         result = host.run(tricky)
         failed = host.run(["sh", "-c", "echo oops >&2; exit 3"])
     assert result.stdout == b"a b|it's|$HOME|; rm -rf /||"
@@ -76,7 +63,7 @@ def test_unknown_host_key_is_refused_with_its_fingerprint(sshd: Sshd, tmp_path: 
     empty = tmp_path / "known_hosts"
     empty.touch()
     with pytest.raises(HostKeyUnknownError) as err:
-        inspect(SSHHost(sshd.target, options(sshd, tmp_path, known_hosts=str(empty))))
+        inspect(SSHHost(sshd.target, client_options(sshd, tmp_path, known_hosts=str(empty))))
     fingerprint = subprocess.run(
         ["ssh-keygen", "-l", "-f", str(sshd.workdir / "host_key.pub")],
         capture_output=True,
@@ -93,11 +80,12 @@ def test_accepting_a_new_host_key_records_it_and_is_then_verified(
 ) -> None:
     known = tmp_path / "known_hosts"
     with SSHHost(
-        sshd.target, options(sshd, tmp_path, known_hosts=str(known), accept_new_host_key=True)
+        sshd.target,
+        client_options(sshd, tmp_path, known_hosts=str(known), accept_new_host_key=True),
     ) as host:
         host.check(["true"])
     assert known.read_text() == f"[127.0.0.1]:{sshd.port} {sshd.host_public_key}\n"
-    with SSHHost(sshd.target, options(sshd, tmp_path, known_hosts=str(known))) as host:
+    with SSHHost(sshd.target, client_options(sshd, tmp_path, known_hosts=str(known))) as host:
         assert host.check(["echo", "ok"]).stdout == b"ok\n"
 
 
@@ -114,7 +102,7 @@ def test_changed_host_key_is_refused_even_when_accepting_new_keys(
         inspect(
             SSHHost(
                 sshd.target,
-                options(sshd, tmp_path, known_hosts=str(known), accept_new_host_key=True),
+                client_options(sshd, tmp_path, known_hosts=str(known), accept_new_host_key=True),
             )
         )
 
@@ -128,7 +116,7 @@ def test_wrong_user_key_fails_authentication_cleanly(sshd: Sshd, tmp_path: Path)
         inspect(
             SSHHost(
                 sshd.target,
-                options(sshd, tmp_path, identity_file=str(tmp_path / "stranger")),
+                client_options(sshd, tmp_path, identity_file=str(tmp_path / "stranger")),
             )
         )
 
@@ -136,7 +124,7 @@ def test_wrong_user_key_fails_authentication_cleanly(sshd: Sshd, tmp_path: Path)
 def test_closed_port_is_unreachable(sshd: Sshd, tmp_path: Path) -> None:
     port = free_port()
     with pytest.raises(HostUnreachableError, match="connection refused"):
-        inspect(SSHHost(f"127.0.0.1:{port}", options(sshd, tmp_path)))
+        inspect(SSHHost(f"127.0.0.1:{port}", client_options(sshd, tmp_path)))
 
 
 def test_ssh_config_alias_supplies_hostname_port_user_and_key(sshd: Sshd, tmp_path: Path) -> None:
@@ -244,7 +232,7 @@ def test_a_remote_tree_is_not_the_live_host(sshd: Sshd, tmp_path: Path) -> None:
         files=[FileChange(path="/etc/x.conf", before=None, after="x\n", mode=0o644)],
         actions=[Action(argv=["touch", str(tmp_path / "ran")], why="must not run")],
     )
-    with SSHHost(sshd.target, options(sshd, tmp_path), root=str(root)) as host:
+    with SSHHost(sshd.target, client_options(sshd, tmp_path), root=str(root)) as host:
         assert not host.is_live
         result = apply_changes(host, changes)
     assert (root / "etc/x.conf").read_text() == "x\n"

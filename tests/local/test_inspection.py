@@ -1,4 +1,5 @@
-"""Inspection of the example hosts and of hand-made captures."""
+"""Inspection (proxgpu.inspection) of the example hosts, of changed copies of them and of this
+machine: the gather script runs with ``sh`` against each tree."""
 
 from __future__ import annotations
 
@@ -11,20 +12,16 @@ import pytest
 from proxgpu.errors import SysfsError
 from proxgpu.host.local import DirectoryHost, LocalHost
 from proxgpu.inspection import inspect
-from proxgpu.inspection.build import GpuFilter, build_inventory
-from proxgpu.inspection.capture import Capture, gather
-from tests.conftest import EXAMPLES, copy_example
+from proxgpu.inspection.build import GpuFilter
+from proxgpu.inspection.capture import gather
+from tests.support.trees import copy_example, inspect_example
 
 CT200_NODE0 = ["0000:01:00.0", "0000:11:00.0", "0000:61:00.0", "0000:71:00.0"]
 CT200_NODE1 = ["0000:81:00.0", "0000:91:00.0", "0000:e1:00.0", "0000:f1:00.0"]
 
 
-def example(name: str, gpu_filter: GpuFilter | None = None):  # type: ignore[no-untyped-def]
-    return inspect(DirectoryHost(str(EXAMPLES / name)), gpu_filter)
-
-
 def test_ct200_has_four_gpus_per_numa_node() -> None:
-    inv = example("ct200")
+    inv = inspect_example("ct200")
     assert inv.hostname == "ct200"
     assert [g.address for g in inv.gpus if g.numa_node == 0] == CT200_NODE0
     assert [g.address for g in inv.gpus if g.numa_node == 1] == CT200_NODE1
@@ -32,7 +29,7 @@ def test_ct200_has_four_gpus_per_numa_node() -> None:
 
 
 def test_ct200_gpu_facts_come_from_sysfs_and_nvidia_procfs() -> None:
-    gpu = example("ct200").gpu("0000:81:00.0")
+    gpu = inspect_example("ct200").gpu("0000:81:00.0")
     assert gpu.functions == ["0000:81:00.0", "0000:81:00.1"]
     assert [f.driver for f in gpu.function_info] == ["nvidia", "snd_hda_intel"]
     assert (gpu.vendor_id, gpu.device_id, gpu.subsystem_device_id) == ("10de", "2bb1", "204b")
@@ -46,7 +43,7 @@ def test_ct200_gpu_facts_come_from_sysfs_and_nvidia_procfs() -> None:
 
 
 def test_ct200_host_facts() -> None:
-    inv = example("ct200")
+    inv = inspect_example("ct200")
     assert inv.pve_version == "8.4.1"
     assert inv.kernel == "6.8.12-11-pve"
     assert inv.boot_loader == "systemd-boot"
@@ -65,7 +62,7 @@ def test_ct200_host_facts() -> None:
 
 
 def test_numa_minus_one_is_unknown_not_zero() -> None:
-    inv = example("single-socket")
+    inv = inspect_example("single-socket")
     assert [g.numa_node for g in inv.gpus] == [None, None]
     assert inv.gpus[0].boot_vga
     assert inv.boot_loader == "grub"
@@ -73,7 +70,7 @@ def test_numa_minus_one_is_unknown_not_zero() -> None:
 
 
 def test_iommu_off_host_has_no_groups_and_says_so() -> None:
-    inv = example("uneven-5-3")
+    inv = inspect_example("uneven-5-3")
     assert not inv.iommu_enabled
     assert [g.iommu_group for g in inv.gpus] == [None] * 8
     assert sum(g.numa_node == 0 for g in inv.gpus) == 5
@@ -83,7 +80,7 @@ def test_iommu_off_host_has_no_groups_and_says_so() -> None:
 
 
 def test_shared_iommu_group_lists_peers_and_marks_bridges() -> None:
-    gpu = example("shared-iommu-group").gpu("0000:83:00.0")
+    gpu = inspect_example("shared-iommu-group").gpu("0000:83:00.0")
     bridges = [p.address for p in gpu.iommu_group_peers if p.is_bridge]
     others = [p.address for p in gpu.iommu_group_peers if not p.is_bridge]
     assert bridges == ["0000:80:01.1", "0000:81:00.0", "0000:82:08.0", "0000:82:10.0"]
@@ -92,7 +89,7 @@ def test_shared_iommu_group_lists_peers_and_marks_bridges() -> None:
 
 def test_real_h200_capture_reads_minor_uuid_and_majors() -> None:
     """examples/hosts/h200-vm was captured by `proxgpu snapshot` on a real NVIDIA H200 machine."""
-    inv = example("h200-vm")
+    inv = inspect_example("h200-vm")
     assert [g.address for g in inv.gpus] == ["0000:00:06.0"]
     gpu = inv.gpus[0]
     assert (gpu.model, gpu.nvidia_minor, gpu.numa_node) == ("NVIDIA H200", 0, None)
@@ -102,8 +99,8 @@ def test_real_h200_capture_reads_minor_uuid_and_majors() -> None:
 
 
 def test_gpu_filter_by_vendor_and_class() -> None:
-    assert example("ct200", GpuFilter(vendors=("1002",))).gpus == []
-    audio = example("ct200", GpuFilter(classes=("0403",)))
+    assert inspect_example("ct200", GpuFilter(vendors=("1002",))).gpus == []
+    audio = inspect_example("ct200", GpuFilter(classes=("0403",)))
     assert [g.address for g in audio.gpus][:2] == ["0000:01:00.1", "0000:11:00.1"]
     # The audio function is then the slot's "GPU", listed first, with the display function after.
     assert audio.gpus[0].functions == ["0000:01:00.1", "0000:01:00.0"]
@@ -155,59 +152,6 @@ def test_a_tree_without_pci_devices_is_refused(tmp_path: Path) -> None:
     (tmp_path / "proc").mkdir()
     with pytest.raises(SysfsError, match="no PCI devices found"):
         inspect(DirectoryHost(str(tmp_path)))
-
-
-def test_unreadable_guest_config_becomes_a_warning() -> None:
-    capture = Capture(
-        unreadable=["/etc/pve/lxc/100.conf"],
-        lines={
-            "/sys/bus/pci/devices/0000:00:00.0/class": ["0x060000"],
-            "/sys/bus/pci/devices/0000:00:00.0/vendor": ["0x8086"],
-            "/sys/bus/pci/devices/0000:00:00.0/device": ["0x0d57"],
-        },
-    )
-    inv = build_inventory(capture, "pve1", GpuFilter())
-    assert inv.warnings == [
-        "/etc/pve/lxc/100.conf: cannot read (run as root)",
-        "/proc/sys/kernel/hostname: missing; using the host's address",
-    ]
-    assert inv.hostname == "pve1"
-
-
-@pytest.mark.parametrize(
-    ("cmdline", "raw", "dirs", "expected"),
-    [
-        ("BOOT_IMAGE=/boot/vmlinuz-6.8 root=/dev/sda1", {}, set(), "grub"),
-        (
-            "initrd=\\EFI\\proxmox\\6.8\\initrd.img root=ZFS=rpool",
-            {},
-            {"/sys/firmware/efi"},
-            "systemd-boot",
-        ),
-        (
-            "root=ZFS=rpool",
-            {"/etc/kernel/proxmox-boot-uuids": b"A\n"},
-            {"/sys/firmware/efi"},
-            "systemd-boot",
-        ),
-        ("root=/dev/sda1", {"/etc/default/grub": b"GRUB_DEFAULT=0\n"}, set(), "grub"),
-        ("root=/dev/sda1", {}, set(), "unknown"),
-    ],
-)
-def test_boot_loader_detection(
-    cmdline: str, raw: dict[str, bytes], dirs: set[str], expected: str
-) -> None:
-    capture = Capture(
-        lines={
-            "/proc/cmdline": [cmdline],
-            "/sys/bus/pci/devices/0000:00:00.0/class": ["0x060000"],
-            "/sys/bus/pci/devices/0000:00:00.0/vendor": ["0x8086"],
-            "/sys/bus/pci/devices/0000:00:00.0/device": ["0x0d57"],
-        },
-        raw=raw,
-        dirs=dirs,
-    )
-    assert build_inventory(capture, "h", GpuFilter()).boot_loader == expected
 
 
 def test_local_machine_inspection_reads_the_real_kernel() -> None:

@@ -1,7 +1,7 @@
 """Rendering: golden change sets, idempotence, and edits that touch nothing else.
 
 Golden files live in tests/golden/; regenerate them after a deliberate change with
-``PROXGPU_UPDATE_GOLDEN=1 python -m pytest tests/test_rendering.py``.
+``PROXGPU_UPDATE_GOLDEN=1 python -m pytest tests/local/test_rendering.py``.
 """
 
 from __future__ import annotations
@@ -27,12 +27,10 @@ from proxgpu.planning.model import SplitPolicy
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
 from proxgpu.rendering.changes import ChangeSet
-from proxgpu.rendering.cmdline import grub_with_parameters
 from proxgpu.rendering.context import RenderOptions
-from tests.conftest import EXAMPLES, REPO, copy_example
+from tests.support.trees import CORPUS, EXAMPLES, GOLDEN, copy_example
 
-GOLDEN = Path(__file__).parent / "golden"
-CORPUS_LXC = REPO.parent / "shared" / "corpus" / "pve-configs" / "lxc"
+CORPUS_LXC = CORPUS / "lxc"
 
 SCENARIOS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "ct200-lxc-vm": ("ct200", {"lxc": 200, "vms": [(300, None)]}, {}),
@@ -372,29 +370,6 @@ def test_gpus_returning_from_vfio_get_nvidia_nodes_not_dri(tmp_path: Path) -> No
     after = next(f.after for f in render(inventory, plan).files if "lxc" in f.path) or ""
     assert "/dev/dri" not in after and "dev0: /dev/nvidia0" in after
     assert "/dev/nvidiactl" in after
-
-
-@pytest.mark.parametrize(
-    ("before", "after"),
-    [
-        ('GRUB_CMDLINE_LINUX_DEFAULT="quiet"', 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"'),
-        (
-            'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n\nX=1\n',
-            'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\n\nX=1\n',
-        ),
-        (
-            "GRUB_CMDLINE_LINUX_DEFAULT='a b' # keep\n",
-            "GRUB_CMDLINE_LINUX_DEFAULT='a b iommu=pt' # keep\n",
-        ),
-        (
-            'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\n',
-            'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\n',
-        ),
-        ("A=1\n", 'A=1\nGRUB_CMDLINE_LINUX_DEFAULT="iommu=pt"\n'),
-    ],
-)
-def test_grub_edit_changes_only_the_default_cmdline_value(before: str, after: str) -> None:
-    assert grub_with_parameters(before, ["iommu=pt"]) == after
 
 
 def test_grub_on_proxmox_boot_tool_refreshes_the_esps(tmp_path: Path) -> None:

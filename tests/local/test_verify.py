@@ -1,40 +1,70 @@
-"""The journal and what reads it: verify against the entries an apply wrote, the directories a
-rollback removes, journals written by earlier versions, and the shell the scripts share.
-
-The hosts are copies of ``examples/hosts/ct200`` written through a :class:`DirectoryHost`, as in
-``tests/test_transaction.py``, whose helpers these tests reuse.
-"""
+"""Verify (proxgpu.apply.verify) against a plan and against the journal entries an apply or a
+rollback wrote: drift in the files and lines proxgpu set, drivers still waiting for a reboot."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-import pytest
 
 from proxgpu.apply.journal import JournalEntry, history
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.apply.verify import verify
-from proxgpu.errors import ApplyError
-from proxgpu.host.local import DirectoryHost, LocalHost
-from proxgpu.rendering.changes import Action, ChangeSet, FileChange
-from tests.test_transaction import LXC, VFIO_CONF, VM, changeset, snapshot, text
+from proxgpu.host.local import DirectoryHost
+from proxgpu.rendering.changes import ChangeSet, FileChange
+from tests.support.trees import (
+    DRIVERCTL,
+    LXC,
+    MODULES,
+    VFIO_CONF,
+    VM,
+    changeset,
+    ct200_plan,
+    edit,
+    text,
+)
 
-INITRAMFS_HOOK = "/etc/initramfs-tools/hooks/proxgpu"  # neither directory is in ct200
-BIND_SCRIPT = "/usr/local/sbin/proxgpu-vfio-bind"  # ct200 has /usr, not /usr/local
 PCI_CFG = "/etc/pve/mapping/pci.cfg"
 CMDLINE = "/etc/kernel/cmdline"
 GRUB = "/etc/default/grub"
 OUR_MAP = "map id=10de:2bb5,iommugroup=60,node=ct200,path=0000:81:00.0"
 
 
-def edit(root: Path, path: str, old: str, new: str) -> None:
-    """Replace ``old`` (which must be there) with ``new`` in a file of the tree."""
-    target = root / path.lstrip("/")
-    content = target.read_text()
-    assert old in content
-    target.write_text(content.replace(old, new, 1))
+def test_verify_reports_file_drift_and_drivers_still_waiting_for_a_reboot(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    plan = ct200_plan(root)
+    applied = apply_changes(host, changeset(root), plan=plan)
+    [entry] = history(host)
+    report = verify(host, entry)
+    # A tree has no kernel: its GPUs stay on nvidia, as a host would until it reboots.
+    assert report.drifted and len(report.drift) == 8
+    assert report.drift[0] == (
+        f"0000:81:00.0: bound to nvidia, the plan says vfio-pci "
+        f"(apply {applied.journal_id} takes effect after a reboot)"
+    )
+    (root / MODULES.lstrip("/")).write_text("edited\n")
+    (root / DRIVERCTL.lstrip("/")).unlink()
+    files = [line for line in verify(host, entry).drift if line.startswith("/")]
+    assert files == [
+        f"{MODULES}: differs from what apply {entry.id} left there",
+        f"{DRIVERCTL}: missing, but apply {entry.id} left it in place",
+    ]
+
+
+def test_verify_against_a_plan_checks_each_functions_driver(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    plan = ct200_plan(root)
+    report = verify(host, plan)
+    assert "0000:81:00.1: bound to snd_hda_intel, the plan says vfio-pci" in report.drift
+    assert not any(line.startswith("0000:01:") for line in report.drift), "host group is fine"
+    assert not verify(host, plan.model_copy(update={"groups": plan.groups[:1]})).drifted
+
+
+def test_verify_after_rollback_expects_the_old_files(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    apply_changes(host, changeset(root), plan=ct200_plan(root))
+    rollback(host)
+    [entry] = history(host)
+    assert isinstance(entry, JournalEntry) and not verify(host, entry).drifted
 
 
 def applied(root: Path, cs: ChangeSet) -> tuple[DirectoryHost, JournalEntry]:
@@ -43,9 +73,6 @@ def applied(root: Path, cs: ChangeSet) -> tuple[DirectoryHost, JournalEntry]:
     [entry] = history(host)
     assert not verify(host, entry).drifted
     return host, entry
-
-
-# --- verify: the files proxgpu only edits --------------------------------------------------------
 
 
 def test_verify_ignores_edits_to_what_the_apply_did_not_change_in_guest_configs(
@@ -188,70 +215,3 @@ def test_verify_reads_the_edited_files_in_one_more_command_only_when_needed(root
     before = host.commands_run
     verify(host, entry)
     assert host.commands_run == before + 2, "one more command reads both configs"
-
-
-# --- rollback: directories -----------------------------------------------------------------------
-
-
-def new_directories(root: Path) -> ChangeSet:
-    """Creates two files whose directories ct200 lacks, two levels deep each."""
-    return ChangeSet(
-        host="ct200",
-        files=[
-            FileChange(path=INITRAMFS_HOOK, before=None, after="#!/bin/sh\n", mode=0o755),
-            FileChange(path=BIND_SCRIPT, before=None, after="#!/bin/sh\n", mode=0o755),
-        ],
-    )
-
-
-def test_rollback_removes_every_directory_the_apply_created(root: Path) -> None:
-    host = DirectoryHost(str(root))
-    original = snapshot(root)
-    apply_changes(host, new_directories(root))
-    [entry] = history(host)
-    assert entry.created_dirs == [
-        "/etc/initramfs-tools/hooks",
-        "/usr/local/sbin",
-        "/etc/initramfs-tools",
-        "/usr/local",
-    ]
-    rollback(host)
-    assert snapshot(root) == original
-    assert not (root / "etc/initramfs-tools").exists() and not (root / "usr/local").exists()
-
-
-def test_rollback_keeps_a_created_directory_someone_has_since_used(root: Path) -> None:
-    host = DirectoryHost(str(root))
-    apply_changes(host, new_directories(root))
-    (root / "usr/local/bin").mkdir()
-    (root / "usr/local/bin/tool").write_text("mine\n")
-    rollback(host)
-    assert not (root / "usr/local/sbin").exists() and not (root / "etc/initramfs-tools").exists()
-    assert (root / "usr/local/bin/tool").read_text() == "mine\n"
-
-
-def test_a_failed_apply_removes_every_directory_it_created(root: Path) -> None:
-    host = LocalHost(str(root))  # live: the post-action runs, and fails
-    original = snapshot(root)
-    cs = new_directories(root).model_copy(update={"actions": [Action(argv=["false"])]})
-    with pytest.raises(ApplyError, match="every file was restored"):
-        apply_changes(host, cs)
-    assert snapshot(root) == original
-
-
-# --- journals, old and new -----------------------------------------------------------------------
-
-
-def test_a_journal_written_when_actions_had_a_kind_still_reads(root: Path) -> None:
-    host = DirectoryHost(str(root))
-    original = snapshot(root)
-    apply_changes(host, changeset(root, actions=[["update-initramfs", "-u", "-k", "all"]]))
-    [entry] = history(host)
-    path = root / "var/lib/proxgpu/journal" / f"{entry.id}.json"
-    data = json.loads(path.read_text())
-    data["changeset"]["actions"] = [{**a, "kind": "post"} for a in data["changeset"]["actions"]]
-    path.write_text(json.dumps(data, indent=2))
-    [old] = history(host)
-    assert old.changeset.actions == [Action(argv=["update-initramfs", "-u", "-k", "all"])]
-    rollback(host)
-    assert snapshot(root) == original

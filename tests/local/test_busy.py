@@ -1,0 +1,73 @@
+"""The busy check (proxgpu.apply.busy): a GPU is in use while a process holds its device node,
+its DRI or VFIO node, or nvidia-persistenced keeps it open.
+
+No GPU can be opened here: a file under the tree's ``dev/`` that the test holds open stands in
+for a device node (fuser treats both alike; see ``tests/support/kernel.py``). ``nvidia-smi`` is not
+installable either: a stand-in on PATH (``gpu_tools``) prints only what the real tool prints.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from proxgpu.apply.busy import check_not_busy, find_busy
+from proxgpu.errors import DeviceBusyError
+from proxgpu.host.local import LocalHost
+from tests.support.kernel import AUDIO, GPU, devices, held_open
+from tests.support.standins import fake_nvidia_smi, on_path
+
+
+def test_a_process_holding_the_device_node_makes_the_gpu_busy(root: Path, gpu_tools: Path) -> None:
+    host = LocalHost(str(root))
+    # Stands in for /dev/nvidia4, the node of Device Minor 4 from procfs; real nodes need a GPU.
+    with held_open(root / "dev/nvidia4"), pytest.raises(DeviceBusyError) as err:
+        check_not_busy(host, [GPU, AUDIO])
+    message = str(err.value)
+    assert f"{GPU} (nvidia): {root}/dev/nvidia4 is held by pid {os.getpid()}" in message
+    assert "stop the processes" in message and err.value.addresses == [GPU]
+    check_not_busy(host, [GPU, AUDIO])
+    assert host.commands_run == 2, "one command per check"
+
+
+def test_persistence_mode_on_makes_the_gpu_busy(root: Path, gpu_tools: Path) -> None:
+    fake_nvidia_smi(gpu_tools, {GPU: "Enabled", "0000:91:00.0": "Disabled"})
+    busy = find_busy(LocalHost(str(root)), [GPU, "0000:91:00.0"])
+    assert [(b.address, b.reasons) for b in busy] == [
+        (GPU, ["persistence mode is on (nvidia-persistenced keeps it open)"])
+    ]
+
+
+def test_persistence_mode_that_cannot_be_read_counts_as_busy(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    on_path(monkeypatch, empty)  # no nvidia-smi anywhere on PATH
+    [busy] = find_busy(LocalHost(str(root)), [GPU])
+    assert "persistence mode cannot be read" in busy.reasons[0]
+    fake_nvidia_smi(empty, {"0000:91:00.0": "Disabled"})
+    [busy] = find_busy(LocalHost(str(root)), [GPU])
+    assert busy.reasons == ["persistence mode is not reported, so it counts as in use"]
+
+
+def test_other_gpus_are_checked_through_their_dri_nodes(root: Path) -> None:
+    (devices(root) / GPU / "driver").unlink()
+    (devices(root) / GPU / "driver").symlink_to("../../drivers/amdgpu")
+    host = LocalHost(str(root))
+    assert find_busy(host, [GPU]) == [], "no nvidia GPU: nvidia-smi is not asked"
+    # Stands in for the render node udev links under /dev/dri/by-path.
+    with held_open(root / f"dev/dri/by-path/pci-{GPU}-render"):
+        [busy] = find_busy(host, [GPU])
+    assert busy.driver == "amdgpu" and "-render is held by pid" in busy.reasons[0]
+
+
+def test_a_vfio_function_is_busy_while_its_group_is_open(root: Path) -> None:
+    (devices(root) / GPU / "driver").unlink()
+    (devices(root) / GPU / "driver").symlink_to("../../drivers/vfio-pci")
+    # Stands in for /dev/vfio/60, which a running VM holds open.
+    with held_open(root / "dev/vfio/60"):
+        [busy] = find_busy(LocalHost(str(root)), [GPU])
+    assert f"{root}/dev/vfio/60 is held" in busy.reasons[0]

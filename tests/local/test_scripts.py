@@ -1,0 +1,88 @@
+"""Running a host script (proxgpu.host.scripts.run_script) on this machine, behind the prelude.
+
+Every script in ``proxgpu/scripts`` is sent behind the shared ``prelude.sh``. Each test here sends
+a small script of its own behind that same prelude (the ``scripts`` fixture), so what is tested
+is what every script relies on: its arguments and stdin arriving intact, ``rec`` writing one
+record whose fields come through unchanged, ``set -u``, and what run_script makes of the answer
+and of a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+
+import pytest
+
+from proxgpu.errors import CommandError, CommandTimeoutError
+from proxgpu.host import scripts as host_scripts
+from proxgpu.host.local import LocalHost
+from proxgpu.host.scripts import Record, run_script
+
+PRELUDE = resources.files("proxgpu").joinpath("scripts/prelude.sh").read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def scripts(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Script bodies by name; run_script sends each behind the real prelude, as its own."""
+    bodies: dict[str, str] = {}
+    monkeypatch.setattr(host_scripts, "script_text", lambda name: f"{PRELUDE}\n{bodies[name]}")
+    return bodies
+
+
+def test_a_script_answers_in_records_and_its_other_output_is_ignored(
+    scripts: dict[str, str],
+) -> None:
+    scripts["probe"] = 'echo "starting up"\nrec uid "$(id -u)"\nrec args "$#" "$1"\nrec end\n'
+    host = LocalHost()
+    answer = run_script(host, "probe", "first", "second")
+    assert answer.records == [
+        Record("uid", (str(os.getuid()),)),
+        Record("args", ("2", "first")),
+        Record("end", ()),
+    ]
+    assert answer.complete and answer.returncode == 0 and answer.stderr == ""
+    assert answer.stdout.startswith(b"starting up\n")
+    assert host.commands_run == 1, "one script, one round trip"
+
+
+def test_rec_writes_every_field_as_given(scripts: dict[str, str]) -> None:
+    # rec escapes nothing: no backslash, percent sign, dash, glob or quote is interpreted.
+    scripts["echo"] = 'rec fields "$@"\nrec none\n'
+    fields = ["a b", "", "100%s %d", "back\\slash \\n \\t", "-n", "--", "$HOME", "'\"", "*", "ü"]
+    answer = run_script(LocalHost(), "echo", *fields, "  ends with spaces  ")
+    assert answer.records == [
+        Record("fields", (*fields, "  ends with spaces  ")),
+        Record("none", ()),
+    ]
+
+
+def test_the_payload_reaches_the_script_on_stdin(scripts: dict[str, str]) -> None:
+    scripts["read"] = 'rec size "$(wc -c)"\n'
+    answer = run_script(LocalHost(), "read", payload=b"x" * 100_000)
+    assert answer.records == [Record("size", ("100000",))]
+
+
+def test_a_failing_script_names_its_step_when_checked(scripts: dict[str, str]) -> None:
+    scripts["stage"] = 'rec started\necho "cannot stage: disk full" >&2\nexit 3\n'
+    host = LocalHost()
+    with pytest.raises(CommandError) as err:
+        run_script(host, "stage")
+    assert str(err.value) == f"{host.name}: the stage step exited with 3: cannot stage: disk full"
+    assert (err.value.argv, err.value.returncode) == (["the stage step"], 3)
+    answer = run_script(host, "stage", check=False)
+    assert (answer.returncode, answer.stderr) == (3, "cannot stage: disk full\n")
+    assert answer.records == [Record("started", ())] and not answer.complete
+
+
+def test_the_prelude_makes_an_unset_variable_an_error(scripts: dict[str, str]) -> None:
+    scripts["typo"] = 'rec path "$undefined_name"\nrec end\n'
+    answer = run_script(LocalHost(), "typo", check=False)
+    assert answer.returncode != 0 and answer.records == []
+    assert "undefined_name" in answer.stderr
+
+
+def test_a_script_that_runs_too_long_is_a_timeout(scripts: dict[str, str]) -> None:
+    scripts["slow"] = "sleep 5\n"
+    with pytest.raises(CommandTimeoutError):
+        run_script(LocalHost(), "slow", timeout=0.3)
