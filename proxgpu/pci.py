@@ -31,8 +31,24 @@ _DISPLAY = {
     "1234": ["bochs"],  # QEMU's bochs-display, the stand-in GPU of the end-to-end tests
     "1a03": ["ast"],
 }
+# The display controllers of server BMCs: ASPEED's AST family and Matrox's G200 server variants
+# (SE, EV, WB, EH, ER, EW3, EH3, EH5; the IDs of Linux's ast and mgag200 drivers). Display class,
+# but the board's management console, never a compute GPU.
+_BMC_DISPLAYS = {("1a03", "2000")} | {
+    ("102b", device)
+    for device in ("0522", "0524", "0530", "0532", "0533", "0534", "0536", "0538", "0539")
+}
 # Module name -> the name its PCI driver registers in sysfs, where the two differ.
 _DRIVER_NAME = {"bochs": "bochs-drm"}
+
+
+def is_bmc_display(vendor_id: str, device_id: str) -> bool:
+    """Whether this display controller is a server BMC's (its remote console), not a GPU.
+
+    >>> [is_bmc_display(*ids) for ids in [("1a03", "2000"), ("102b", "0534"), ("10de", "2330")]]
+    [True, True, False]
+    """
+    return (vendor_id.lower(), device_id.lower()) in _BMC_DISPLAYS
 
 
 def host_modules(vendor_id: str, class_code: str) -> list[str]:

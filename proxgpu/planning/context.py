@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from proxgpu.errors import PlanRefusedError
 from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.pci import is_bmc_display, normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.model import Problem, ProblemCode, SplitPolicy
 from proxgpu.pve.claims import GuestRef
@@ -49,7 +50,28 @@ class Context:
     warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.index = GpuIndex(sorted(self.inventory.gpus, key=wording.address))
+        gpus = sorted(self.inventory.gpus, key=wording.address)
+        # A server's BMC display (ASPEED, Matrox G200) is its console, not a GPU: only split it
+        # when asked by address.
+        left_out = [gpu for gpu in gpus if is_bmc_display(gpu.vendor_id, gpu.device_id)]
+        left_out = [gpu for gpu in left_out if not self._named(gpu)]
+        self.index = GpuIndex([gpu for gpu in gpus if gpu not in left_out])
+        self.warnings += [
+            f"{gpu.address} ({gpu.model or 'display controller'}) is the BMC's display "
+            "controller, not a GPU: left out of the split (name it in --host-gpus or --vfio-gpus "
+            "to split it too)"
+            for gpu in left_out
+        ]
+
+    def _named(self, gpu: Gpu) -> bool:
+        """Whether ``--host-gpus``/``--vfio-gpus`` name any function or the slot of ``gpu``."""
+        named = set()
+        for text in [*self.policy.host_gpus, *self.policy.vfio_gpus]:
+            try:
+                named.add(normalize_pci_address(text))
+            except ValueError:
+                continue  # assign_roles reports it
+        return not named.isdisjoint({gpu.address, gpu.slot, *gpu.functions})
 
     def problem(self, code: ProblemCode, what: str, fix: str) -> None:
         self.problems.append(Problem(code=code, what=what, fix=fix))

@@ -14,7 +14,7 @@ import pytest
 from proxgpu.errors import PlanRefusedError, RenderError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
-from proxgpu.inspection.inventory import Inventory
+from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.paths import PCI_MAPPING
 from proxgpu.planning import Plan, SplitPolicy, plan_split
 from proxgpu.pve.config import GuestConfig
@@ -204,3 +204,64 @@ def test_a_vfio_gpu_without_iommu_group_is_refused_while_the_iommu_is_on() -> No
     assert [p.code for p in error.problems] == ["no-iommu-group"]
     assert error.problems[0].what.startswith("0000:81:00.0 would go to vfio-pci")
     assert "--host-gpus 0000:81:00.0" in error.problems[0].fix
+
+
+# --- a server's BMC display controller ----------------------------------------------------------
+
+ASPEED = "0000:03:00.0"
+
+
+def with_aspeed() -> Inventory:
+    """ct200 with the ASPEED BMC display every such server board has, on NUMA node 0."""
+    function = PciFunction(
+        address=ASPEED,
+        class_code="0x030000",
+        vendor_id="1a03",
+        device_id="2000",
+        driver="ast",
+        numa_node=0,
+        iommu_group=7,
+    )
+    bmc = (
+        ct200()
+        .gpus[0]
+        .model_copy(
+            update={
+                "address": ASPEED,
+                "vendor_id": "1a03",
+                "device_id": "2000",
+                "class_code": "0x030000",
+                "model": "ASPEED Graphics Family",
+                "driver": "ast",
+                "iommu_group": 7,
+                "functions": [ASPEED],
+                "function_info": [function],
+                "iommu_group_peers": [],
+                "nvidia_minor": None,
+                "boot_vga": True,
+            }
+        )
+    )
+    return ct200().model_copy(update={"gpus": [bmc, *ct200().gpus]})
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [SplitPolicy(lxc=200, vms=[(300, None)]), SplitPolicy(lxc=200, host_nodes=[1], vfio_nodes=[0])],
+    ids=["bmc-node-kept", "bmc-node-to-vfio"],
+)
+def test_a_bmc_display_is_left_out_of_the_split(policy: SplitPolicy) -> None:
+    plan = plan_split(with_aspeed(), policy)
+    assert all(ASPEED not in g.functions for g in plan.groups)
+    assert sum(len(g.gpus) for g in plan.groups) == 8
+    assert any(
+        w.startswith(f"{ASPEED} (ASPEED Graphics Family) is the BMC's") for w in plan.warnings
+    )
+    changes = render(with_aspeed(), plan)
+    assert not any(ASPEED in (f.after or "") for f in changes.files), "no binding, no DRI node"
+
+
+def test_a_bmc_display_named_by_address_is_split() -> None:
+    plan = plan_split(with_aspeed(), SplitPolicy(lxc=200, host_gpus=["03:00"]))
+    host = next(g for g in plan.groups if g.role == "host")
+    assert host.gpus == [ASPEED]
