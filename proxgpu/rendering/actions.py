@@ -14,6 +14,7 @@ from proxgpu.paths import (
 )
 from proxgpu.rendering.changes import Action, ChangeSet
 from proxgpu.rendering.context import RenderContext
+from proxgpu.rendering.nodes import GUESTS_DROPIN, NODES_UNIT
 
 
 def with_actions(ctx: RenderContext) -> ChangeSet:
@@ -46,6 +47,10 @@ def with_actions(ctx: RenderContext) -> ChangeSet:
         )
     elif GRUB_DEFAULT in changed:
         actions.append(Action(argv=["update-grub"], why="regenerate grub.cfg"))
+    if changed & {NODES_UNIT, GUESTS_DROPIN}:
+        actions.append(
+            Action(argv=["systemctl", "daemon-reload"], why="let systemd read the changed units")
+        )
     guests = sorted(p for p in changed if guest_of(p) is not None)
     if guests:
         ctx.warnings.append(

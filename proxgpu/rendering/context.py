@@ -22,10 +22,15 @@ class RenderOptions(FrozenModel):
     driver_override before any GPU driver loads, also inside the initramfs) or ``driverctl``
     (its per-address overrides in /etc/driverctl.d). ``mapping``: give VMs their GPUs through
     a cluster PCI mapping of this name instead of raw ``hostpciN: host=`` addresses.
+    ``nvidia_nodes_unit``: also write a systemd unit, pulled in by ``pve-guests.service``, that
+    makes the container's NVIDIA device nodes at boot (see :mod:`proxgpu.rendering.nodes`). Off
+    by default until inspection reads ``/etc/systemd/system``: without that, a second plan could
+    not see the unit the first one wrote.
     """
 
     bind_method: BindMethod = "modprobe"
     mapping: str | None = None
+    nvidia_nodes_unit: bool = False
 
 
 @dataclass

@@ -11,6 +11,7 @@ from proxgpu.planning.model import PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
 from proxgpu.pve.config import GuestConfig, format_property_string, parse_property_string
 from proxgpu.rendering.context import RenderContext, guest_config_of
+from proxgpu.rendering.nodes import render_nodes_unit
 from proxgpu.rendering.templating import render_template
 
 
@@ -132,9 +133,8 @@ class _Managed:
 
 
 def _lxc_entries(
-    ctx: RenderContext, group: PlanGroup, gpus: list[Gpu], dev_mode: bool
+    ctx: RenderContext, group: PlanGroup, nodes: list[_DeviceNode], dev_mode: bool
 ) -> list[tuple[str, str]]:
-    nodes = _device_nodes(ctx, gpus)
     if not dev_mode and any(n.major is None for n in nodes):
         raise RenderError(
             f"{ctx.inventory.source}: Proxmox VE {ctx.inventory.pve_version} has no devN entries "
@@ -156,7 +156,10 @@ def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> No
     config = guest_config_of(ctx, path, "container")
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
     dev_mode = _supports_dev_entries(ctx.inventory.pve_version)
-    wanted = _lxc_entries(ctx, group, gpus, dev_mode)
+    nodes = _device_nodes(ctx, gpus)
+    wanted = _lxc_entries(ctx, group, nodes, dev_mode)
+    if ctx.options.nvidia_nodes_unit:
+        render_nodes_unit(ctx, [node.path for node in nodes])
     managed = _Managed.of(ctx.inventory)
     _sync_dev_entries(config, [v for k, v in wanted if k == "dev"] if dev_mode else [], managed)
     raw = [
