@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+#: One more than the highest CPU number believed: Linux's NR_CPUS tops out at 8192 today, so
+#: a list beyond this is garbage, and expanding it would take memory without bound.
+MAX_CPUS = 1 << 16
+
 
 def parse_cpulist(text: str) -> list[int]:
     """Expand a cpulist into sorted, unique CPU numbers.
+
+    >>> parse_cpulist("0-99999999999")
+    Traceback (most recent call last):
+    ...
+    ValueError: CPU 99999999999 in '0-99999999999' is beyond any real machine (65536 CPUs)
 
     :raises ValueError: when ``text`` is not a cpulist.
     """
@@ -21,10 +30,14 @@ def parse_cpulist(text: str) -> list[int]:
         if not part:
             continue
         first, sep, last = part.partition("-")
+        if not first.isdigit() or (sep and not last.isdigit()):
+            raise ValueError(f"bad cpulist range {part!r}")
         low = int(first)
         high = int(last) if sep else low
-        if high < low or low < 0:
+        if high < low:
             raise ValueError(f"bad cpulist range {part!r}")
+        if high >= MAX_CPUS:
+            raise ValueError(f"CPU {high} in {part!r} is beyond any real machine ({MAX_CPUS} CPUs)")
         cpus.update(range(low, high + 1))
     return sorted(cpus)
 

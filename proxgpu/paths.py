@@ -48,6 +48,32 @@ BACKUP_DIR = "/var/lib/proxgpu/backups"
 LOCK_DIR = "/run/lock/proxgpu"
 
 
+def check_host_path(path: str) -> str:
+    """``path`` itself if it is a plain absolute path on a host; else :class:`ValueError`.
+
+    Paths come back from journals and plan files that could have been edited: one with ``..``,
+    ``.``, an empty component or a control character could name a file outside the host's root
+    once its prefix is put in front, so it is refused before anything uses it.
+
+    >>> check_host_path("/etc/pve/lxc/200.conf")
+    '/etc/pve/lxc/200.conf'
+    >>> check_host_path("/etc/../../outside")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a plain absolute path: '/etc/../../outside'
+    """
+    parts = path.split("/")
+    plain = (
+        path.startswith("/")
+        and len(path) > 1
+        and all(part not in ("", ".", "..") for part in parts[1:])
+        and not any(ord(c) < 32 or c == "\x7f" for c in path)
+    )
+    if not plain:
+        raise ValueError(f"not a plain absolute path: {path!r}")
+    return path
+
+
 def guest_config(kind: GuestKind, vmid: int) -> str:
     """The config file of a container (``lxc``) or VM (``vm``)."""
     return f"{LXC_CONFIG_DIR if kind == 'lxc' else VM_CONFIG_DIR}{vmid}.conf"

@@ -12,7 +12,7 @@ they share: one command per step, whatever the number of files.
 from __future__ import annotations
 
 from proxgpu.apply.actions import ACTION_TIMEOUT
-from proxgpu.apply.journal import JournalEntry, JournalFile, history
+from proxgpu.apply.journal import Journal, JournalEntry, JournalFile, history, read_journal
 from proxgpu.apply.remote import Progress
 from proxgpu.apply.rollback import RollbackResult, rollback
 from proxgpu.apply.transaction import ApplyResult, apply_changes
@@ -21,6 +21,7 @@ from proxgpu.apply.verify import VerifyReport, verify
 __all__ = [
     "ACTION_TIMEOUT",
     "ApplyResult",
+    "Journal",
     "JournalEntry",
     "JournalFile",
     "Progress",
@@ -28,6 +29,7 @@ __all__ = [
     "VerifyReport",
     "apply_changes",
     "history",
+    "read_journal",
     "rollback",
     "verify",
 ]

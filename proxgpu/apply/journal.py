@@ -17,10 +17,11 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError
 
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.rebind import Binding
@@ -28,6 +29,7 @@ from proxgpu.errors import JournalError, UsageError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import run_script
 from proxgpu.model import FrozenModel
+from proxgpu.paths import check_host_path
 from proxgpu.planning import Plan
 from proxgpu.rendering.changes import ChangeSet
 
@@ -45,7 +47,7 @@ class JournalFile(FrozenModel):
     True
     """
 
-    path: str
+    path: Annotated[str, AfterValidator(check_host_path)]
     existed: bool
     mode: str | None = None
     uid: int | None = None
@@ -74,7 +76,9 @@ class JournalEntry(FrozenModel):
     changeset: ChangeSet
     plan: Plan | None = None
     files: list[JournalFile]
-    created_dirs: list[str] = Field(default_factory=list)
+    created_dirs: list[Annotated[str, AfterValidator(check_host_path)]] = Field(
+        default_factory=list
+    )
     live: list[Binding] = Field(default_factory=list)
     actions_run: list[list[str]] = Field(default_factory=list)
     message: str = ""
@@ -89,38 +93,73 @@ def new_journal_id(now: datetime | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(2)}"
 
 
+@dataclass(frozen=True)
+class Journal:
+    """A host's journal: its readable entries, oldest first, and the files that are not entries
+    (damaged, cut short, edited by hand), each with why; those never hide the others."""
+
+    entries: list[JournalEntry]
+    unreadable: dict[str, str]
+
+
+def read_journal(host: Host) -> Journal:
+    """The journal of ``host``, in one command.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> read_journal(DirectoryHost("examples/hosts/ct200"))
+    Journal(entries=[], unreadable={})
+    """
+    layout = Layout.of(host)
+    output = run_script(host, "journal", layout.journal_dir)
+    entries, unreadable = [], {}
+    for record in output.of("entry"):
+        journal_id, b64 = record.fields
+        try:
+            entry = JournalEntry.model_validate_json(base64.b64decode(b64))
+        except (ValidationError, ValueError) as exc:
+            unreadable[layout.journal(journal_id)] = _first_line(exc)
+            continue
+        if entry.id != journal_id:
+            unreadable[layout.journal(journal_id)] = f"holds entry {entry.id}, not {journal_id}"
+            continue
+        entries.append(entry)
+    return Journal(sorted(entries, key=lambda e: e.id), unreadable)
+
+
 def history(host: Host) -> list[JournalEntry]:
-    """Every journal entry on ``host``, oldest first, in one command.
+    """Every readable journal entry on ``host``, oldest first (see :func:`read_journal`).
 
     >>> from proxgpu.host import DirectoryHost
     >>> history(DirectoryHost("examples/hosts/ct200"))
     []
-
-    :raises JournalError: when an entry cannot be read.
     """
-    layout = Layout.of(host)
-    output = run_script(host, "journal", layout.journal_dir)
-    entries = []
-    for record in output.of("entry"):
-        journal_id, b64 = record.fields
-        try:
-            entries.append(JournalEntry.model_validate_json(base64.b64decode(b64)))
-        except (ValidationError, ValueError) as exc:
-            raise JournalError(host.name, layout.journal(journal_id), f"unreadable: {exc}") from exc
-    return sorted(entries, key=lambda e: e.id)
+    return read_journal(host).entries
+
+
+def _first_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError) and exc.errors():
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        return f"unreadable: {where}: {error['msg']}"
+    text = str(exc).strip().splitlines()
+    return f"unreadable: {text[0] if text else type(exc).__name__}"
 
 
 def select_entry(
-    host: Host, entries: Sequence[JournalEntry], to: str | None, latest: Sequence[Status]
+    host: Host, journal: Journal, to: str | None, latest: Sequence[Status]
 ) -> JournalEntry | None:
     """The entry named ``to``, or else the latest whose status is in ``latest`` (``None``: none).
 
+    :raises JournalError: when the entry named ``to`` is there but cannot be read.
     :raises UsageError: when no entry is named ``to``.
     """
     if to is None:
-        candidates = [e for e in entries if e.status in latest]
+        candidates = [e for e in journal.entries if e.status in latest]
         return candidates[-1] if candidates else None
-    entry = next((e for e in entries if e.id == to), None)
-    if entry is None:
-        raise UsageError(f"{host.name}: no journal entry {to} (see `proxgpu history`)")
-    return entry
+    entry = next((e for e in journal.entries if e.id == to), None)
+    if entry is not None:
+        return entry
+    path = Layout.of(host).journal(to)
+    if path in journal.unreadable:
+        raise JournalError(host.name, path, journal.unreadable[path])
+    raise UsageError(f"{host.name}: no journal entry {to} (see `proxgpu history`)")

@@ -59,6 +59,11 @@ class Where:
     guest_lock: str
     in_pve: bool
 
+    @property
+    def restore_tmp(self) -> str:
+        """The temp file a restore writes: never the apply's own, which it may still write."""
+        return self.tmp.removesuffix(".tmp") + ".restore.tmp"
+
 
 def where(layout: Layout, path: str, journal_id: str, is_live: bool) -> Where:
     """Where ``path`` is on the host, with the temp file of journal entry ``journal_id``."""

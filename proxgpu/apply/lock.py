@@ -57,19 +57,34 @@ def parse_owner(b64: str) -> dict[str, str]:
 
 
 def is_stale(owner: dict[str, str]) -> bool:
-    """Whether the lock's owner is known to be gone: only decidable for this machine's processes."""
+    """Whether the lock's owner is known to be gone: only decidable for this machine's processes.
+
+    A lock without an owner file is no one's; a process that exited but was not reaped yet (a
+    zombie, as a killed apply is until its parent waits for it) is gone.
+    """
+    if not owner:
+        return False  # unreadable or ownerless: only --break-lock takes it
     if owner.get("client") != socket.gethostname() or not owner.get("pid", "").isdigit():
         return False
     pid = int(owner["pid"])
     if pid == os.getpid():
         return owner.get("id") not in _held_here
+    return not _running(pid)
+
+
+def _running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except PermissionError:
         return False
-    return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def held_error(host: str, lock: str, owner: dict[str, str]) -> ConcurrentApplyError:
@@ -78,9 +93,23 @@ def held_error(host: str, lock: str, owner: dict[str, str]) -> ConcurrentApplyEr
         f"{owner.get('op', 'apply')} {owner.get('id', '?')} ({owner.get('user', '?')}@"
         f"{owner.get('client', '?')} pid {owner.get('pid', '?')}, since {owner.get('since', '?')})"
     )
+    if not owner:
+        who = "no one (it has no owner file: an apply or rollback was cut off while taking it)"
     return ConcurrentApplyError(
         host,
         f"{lock} is held by {who}: wait for it to finish; if it was interrupted, run "
-        "`proxgpu rollback`, which recovers or releases it",
+        "`proxgpu rollback --break-lock`, which takes the lock over and recovers the unfinished "
+        "apply (`proxgpu history` shows it)",
         owner,
+    )
+
+
+def broken_note(lock: str, owner: dict[str, str]) -> str:
+    """What was done when a lock was taken over, and what to check next."""
+    if not owner:
+        return f"took over {lock}, which had no owner"
+    return (
+        f"took over {lock} from {owner.get('op', 'apply')} {owner.get('id', '?')} "
+        f"({owner.get('user', '?')}@{owner.get('client', '?')} pid {owner.get('pid', '?')}, "
+        f"since {owner.get('since', '?')}); check `proxgpu history` for what it left"
     )

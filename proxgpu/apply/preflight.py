@@ -105,20 +105,35 @@ def files_to_write(
         if state.sha256 == sha(change.after):
             continue  # already as planned: a second apply writes nothing
         if state.sha256 != sha(change.before):
-            if not (is_vm_config(change.path) and state.kind == "file" and change.after):
+            if state.kind != "file" or not change.before:
                 raise cas_failed(host, change.path)
-            unsure.append(index)
+            unsure.append(index)  # maybe Proxmox's own order of `after`, maybe not UTF-8
             continue
         todo.append(index)
     if unsure:
         layout = Layout.of(host)
         found = read_files(host, [layout.on_host(changes[i].path) for i in unsure])
         for index, data in zip(unsure, found, strict=True):
-            after = changes[index].after
-            now = None if data is None else data.decode("utf-8", "replace")
-            if now is None or after is None or not same_config(now, after):
-                raise cas_failed(host, changes[index].path)
+            _check_unsure(host, changes[index], data)
     return todo
+
+
+def _check_unsure(host: Host, change: FileChange, data: bytes | None) -> None:
+    """Accept a VM config Proxmox rewrote from ``after``; refuse anything else, saying why."""
+    if data is None:
+        raise cas_failed(host, change.path)
+    try:
+        now = data.decode()
+    except UnicodeDecodeError as exc:
+        raise FileChangedError(
+            host.name,
+            change.path,
+            f"is not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}): proxgpu edits "
+            "only UTF-8 text, as Proxmox writes it; fix that byte, then plan again",
+        ) from None
+    after = change.after
+    if not (is_vm_config(change.path) and after and same_config(now, after)):
+        raise cas_failed(host, change.path)
 
 
 def cas_failed(host: Host, path: str) -> FileChangedError:

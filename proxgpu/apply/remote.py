@@ -20,8 +20,8 @@ from typing import Literal
 
 from proxgpu.apply import lock
 from proxgpu.apply.journal import JournalEntry
-from proxgpu.apply.layout import Layout, mode_and_umask, where
-from proxgpu.errors import NotRootError, ProxgpuError
+from proxgpu.apply.layout import Layout
+from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import ScriptArgs, run_script
 from proxgpu.pve.api import same_config
@@ -44,11 +44,6 @@ def sha(text: str | None) -> str | None:
     return None if text is None else hashlib.sha256(text.encode()).hexdigest()
 
 
-def b64_line(data: bytes) -> bytes:
-    """``data`` as one base64 line, the way the scripts read contents from stdin."""
-    return base64.b64encode(data) + b"\n"
-
-
 def describe(exc: BaseException) -> str:
     """What went wrong, in words for a message."""
     if isinstance(exc, ProxgpuError):
@@ -67,7 +62,7 @@ def deepest_first(dirs: Iterable[str]) -> list[str]:
 class FileState:
     """A target file as the probe found it."""
 
-    kind: Literal["file", "absent", "other"]
+    kind: Literal["file", "absent", "other", "escapes"]
     sha256: str | None = None
     mode: str | None = None
     uid: int | None = None
@@ -99,6 +94,8 @@ def _file_state(fields: Sequence[str]) -> FileState:
         return FileState("file", digest, mode, int(uid), int(gid))
     if fields[0] == "absent":
         return FileState("absent", missing_dirs=int(fields[1]))
+    if fields[0] == "escapes":
+        return FileState("escapes")
     return FileState("other")
 
 
@@ -109,10 +106,10 @@ def probe(
     *,
     lock_id: str | None,
     op: str = "apply",
-    takeover: str = "",
+    takeover: str | None = None,
 ) -> Probe:
     """Read every file's state in one command, taking the host-wide lock when ``lock_id``
-    (``takeover``: the id of a lock to take over from its owner).
+    (``takeover``: the owner id of a lock to break first, ``""`` for one without an owner).
 
     :raises NotRootError: when a live host is not written to as root.
     """
@@ -122,13 +119,24 @@ def probe(
         "lock" if lock_id else "read",
         layout.lock,
         lock.owner_text(lock_id or "", op),
-        takeover,
+        "-" if takeover is None else takeover,
         "1" if host.is_live else "0",
         layout.journal_dir,
+        host.root,
         *paths,
     )
     if output.has("notroot"):
         raise NotRootError(host.name, "proxgpu must run as root to change this host")
+    for record in output.of("file"):
+        if record[1] == "escapes":
+            path = paths[int(record[0])]
+            if lock_id and output.has("lock"):
+                release_quietly(host, layout, lock_id)  # taken in the same command
+            raise PreflightError(
+                host.name,
+                f"{path}: its directory resolves to {record[2]}, outside {host.root}, through a "
+                "symlink; proxgpu writes only inside the host's root: fix the link",
+            )
     held = [r for r in output.records if r.kind in ("locked", "held")]
     owner = lock.parse_owner(held[0][0]) if held else None
     node = output.first("node")
@@ -143,6 +151,35 @@ def probe(
     )
 
 
+def lock_and_probe(
+    host: Host,
+    layout: Layout,
+    paths: Sequence[str],
+    lock_id: str,
+    *,
+    op: str,
+    break_lock: bool,
+) -> tuple[Probe, dict[str, str] | None]:
+    """Take the host-wide lock and read every file's state; return the probe and the owner of
+    the lock that was broken to get it (``None``: it was free).
+
+    A lock whose owner is gone (a process of this machine that no longer runs) is taken over;
+    any other only with ``break_lock``.
+
+    :raises ConcurrentApplyError: naming the owner, when the lock is held.
+    """
+    found = probe(host, layout, paths, lock_id=lock_id, op=op)
+    if found.locked:
+        return found, None
+    owner = found.owner or {}
+    if not (break_lock or lock.is_stale(owner)):
+        raise lock.held_error(host.name, layout.lock, owner)
+    found = probe(host, layout, paths, lock_id=lock_id, op=op, takeover=owner.get("id", ""))
+    if not found.locked:
+        raise lock.held_error(host.name, layout.lock, found.owner or {})
+    return found, owner
+
+
 def read_files(host: Host, paths: Sequence[str]) -> list[bytes | None]:
     """The bytes of each file (``None``: absent or not a regular file), in one command."""
     found: list[bytes | None] = [None] * len(paths)
@@ -154,12 +191,20 @@ def read_files(host: Host, paths: Sequence[str]) -> list[bytes | None]:
 
 def finish(
     host: Host, layout: Layout, lock_id: str, entry: JournalEntry | None, release: bool
-) -> None:
-    """Write ``entry`` (if any) to the journal and, with ``release``, release our own lock."""
-    payload = b64_line(entry.model_dump_json(indent=2).encode()) if entry else b""
+) -> str | None:
+    """Write ``entry`` (if any) durably to the journal and, with ``release``, release our own
+    lock; return why the release failed, if it did (the entry is recorded all the same).
+
+    :raises CommandError: when the entry could not be written.
+    """
+    data = entry.model_dump_json(indent=2).encode() if entry else b""
     journal = layout.journal(entry.id) if entry else "-"
     release_flag = "1" if release else "0"
-    run_script(host, "finish", journal, layout.lock, lock_id, release_flag, payload=payload)
+    output = run_script(
+        host, "finish", journal, layout.lock, lock_id, release_flag, str(len(data)), payload=data
+    )
+    failed = output.first("notreleased")
+    return None if failed is None else f"{layout.lock}: {failed[0] or 'could not be released'}"
 
 
 def release_quietly(host: Host, layout: Layout, lock_id: str) -> None:
@@ -204,82 +249,6 @@ def recognise(
 
 
 @dataclass(frozen=True)
-class RestoreItem(ScriptArgs):
-    """One file for ``scripts/restore.sh``, its fields in the script's order."""
-
-    path: str
-    tmp: str
-    backup: str | None
-    backup_sha: str | None
-    mode: str
-    umask: str
-    owner: str | None
-    only_if: str
-    guest_lock: str
-
-
-_RESTORE_OUTCOMES = {
-    10: "already as before",
-    11: "changed by someone else since the apply; left alone",
-    12: "its backup is damaged; left alone",
-    13: "could not be written back",
-    75: "Proxmox held the guest's config lock for 10 s; left alone",
-}
-
-
-def _restore_item(
-    host: Host, layout: Layout, entry: JournalEntry, index: int, only_if: str
-) -> RestoreItem:
-    f = entry.files[index]
-    at = where(layout, f.path, entry.id, host.is_live)
-    mode, umask = mode_and_umask(None, f.mode, at)
-    return RestoreItem(
-        path=at.path,
-        tmp=at.tmp,
-        backup=f"{layout.backups(entry.id)}/{f.backup}" if f.backup else None,
-        backup_sha=f.sha256_before,
-        mode=mode,
-        umask=umask,
-        owner=f"{f.uid}:{f.gid}" if f.existed and not at.in_pve else None,
-        only_if=only_if,
-        guest_lock=at.guest_lock,
-    )
-
-
-def restore(
-    host: Host,
-    layout: Layout,
-    entry: JournalEntry,
-    *,
-    force: bool,
-    keep: frozenset[str] = frozenset(),
-) -> tuple[list[str], list[str]]:
-    """Put back ``entry``'s files in one command; return (paths restored, problems).
-
-    A file is put back only if it is still what the apply left (any state with ``force``); files
-    in ``keep`` were never written: only their temp files are removed.
-    """
-    items = []
-    for index, f in enumerate(entry.files):
-        only_if = "any" if force else (f.sha256_after or "-")
-        only_if = "keep" if f.path in keep else only_if
-        items.append(_restore_item(host, layout, entry, index, only_if))
-    dirs = [layout.on_host(d) for d in deepest_first(entry.created_dirs)]
-    args = [arg for item in items for arg in item.argv()]
-    output = run_script(host, "restore", str(len(items)), *args, *dirs)
-    restored, problems = [], []
-    for record in output.of("rc"):
-        path, code = entry.files[int(record[0])].path, int(record[1])
-        if code == 0:
-            restored.append(path)
-        elif code != 10:
-            problems.append(f"{path}: {_RESTORE_OUTCOMES.get(code, f'failed ({code})')}")
-    if not output.complete:
-        problems.append("the restore step stopped before the end")
-    return restored, problems
-
-
-@dataclass(frozen=True)
 class StageItem(ScriptArgs):
     """One file for ``scripts/stage.sh``, its fields in the script's order."""
 
@@ -291,6 +260,7 @@ class StageItem(ScriptArgs):
     umask: str
     owner: str | None
     parent_exists: int
+    size: int
 
 
 @dataclass(frozen=True)

@@ -15,21 +15,22 @@ from proxgpu.apply import lock
 from proxgpu.apply.actions import ACTION_TIMEOUT
 from proxgpu.apply.actions import run_actions as run_actions_on
 from proxgpu.apply.busy import check_not_busy
-from proxgpu.apply.journal import JournalEntry, history, new_journal_id, select_entry
+from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
+from proxgpu.apply.journal import JournalEntry, new_journal_id, read_journal, select_entry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.rebind import Binding, restore_drivers
 from proxgpu.apply.remote import (
     FileState,
-    Probe,
     Progress,
     finish,
+    lock_and_probe,
     now,
-    probe,
     quiet,
+    read_files,
     recognise,
     release_quietly,
-    restore,
 )
+from proxgpu.apply.restore import Merged, restore
 from proxgpu.errors import FileChangedError, RollbackError
 from proxgpu.host.base import Host
 from proxgpu.model import FrozenModel
@@ -73,14 +74,16 @@ def rollback(
     :raises FileChangedError: when a file changed since the apply and ``force`` is not given.
     :raises ConcurrentApplyError: when another apply or rollback holds the lock.
     """
-    entries = history(host)
-    entry = select_entry(host, entries, to, latest=("applied", "in-progress"))
+    journal = read_journal(host)
+    entry = select_entry(host, journal, to, latest=("applied", "in-progress"))
     if entry is not None:
         _refuse_finished(host, entry)
     options = _Options(run_actions, force, live, break_lock, action_timeout)
     run = _Rollback(host, entry, progress or quiet, options)
+    known = {e.id for e in journal.entries}
+    known |= {path.rsplit("/", 1)[1].removesuffix(".json") for path in journal.unreadable}
     with lock.holding(run.lock_id):
-        return run.locked_run(explicit=to is not None, known={e.id for e in entries})
+        return run.locked_run(explicit=to is not None, known=known)
 
 
 @dataclass(frozen=True)
@@ -102,21 +105,6 @@ def _refuse_finished(host: Host, entry: JournalEntry) -> None:
         )
 
 
-def _lock_for_rollback(
-    host: Host, layout: Layout, paths: list[str], lock_id: str, break_lock: bool
-) -> tuple[Probe, dict[str, str] | None]:
-    found = probe(host, layout, paths, lock_id=lock_id, op="rollback")
-    if found.locked:
-        return found, None
-    owner = found.owner or {}
-    if not (break_lock or lock.is_stale(owner)):
-        raise lock.held_error(host.name, layout.lock, owner)
-    found = probe(host, layout, paths, lock_id=lock_id, op="rollback", takeover=owner.get("id", ""))
-    if not found.locked:
-        raise lock.held_error(host.name, layout.lock, found.owner or {})
-    return found, owner
-
-
 def _recognise_api_writes(
     host: Host, layout: Layout, entry: JournalEntry, states: list[FileState]
 ) -> JournalEntry:
@@ -131,15 +119,63 @@ def _recognise_api_writes(
     return recognise(host, layout, entry, paths) if paths else entry
 
 
-def _check_rollback_files(host: Host, entry: JournalEntry, states: list[FileState]) -> None:
+def _merge_changed(
+    host: Host, layout: Layout, entry: JournalEntry, states: list[FileState]
+) -> dict[str, Merged]:
+    """The files changed since the apply, with only the apply's entries undone in each.
+
+    A file proxgpu shares (guest config, ``pci.cfg``, kernel command line) that changed since
+    keeps every change made after the apply; only when one of the apply's own entries changed
+    since is the rollback refused. A file proxgpu owns outright must be as the apply left it.
+
+    :raises FileChangedError: naming the file and the entries that changed since the apply.
+    """
+    changes = {c.path: c for c in entry.changeset.files}
+    shared = []
     for f, state in zip(entry.files, states, strict=True):
-        if state.kind == "other" or state.sha256 not in (f.sha256_after, f.sha256_before):
-            raise FileChangedError(
-                host.name,
-                f.path,
-                f"changed since apply {entry.id} wrote it; look at it, then roll back with force "
-                "to overwrite it with the backup",
-            )
+        if state.kind != "other" and state.sha256 in (f.sha256_after, f.sha256_before):
+            continue
+        change = changes.get(f.path)
+        if state.kind != "file" or not partly_ours(f.path) or change is None or not change.after:
+            raise _changed_since(host, entry, f.path, "")
+        shared.append((f, state, change))
+    texts = read_files(host, [layout.on_host(f.path) for f, _, _ in shared]) if shared else []
+    merged = {}
+    for (f, state, change), data in zip(shared, texts, strict=True):
+        assert change.after is not None and state.sha256 is not None  # checked above
+        now = _decoded(host, entry, f.path, data)
+        drift = entry_drift(f.path, change.after, change.before or "", now, f"apply {entry.id}")
+        if drift:
+            raise _changed_since(host, entry, f.path, "; ".join(drift))
+        undone = undo_entries(f.path, change.before or "", change.after, now)
+        gone = change.before is None and not undone.strip()
+        merged[f.path] = Merged(state.sha256, None if gone else undone.encode())
+    return merged
+
+
+def _decoded(host: Host, entry: JournalEntry, path: str, data: bytes | None) -> str:
+    if data is None:
+        raise _changed_since(host, entry, path, "it is gone")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise _changed_since(host, entry, path, f"it is no longer UTF-8 ({exc.reason})") from exc
+
+
+def _changed_since(host: Host, entry: JournalEntry, path: str, what: str) -> FileChangedError:
+    detail = f": {what}" if what else ""
+    return FileChangedError(
+        host.name,
+        path,
+        f"changed since apply {entry.id} wrote it{detail}; look at it, then roll back with "
+        "force to overwrite it with the backup",
+    )
+
+
+def _wrote_nothing(owner: dict[str, str], known: set[str]) -> bool:
+    """Whether the lock's owner was an apply cut off before it wrote its journal entry (and so
+    before it wrote any file); a rollback's lock has an id of its own, never an entry's."""
+    return owner.get("op", "apply") == "apply" and owner.get("id") not in known
 
 
 class _Rollback:
@@ -155,6 +191,8 @@ class _Rollback:
         self.options = options
         self.timeout = options.action_timeout
         self.lock_id = new_journal_id()
+        #: Files changed since the apply, to be written with only its entries undone.
+        self.merged: dict[str, Merged] = {}
 
     def locked_run(self, *, explicit: bool, known: set[str]) -> RollbackResult:
         """Take the lock (recovering a stale one), check the files, restore, release."""
@@ -163,29 +201,28 @@ class _Rollback:
         locked = False
         try:
             self.say("lock", f"taking the lock on {host.name}")
-            found, stale = _lock_for_rollback(
-                host, layout, paths, self.lock_id, self.options.break_lock
+            found, stale = lock_and_probe(
+                host, layout, paths, self.lock_id, op="rollback", break_lock=self.options.break_lock
             )
             locked = True
-            if stale is not None and not explicit and stale.get("id") not in known:
-                return RollbackResult(
-                    host=host.name,
-                    journal_id=None,
-                    messages=[
-                        f"released the lock left by {stale.get('op')} {stale.get('id')}, "
-                        "which had written nothing"
-                    ],
-                )
+            notes = [] if stale is None else [lock.broken_note(layout.lock, stale)]
+            if stale is not None and _wrote_nothing(stale, known) and not explicit:
+                # The apply that held it never wrote its journal entry, so it wrote no file.
+                notes.append("it had written nothing, so there is nothing to roll back")
+                return RollbackResult(host=host.name, journal_id=None, messages=notes)
             if entry is None:
-                raise RollbackError(host.name, "nothing to roll back: no applied journal entry")
+                notes.append("nothing to roll back: no applied or unfinished journal entry")
+                return RollbackResult(host=host.name, journal_id=None, messages=notes)
             if not self.options.force:
                 entry = _recognise_api_writes(host, layout, entry, found.files)
-                _check_rollback_files(host, entry, found.files)
+                self.merged = _merge_changed(host, layout, entry, found.files)
             self.entry = entry
             result, done = self.run(self.options.run_actions, self.options.live, self.options.force)
-            finish(host, layout, self.lock_id, done, release=True)
+            problem = finish(host, layout, self.lock_id, done, release=True)
             locked = False
-            return result
+            if problem is not None:
+                notes.append(f"the lock was not released ({problem}): break it with --break-lock")
+            return result.model_copy(update={"messages": [*result.messages, *notes]})
         finally:
             if locked:
                 release_quietly(host, layout, self.lock_id)
@@ -202,7 +239,9 @@ class _Rollback:
             check_not_busy(self.host, [b.address for b in moved])
             bindings = restore_drivers(self.host, moved)
         self.say("restore", f"restoring {len(self.entry.files)} files of {self.entry.id}")
-        restored, problems = restore(self.host, self.layout, self.entry, force=force)
+        restored, problems = restore(
+            self.host, self.layout, self.entry, force=force, merged=self.merged
+        )
         if problems:
             raise RollbackError(
                 self.host.name, f"rollback of {self.entry.id} incomplete: {'; '.join(problems)}"
@@ -219,6 +258,10 @@ class _Rollback:
             live=bindings,
             messages=[
                 f"{len(restored)} files restored from journal entry {self.entry.id}",
+                *[
+                    f"{path}: only the apply's entries were undone; what changed since is kept"
+                    for path in self.merged
+                ],
                 *messages,
             ],
         )

@@ -43,19 +43,19 @@ from proxgpu.apply.remote import (
     Probe,
     Progress,
     StageItem,
-    b64_line,
     created_dirs,
     describe,
     finish,
+    lock_and_probe,
     now,
     probe,
     quiet,
     recognise,
     release_quietly,
-    restore,
     sha,
     with_hashes,
 )
+from proxgpu.apply.restore import restore
 from proxgpu.apply.vmapi import VmApiWriter
 from proxgpu.errors import (
     ApplyError,
@@ -106,16 +106,19 @@ def apply_changes(
     progress: Progress | None = None,
     inventory: Inventory | None = None,
     skip_guest_check: bool = False,
+    break_lock: bool = False,
     action_timeout: float = ACTION_TIMEOUT,
 ) -> ApplyResult:
     """Apply ``changeset`` to ``host`` as one transaction; see the module docstring for the steps.
 
-    Files already as planned are left alone, so applying the same change set twice changes nothing
-    the second time. ``dry_run`` runs the read-only checks and writes nothing. ``live`` moves the
-    plan's vfio groups to vfio-pci now (``plan`` required). On a directory tree
+    Files already as planned are left alone, so applying the same change set twice changes
+    nothing the second time. ``dry_run`` runs the read-only checks and writes nothing. ``live``
+    moves the plan's vfio groups to vfio-pci now (``plan`` required). On a directory tree
     (``host.is_live`` false) post-actions and live steps are listed, not run. ``inventory``, when
     given, says whether the host has pvesh; ``skip_guest_check`` applies without asking whether
     the guests are running (for hosts without pvesh, guests known to be stopped).
+    ``break_lock`` takes over a lock another apply or rollback left (one of this machine's whose
+    process is gone is taken over anyway).
 
     >>> from proxgpu.host import DirectoryHost
     >>> apply_changes(DirectoryHost("/"), ChangeSet(host="pve1")).messages
@@ -131,14 +134,15 @@ def apply_changes(
     if not changes:
         return _unchanged(host, live)
     run = _Apply(host, changeset, plan, progress or quiet, action_timeout)
+    run.break_lock = break_lock
     return run.run(dry_run, live, inventory, skip_guest_check)
 
 
 _NO_CHANGES = "no changes: the host already matches the plan"
 
 
-def _unchanged(host: Host, live: bool) -> ApplyResult:
-    messages = [_NO_CHANGES]
+def _unchanged(host: Host, live: bool, notes: Sequence[str] = ()) -> ApplyResult:
+    messages = [_NO_CHANGES, *notes]
     if live:
         # The journal ties a runtime rebind to the files it goes with; with none to write there
         # is no entry to roll it back by.
@@ -174,6 +178,9 @@ class _Apply:
         # restore.
         self.not_written: frozenset[str] = frozenset()
         self.vm_api = VmApiWriter(host, say)
+        self.break_lock = False
+        #: Lines for the result about the lock (broken to get it, or not released).
+        self.notes: list[str] = []
 
     def run(
         self, dry_run: bool, live: bool, inventory: Inventory | None, skip_guest_check: bool
@@ -181,18 +188,24 @@ class _Apply:
         self.say("preflight", f"checking {len(self.changes)} files on {self.host.name}")
         with lock.holding(self.id):
             try:
-                found = probe(
-                    self.host,
-                    self.layout,
-                    [w.path for w in self.where],
-                    lock_id=None if dry_run else self.id,
-                )
-                if not dry_run and not found.locked:
-                    raise lock.held_error(self.host.name, self.layout.lock, found.owner or {})
-                self.locked = not dry_run
+                paths = [w.path for w in self.where]
+                if dry_run:
+                    found = probe(self.host, self.layout, paths, lock_id=None)
+                else:
+                    found, broken = lock_and_probe(
+                        self.host,
+                        self.layout,
+                        paths,
+                        self.id,
+                        op="apply",
+                        break_lock=self.break_lock,
+                    )
+                    self.locked = True
+                    if broken is not None:
+                        self.notes.append(lock.broken_note(self.layout.lock, broken))
                 todo = self._preflight(found, live, inventory, skip_guest_check)
                 if not todo:
-                    return _unchanged(self.host, live)
+                    return _unchanged(self.host, live, self.notes)
                 if dry_run:
                     return self._dry_result(todo, found)
                 return self._transaction(todo, found, live)
@@ -270,6 +283,7 @@ class _Apply:
                 *self.vm_api.note([self.changes[i].path for i in todo]),
                 *messages,
                 *self.vm_api.warnings(),
+                *self.notes,
             ],
         )
 
@@ -297,6 +311,7 @@ class _Apply:
             )
             staged = change.after is not None and not via_api
             mode, umask = mode_and_umask(change.mode, state.mode, at)
+            content = change.after.encode() if change.after is not None and staged else b""
             items.append(
                 StageItem(
                     path=at.path,
@@ -307,10 +322,10 @@ class _Apply:
                     umask=umask,
                     owner=f"{state.uid}:{state.gid}" if existed and not at.in_pve else None,
                     parent_exists=int(state.parent_exists),
+                    size=len(content),
                 )
             )
-            if change.after is not None and staged:
-                contents.append(b64_line(change.after.encode()))
+            contents.append(content)
         created = created_dirs(
             (self.changes[i].path, states[i]) for i in todo if self.changes[i].after is not None
         )
@@ -325,15 +340,17 @@ class _Apply:
             files=files,
             created_dirs=created,
         )
+        journal = self.entry.model_dump_json(indent=2).encode()
         meta = json.dumps([f.model_dump() for f in files], indent=2).encode()
-        payload = b64_line(self.entry.model_dump_json(indent=2).encode()) + b64_line(meta)
         output = run_script(
             self.host,
             "stage",
             self.layout.journal(self.id),
             self.layout.backups(self.id),
+            str(len(journal)),
+            str(len(meta)),
             *(arg for item in items for arg in item.argv()),
-            payload=payload + b"".join(contents),
+            payload=journal + meta + b"".join(contents),
         )
         self._refuse_changed(output.records, [self.changes[i].path for i in todo], "changed")
 
@@ -373,9 +390,8 @@ class _Apply:
                 "(another edit is running); retry when it is done",
             )
         for record in output.of("failed"):
-            raise CommandError(
-                self.host.name, ["rename", paths[int(record[0])]], int(record[1]), ""
-            )
+            path = paths[int(record[0])]
+            raise CommandError(self.host.name, [f"replacing {path}"], int(record[1]), record[2])
 
     def _api_writes(self, indices: list[int]) -> None:
         """``PUT /nodes/<node>/qemu/<vmid>/config`` for each VM config, one pvesh call each."""
@@ -430,8 +446,15 @@ class _Apply:
                 "message": message,
             }
         )
-        finish(self.host, self.layout, self.id, self.entry, release=True)
+        # The entry is recorded before the lock is released, and a release that fails never
+        # undoes what the entry records: the next apply or rollback breaks the lock.
+        problem = finish(self.host, self.layout, self.id, self.entry, release=True)
         self.locked = False
+        if problem is not None:
+            self.notes.append(
+                f"the lock was not released ({problem}): the next apply or rollback takes it "
+                "over with --break-lock"
+            )
 
     def _undo(self, exc: BaseException) -> ProxgpuError:
         assert self.entry is not None

@@ -7,11 +7,9 @@ anything else (a VM snapshot, a new tag) is no drift.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-
 from pydantic import Field
 
+from proxgpu.apply.entries import entry_drift, partly_ours
 from proxgpu.apply.journal import JournalEntry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import probe, read_files
@@ -19,11 +17,8 @@ from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.model import FrozenModel
-from proxgpu.paths import GRUB_DEFAULT, GUEST_CONFIG, KERNEL_CMDLINE, PCI_MAPPING
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning.model import Plan
-from proxgpu.pve.config import GuestConfig
-from proxgpu.pve.mapping import PciMappingConfig
 
 
 class VerifyReport(FrozenModel):
@@ -97,7 +92,7 @@ def _file_drift(host: Host, entry: JournalEntry) -> list[str]:
             lines[n].append(f"{f.path}: exists, but {who} left it absent")
         elif state.kind == "absent":
             lines[n].append(f"{f.path}: missing, but {who} left it in place")
-        elif state.kind == "file" and change is not None and _partly_ours(f.path):
+        elif state.kind == "file" and change is not None and partly_ours(f.path):
             left, other = (change.after, change.before) if wrote else (change.before, change.after)
             if left is not None:
                 compare[n] = (left, other or "")
@@ -113,141 +108,8 @@ def _file_drift(host: Host, entry: JournalEntry) -> list[str]:
                 lines[n].append(f"{path}: differs from what {who} left there")
                 continue
             now = data.decode("utf-8", "replace")
-            lines[n] += [f"{path}: {line}" for line in _entry_drift(path, left, other, now, who)]
+            lines[n] += [f"{path}: {line}" for line in entry_drift(path, left, other, now, who)]
     return [line for per_file in lines for line in per_file]
-
-
-def _is_raw(key: str) -> bool:
-    return key.startswith("lxc.")
-
-
-def _partly_ours(path: str) -> bool:
-    """Whether proxgpu edits only some entries of ``path``, the rest being Proxmox's or the
-    admin's (the files it owns entirely are compared byte for byte).
-
-    >>> _partly_ours("/etc/pve/qemu-server/300.conf"), _partly_ours("/etc/modules-load.d/x.conf")
-    (True, False)
-    """
-    return bool(GUEST_CONFIG.match(path)) or path in (
-        PCI_MAPPING,
-        KERNEL_CMDLINE,
-        GRUB_DEFAULT,
-    )
-
-
-def _entry_drift(path: str, left: str, other: str, now: str, who: str) -> list[str]:
-    """What of the change from ``other`` to ``left`` (the text the apply, or the rollback, left)
-    is no longer in ``now``; everything else in the file may change freely.
-
-    >>> _entry_drift("/etc/kernel/cmdline", "root=x quiet iommu=pt\\n", "root=x quiet\\n",
-    ...              "root=y iommu=pt\\n", "apply 1")
-    []
-    """
-    if path in (KERNEL_CMDLINE, GRUB_DEFAULT):
-        return _word_drift(
-            _kernel_parameters(path, left),
-            _kernel_parameters(path, other),
-            _kernel_parameters(path, now),
-            who,
-            "kernel parameter ",
-        )
-    if path == PCI_MAPPING:
-        return _mapping_drift(left, other, now, who)
-    return _config_drift(left, other, now, who)
-
-
-def _config_drift(left: str, other: str, now: str, who: str) -> list[str]:
-    """Drift in the main section of a guest config: each key the change added, changed or
-    removed must still have the value it was left with; raw ``lxc.*`` keys, which repeat, line by
-    line. Other sections (snapshots, pending changes) and the description are not compared.
-
-    >>> _config_drift("cores: 4\\nnuma: 1\\n", "cores: 2\\n", "numa: 1\\ntags: x\\ncores: 8\\n",
-    ...               "apply 1")
-    ['cores is now "8", but apply 1 set "4"']
-    """
-    want, was, have = (GuestConfig.parse(t).entries() for t in (left, other, now))
-    lines = _word_drift(
-        [f"{k}: {v}" for k, v in want if _is_raw(k)],
-        [f"{k}: {v}" for k, v in was if _is_raw(k)],
-        [f"{k}: {v}" for k, v in have if _is_raw(k)],
-        who,
-        "",
-    )
-    # The last entry of a key wins, as in Proxmox.
-    want_keys, was_keys, have_keys = (
-        {k: v for k, v in entries if not _is_raw(k)} for entries in (want, was, have)
-    )
-    for key in dict.fromkeys([*want_keys, *was_keys]):
-        wanted, found = want_keys.get(key), have_keys.get(key)
-        if wanted == was_keys.get(key) or wanted == found:
-            continue
-        if wanted is None:
-            lines.append(f'"{key}: {found}" is back, but {who} removed it')
-        elif found is None:
-            lines.append(f'"{key}: {wanted}" is gone, but {who} put it there')
-        else:
-            lines.append(f'{key} is now "{found}", but {who} set "{wanted}"')
-    return lines
-
-
-def _mapping_drift(left: str, other: str, now: str, who: str) -> list[str]:
-    """Drift in ``/etc/pve/mapping/pci.cfg``, line by line within each mapping id, so that
-    another node's ``map`` lines or a description added later are no drift.
-
-    >>> mapping = "gpu\\n\\tmap node=a\\n"
-    >>> _mapping_drift(mapping, "", mapping + "\\tmap node=b\\n", "apply 1")
-    []
-    """
-    want, was, have = (PciMappingConfig.parse(t) for t in (left, other, now))
-    lines = []
-    for mapping_id in dict.fromkeys([*want.ids(), *was.ids()]):
-        wanted, before, found = (
-            [f"{k} {v}" for k, v in c.entries(mapping_id)] if mapping_id in c.ids() else []
-            for c in (want, was, have)
-        )
-        gone = [line for line in wanted if line not in before and line not in found]
-        if gone and mapping_id not in have.ids():
-            lines.append(f"mapping {mapping_id} is gone, but {who} put it there")
-            continue
-        lines += _word_drift(wanted, before, found, who, f"mapping {mapping_id}: ")
-    return lines
-
-
-def _word_drift(
-    left: Sequence[str], other: Sequence[str], now: Sequence[str], who: str, what: str
-) -> list[str]:
-    """Each item ``left`` has and ``other`` lacks must be in ``now``; each the other way round
-    must not be.
-
-    >>> _word_drift(["a", "b"], ["b", "c"], ["c"], "apply 1", "word ")
-    ['word "a" is gone, but apply 1 put it there', 'word "c" is back, but apply 1 removed it']
-    """
-    gone = [
-        f'{what}"{w}" is gone, but {who} put it there'
-        for w in left
-        if w not in other and w not in now
-    ]
-    back = [
-        f'{what}"{w}" is back, but {who} removed it' for w in other if w not in left and w in now
-    ]
-    return gone + back
-
-
-_GRUB_CMDLINE = re.compile(
-    r"^\s*(?:export\s+)?GRUB_CMDLINE_LINUX(?:_DEFAULT)?=([\"']?)(.*?)\1\s*$", re.MULTILINE
-)
-
-
-def _kernel_parameters(path: str, text: str) -> list[str]:
-    """The kernel parameters a boot loader file gives: all of ``/etc/kernel/cmdline``, the
-    ``GRUB_CMDLINE_LINUX`` and ``GRUB_CMDLINE_LINUX_DEFAULT`` values of ``/etc/default/grub``.
-
-    >>> _kernel_parameters(GRUB_DEFAULT, 'GRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt"\\n')
-    ['quiet', 'iommu=pt']
-    """
-    if path == KERNEL_CMDLINE:
-        return text.split()
-    return [word for match in _GRUB_CMDLINE.finditer(text) for word in match[2].split()]
 
 
 def _driver_drift(inventory: Inventory, plan: Plan) -> list[str]:

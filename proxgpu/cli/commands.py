@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from proxgpu.apply.journal import JournalEntry, history, select_entry
+from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.apply.verify import verify
@@ -67,6 +67,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             live=args.live,
             inventory=inventory,
             skip_guest_check=args.skip_guest_check,
+            break_lock=args.break_lock,
             progress=None if args.json else _progress,
         )
     if args.json:
@@ -78,7 +79,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def _journal_entry(host: Host, to: str | None) -> JournalEntry:
-    entry = select_entry(host, history(host), to, latest=("applied",))
+    entry = select_entry(host, read_journal(host), to, latest=("applied",))
     if entry is None:
         raise UsageError(f"{host.name}: no applied entry in the journal (see proxgpu history)")
     return entry
@@ -120,7 +121,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     """List the journal, oldest first."""
     with open_host(args) as host:
-        entries = history(host)
+        journal = read_journal(host)
+    for path, why in journal.unreadable.items():
+        print(f"proxgpu: {host.name}: {path}: {why}; the other entries are listed", file=sys.stderr)
+    entries = journal.entries
     if args.json:
         print(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
         return 0

@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not ask Proxmox whether the target guests are stopped",
     )
+    apply.add_argument(
+        "--break-lock",
+        action="store_true",
+        help="take over a lock left by an interrupted apply or rollback (see proxgpu history)",
+    )
     apply.add_argument("--json", action="store_true", help="print the result as one JSON document")
     apply.set_defaults(handler=cmd_apply)
     verify_cmd = sub.add_parser(

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+import posixpath
 from typing import TYPE_CHECKING
 
 from proxgpu.host.base import CommandResult, Host, command_line
@@ -26,17 +28,19 @@ def connect(
 
     With both, ``root`` is the prefix on the remote host (a mounted image, a test tree).
 
-    >>> connect(root="examples/hosts/ct200").name
-    'dir:examples/hosts/ct200'
+    >>> connect(root="examples/hosts/ct200").name, connect(root="//").name
+    ('dir:examples/hosts/ct200', 'localhost')
     """
     if host is None:
-        if root is None or root == "/":
+        # Any spelling of / (//, /., a link to it) is the live host, with every live check.
+        if root is None or os.path.realpath(root) == "/":
             return LocalHost()
         return DirectoryHost(root)
     # Imported on first use: paramiko takes longer to import than a local command takes to run.
     from proxgpu.host.ssh import SSHHost  # noqa: PLC0415
 
-    return SSHHost(host, ssh_options, root=root or "/")
+    remote_root = "/" if root is None or posixpath.normpath(root).strip("/") == "" else root
+    return SSHHost(host, ssh_options, root=remote_root)
 
 
 __all__ = ["CommandResult", "DirectoryHost", "Host", "LocalHost", "command_line", "connect"]

@@ -106,6 +106,8 @@ def _resolve(target: str, options: SSHOptions, config: paramiko.SSHConfig) -> _R
     user, alias, port = parse_target(target)
     entry = config.lookup(alias)
     identity = [options.identity_file] if options.identity_file else entry.get("identityfile", [])
+    if options.identity_file and not os.path.isfile(os.path.expanduser(options.identity_file)):
+        raise UsageError(f"{options.identity_file}: no such key file (-i/--identity)")
     known = (
         options.known_hosts or (entry.get("userknownhostsfile") or "~/.ssh/known_hosts").split()[0]
     )
@@ -267,11 +269,16 @@ class SSHHost(Host):
             channel = transport.open_session(timeout=self.options.connect_timeout)
             channel.settimeout(limit)
             channel.exec_command(command_line(argv))
-            return _collect(channel, argv, stdin)
+            result = _collect(channel, argv, stdin)
         except TimeoutError as exc:
             raise CommandTimeoutError(self.name, list(argv), limit) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise HostUnreachableError(self.name, f"connection lost: {_describe(exc)}") from exc
+        if result.returncode == -1:
+            # The channel closed without an exit status: the connection dropped, the command
+            # may or may not have finished.
+            raise HostUnreachableError(self.name, f"connection lost while running {argv[0]}")
+        return result
 
     def close(self) -> None:
         """Close the connection and any jump-host connections behind it."""

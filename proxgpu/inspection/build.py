@@ -17,10 +17,10 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import SysfsError
 from proxgpu.inspection.capture import Capture
 from proxgpu.inspection.inventory import BootLoader, Gpu, Inventory, NumaNode, PciFunction
+from proxgpu.inspection.validate import validate
 from proxgpu.paths import GUEST_FILE_PREFIXES, NVIDIA_GPUS, PCI_DEVICES, PCI_IDS
 
 _ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -55,9 +55,13 @@ class GpuFilter:
 def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inventory:
     """Interpret a capture. Pure: the same capture always gives the same inventory.
 
-    :raises SysfsError: when the PCI tree is missing or a GPU's NUMA node cannot be parsed.
+    :raises SysfsError: when the PCI tree is missing, or a file says what cannot be (see
+        :mod:`~proxgpu.inspection.validate`).
     """
     warnings: list[str] = [f"{path}: cannot read (run as root)" for path in capture.unreadable]
+    warnings += [
+        f"{path!r}: skipped, a file name with a newline or tab" for path in capture.bad_names
+    ]
     names = _pci_names(capture)
     functions = _pci_functions(capture, source, names, warnings)
     nvidia = _nvidia_info(capture)
@@ -88,6 +92,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         host_files=_texts(capture, GUEST_FILE_PREFIXES, include=False),
         warnings=warnings,
     )
+    validate(inventory)
     return inventory.model_copy(update={"warnings": warnings + _topology_warnings(inventory)})
 
 
@@ -272,7 +277,6 @@ def _numa_nodes(capture: Capture) -> list[NumaNode]:
         if match:
             node = int(match.group(1))
             cpus = capture.first_line(path) or ""
-            parse_cpulist(cpus)  # a node whose CPU list is garbage must not reach the planner
             nodes.append(NumaNode(id=node, cpus=cpus, memory_kib=_node_memory(capture, node)))
     return sorted(nodes, key=lambda n: n.id)
 

@@ -40,6 +40,8 @@ class Capture:
     dirs: set[str] = field(default_factory=set)
     files: set[str] = field(default_factory=set)
     unreadable: list[str] = field(default_factory=list)
+    #: Names of files skipped because they hold a newline or a tab (no record can carry them).
+    bad_names: list[str] = field(default_factory=list)
 
     def text(self, path: str) -> str | None:
         """The file's text, or ``None`` when the capture does not hold it."""
@@ -86,6 +88,8 @@ def _marker(capture: Capture, line: str, section: str) -> str:
     word, _, arg = line[1:].partition("\t")
     if word == "uid":
         capture.uid = int(arg)
+    elif word == "badname":
+        capture.bad_names.append(_abs(base64.b64decode(arg)))
     return arg if word == "section" else section
 
 

@@ -16,11 +16,12 @@ renderings of it.
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from proxgpu.model import FrozenModel
+from proxgpu.paths import check_host_path
 
 
 class FileChange(FrozenModel):
@@ -30,7 +31,7 @@ class FileChange(FrozenModel):
     accepts no chmod). ``why`` says in a few words what the change is for.
     """
 
-    path: str
+    path: Annotated[str, AfterValidator(check_host_path)]
     before: str | None
     after: str | None
     mode: int | None = None

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from proxgpu.errors import RenderError
 from proxgpu.paths import GRUB_DEFAULT, KERNEL_CMDLINE
@@ -21,8 +21,9 @@ def iommu_parameters(ctx: RenderContext) -> list[str]:
     return ["intel_iommu=on", "iommu=pt"]
 
 
-def _with_parameters(cmdline: str, parameters: Iterable[str]) -> str:
-    words = cmdline.split()
+def _with_parameters(cmdline: str, parameters: Iterable[str], remove: Iterable[str] = ()) -> str:
+    gone = set(remove)
+    words = [w for w in cmdline.split() if w not in gone]
     missing = [p for p in parameters if p not in words]
     return " ".join([*words, *missing])
 
@@ -65,8 +66,9 @@ _GRUB_DEFAULT_LINE = re.compile(
 )
 
 
-def grub_with_parameters(text: str, parameters: list[str]) -> str:
-    """``/etc/default/grub`` with ``parameters`` added to GRUB_CMDLINE_LINUX_DEFAULT.
+def grub_with_parameters(text: str, parameters: Sequence[str], remove: Sequence[str] = ()) -> str:
+    """``/etc/default/grub`` with ``parameters`` added to GRUB_CMDLINE_LINUX_DEFAULT (and the
+    words in ``remove`` taken out of it, as a rollback does).
 
     Only that value changes: its quotes, a trailing comment and every other line stay.
 
@@ -74,11 +76,14 @@ def grub_with_parameters(text: str, parameters: list[str]) -> str:
     'A=1\\nGRUB_CMDLINE_LINUX_DEFAULT="quiet iommu=pt" # x\\n'
     """
     matches = list(_GRUB_DEFAULT_LINE.finditer(text))
+    if not matches and not parameters:
+        return text
     if not matches:
         line = f'GRUB_CMDLINE_LINUX_DEFAULT="{" ".join(parameters)}"\n'
         return text + ("" if text.endswith("\n") or not text else "\n") + line
     match = matches[-1]  # the shell reads the file top to bottom: the last assignment wins
     quote = "'" if match["sq"] is not None else '"'
     old = next(v for v in (match["dq"], match["sq"], match["bare"]) if v is not None)
-    line = f"{match['head']}{quote}{_with_parameters(old, parameters)}{quote}{match['tail']}"
+    value = _with_parameters(old, parameters, remove)
+    line = f"{match['head']}{quote}{value}{quote}{match['tail']}"
     return text[: match.start()] + line + text[match.end() :]

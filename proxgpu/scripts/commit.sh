@@ -4,7 +4,7 @@
 # the Proxmox API, only report its hash; WANT_SHA "-": must be absent; GUEST_LOCK "-": none).
 # Each file is checked and renamed under Proxmox's own config lock, so a concurrent `qm set`
 # cannot slip in between. Records:
-#   api I SHA256|- | done I | changed I | guestlocked I | failed I RC | end
+#   api I SHA256|- | done I | changed I | guestlocked I | failed I RC ERROR | end
 replace() {  # PATH TMP WANT_SHA: 3 unless PATH is still WANT_SHA, else TMP goes over it
     if [ "$3" = - ]; then
         if [ -e "$1" ] || [ -L "$1" ]; then return 3; fi
@@ -13,8 +13,10 @@ replace() {  # PATH TMP WANT_SHA: 3 unless PATH is still WANT_SHA, else TMP goes
         got=$(sha256sum < "$1") || return 1
         [ "${got%% *}" = "$3" ] || return 3
     fi
-    if [ "$2" = - ]; then rm -f "$1"; else mv -f "$2" "$1"; fi
+    if [ "$2" = - ]; then rm -f "$1" && sync "${1%/*}"; else durable_mv "$2" "$1"; fi
 }
+work=$(mktemp -d) || exit 1
+trap 'rm -rf "$work"' EXIT
 i=0
 while [ $# -ge 4 ]; do
     p=$1 tmp=$2 want=$3 lock=$4
@@ -26,13 +28,13 @@ while [ $# -ge 4 ]; do
         i=$((i + 1))
         continue
     fi
-    under_lock "$lock" replace "$p" "$tmp" "$want"
+    under_lock "$lock" replace "$p" "$tmp" "$want" 2>"$work/err"
     rc=$?
     case $rc in
     0) rec "done" "$i" ;;
     3) rec changed "$i"; exit 0 ;;
     75) rec guestlocked "$i"; exit 0 ;;
-    *) rec failed "$i" "$rc"; exit 0 ;;
+    *) rec failed "$i" "$rc" "$(head -c 300 "$work/err" | tr '\n\t' '  ')"; exit 0 ;;
     esac
     i=$((i + 1))
 done

@@ -70,11 +70,17 @@ for f in dev/nvidia* dev/nvidia-caps/*; do
 done
 
 rec section raw
+nl='
+'
+tab=$(printf '\t')
 for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
     etc/modprobe.d/* etc/modules etc/modules-load.d/* etc/initramfs-tools/modules \
     etc/default/grub etc/default/grub.d/*.cfg etc/kernel/cmdline etc/kernel/proxmox-boot-uuids \
     etc/driverctl.d/* etc/proxgpu/* etc/initramfs-tools/hooks/proxgpu* usr/local/sbin/proxgpu-*; do
     [ -f "$f" ] || continue
+    case $f in
+    *"$nl"* | *"$tab"*) rec badname "$(printf '%s' "$f" | base64 -w0)"; continue ;;
+    esac
     if [ -r "$f" ]; then
         printf '%s\0' "$f"
         base64 -w0 <"$f"

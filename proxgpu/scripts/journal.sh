@@ -4,6 +4,9 @@
 for j in "$1"/*.json; do
     [ -f "$j" ] || continue
     n=${j##*/}
-    rec entry "${n%.json}" "$(base64 -w0 < "$j")"
+    # Streamed, not passed as an argument: an entry holds whole configs (megabytes).
+    printf '#entry\t%s\t' "${n%.json}"
+    base64 -w0 < "$j"
+    echo
 done
 rec end

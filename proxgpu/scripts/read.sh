@@ -4,7 +4,9 @@
 i=0
 for p; do
     if [ -f "$p" ] && [ ! -L "$p" ]; then
-        rec text "$i" "$(base64 -w0 < "$p")"
+        printf '#text\t%s\t' "$i"  # streamed: a config can be megabytes
+        base64 -w0 < "$p"
+        echo
     else
         rec text "$i" -
     fi

@@ -117,12 +117,15 @@ def test_an_interrupted_apply_blocks_the_next_and_rollback_recovers(
     for now, before, after in contents(root, cs):
         assert now in (before, after)
     fresh = DirectoryHost(str(root))
+    if commands == 1:
+        # Cut off right after taking the lock: nothing written, no journal entry. The lock's
+        # owner (this process's apply) is gone, so the next apply takes it over and says so.
+        again = apply_changes(fresh, cs)
+        assert again.changed and any("took over" in m for m in again.messages)
+        return
     with pytest.raises(PreflightError, match="rollback"):
         apply_changes(fresh, cs)
-    result = rollback(fresh)
+    rollback(fresh)
     assert snapshot(root) == original
-    if commands == 1:
-        assert "which had written nothing" in result.messages[0]
-    else:
-        assert [e.status for e in history(fresh)] == ["rolled-back"]
+    assert [e.status for e in history(fresh)] == ["rolled-back"]
     assert apply_changes(fresh, cs).changed, "the host is usable again"

@@ -30,8 +30,9 @@ def test_rollback_restores_byte_for_byte_and_removes_created_files(root: Path) -
     assert sorted(result.files) == sorted(f.path for f in cs.files)
     assert snapshot(root) == original, "contents, modes and the new directory are all undone"
     assert [e.status for e in history(host)] == ["rolled-back"]
-    with pytest.raises(RollbackError, match="nothing to roll back"):
-        rollback(host)
+    nothing = rollback(host)
+    assert nothing.journal_id is None and nothing.files == []
+    assert nothing.messages == ["nothing to roll back: no applied or unfinished journal entry"]
     with pytest.raises(RollbackError, match="already rolled back"):
         rollback(host, to=applied.journal_id)
     with pytest.raises(UsageError, match="no journal entry 20000101T000000Z-0000"):

@@ -63,8 +63,9 @@ def test_a_dropped_ssh_connection_leaves_whole_files_and_rollback_recovers(
     for now, before, after in contents(root, cs):
         assert now in (before, after), "each file is old or new, never partial"
     fresh = ssh_host()
-    with pytest.raises(PreflightError, match="rollback"):
-        apply_changes(fresh, cs, skip_guest_check=True)
+    if commands > 1:  # a journal entry in progress blocks every apply until a rollback
+        with pytest.raises(PreflightError, match="rollback"):
+            apply_changes(fresh, cs, skip_guest_check=True)
     rollback(fresh)
     assert snapshot(root) == original
     assert apply_changes(fresh, cs, skip_guest_check=True).changed

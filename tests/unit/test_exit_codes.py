@@ -38,4 +38,3 @@ def test_every_error_class_is_in_the_table_with_its_own_exit_code() -> None:
     assert set(documented) == set(classes), "README's table and proxgpu.errors differ"
     for name, cls in classes.items():
         assert cls.exit_code == documented[name], f"{name}: README says {documented[name]}"
-
