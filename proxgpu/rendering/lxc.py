@@ -14,6 +14,9 @@ from proxgpu.rendering.context import RenderContext, guest_config_of
 from proxgpu.rendering.nodes import render_nodes_unit
 from proxgpu.rendering.templating import render_template
 
+#: The mode the nvidia driver gives its nodes on the host (its NVreg_DeviceFileMode default).
+NVIDIA_NODE_MODE = "0666"
+
 
 @dataclass(frozen=True)
 class _DeviceNode:
@@ -183,12 +186,33 @@ def _sync_dev_entries(config: GuestConfig, paths: list[str], managed: _Managed) 
                 options.add(format_property_string(props))
                 if path not in paths:
                     config.delete(key)
+                else:
+                    _give_access_policy(config, key, path, props)
             present.add(path)
     # New nodes get the options (gid=44, mode...) the container's GPU nodes already share.
-    suffix = "," + options.pop() if len(options) == 1 and "" not in options else ""
+    shared = parse_property_string(options.pop()) if len(options) == 1 and "" not in options else {}
     missing = [p for p in paths if p not in present]
     for index, path in zip(config.free_indices("dev", len(missing)), missing, strict=True):
-        config.set(f"dev{index}", path + suffix)
+        props = {"path": path, **shared}
+        config.set(f"dev{index}", format_property_string(_access_policy(path, props), "path"))
+
+
+def _access_policy(path: str, props: dict[str, str]) -> dict[str, str]:
+    """``props`` with ``mode=0666`` on an nvidia node whose entry states no access policy.
+
+    pve-container creates a ``devN`` node 0660 root:root unless told otherwise, so the
+    container's other users would lose the GPU the host gives everyone (its nvidia nodes are
+    0666); a ``mode=`` or ``gid=`` already there is the admin's choice and stays.
+    """
+    if path.startswith("/dev/nvidia") and "mode" not in props and "gid" not in props:
+        return {**props, "mode": NVIDIA_NODE_MODE}
+    return props
+
+
+def _give_access_policy(config: GuestConfig, key: str, path: str, props: dict[str, str]) -> None:
+    wanted = _access_policy(path, props)
+    if wanted != props:
+        config.set(key, format_property_string({"path": path, **wanted}, "path"))
 
 
 def _sync_raw_entries(

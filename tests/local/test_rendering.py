@@ -92,7 +92,7 @@ def test_lxc_gets_exactly_its_own_minors_and_loses_the_wildcard() -> None:
     after = next(f.after for f in changes.files if f.path == "/etc/pve/lxc/200.conf")
     assert after is not None
     config = GuestConfig.parse(after)
-    devices = [v for k, v in config.entries() if re.fullmatch(r"dev\d+", k)]
+    devices = [v.split(",")[0] for k, v in config.entries() if re.fullmatch(r"dev\d+", k)]
     assert devices[:4] == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"]
     assert "/dev/nvidia4" not in devices and "c 195:* rwm" not in after
     assert config.get("lxc.cgroup2.cpuset.cpus") == "0-31"
@@ -351,7 +351,9 @@ def test_gpus_kept_on_node1_get_the_minors_of_the_next_boot(tmp_path: Path) -> N
     plan = plan_split(inventory, SplitPolicy(host_nodes=[1], vfio_nodes=[0], lxc=200))
     changes = render(inventory, plan)
     after = next(f.after for f in changes.files if f.path == "/etc/pve/lxc/200.conf") or ""
-    devices = [v for k, v in GuestConfig.parse(after).entries() if k.startswith("dev")]
+    devices = [
+        v.split(",")[0] for k, v in GuestConfig.parse(after).entries() if k.startswith("dev")
+    ]
     assert devices[:4] == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"]
     assert any("0000:81:00.0 becomes /dev/nvidia0" in w for w in changes.warnings)
 
