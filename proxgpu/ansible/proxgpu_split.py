@@ -1,0 +1,212 @@
+#!/usr/bin/python
+"""Ansible module: split a Proxmox VE host's GPUs along NUMA lines with proxgpu.
+
+It runs on the managed host (proxgpu must be installed in the Python that Ansible uses there) and
+wraps :func:`proxgpu.pipeline.split_host`: check mode plans and diffs without writing, diff mode
+returns every file change, and a real run applies the change set as one transaction.
+
+Ansible finds it in the directory ``python3 -m proxgpu.ansible`` prints (``ANSIBLE_LIBRARY``), or
+through ``examples/ansible/library``, a link to this file.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: proxgpu_split
+short_description: Split a Proxmox VE host's GPUs between its host driver and vfio-pci
+description:
+  - Inspects the host, plans a NUMA-aware split, renders the LXC, VM, modprobe and boot files,
+    and applies them with backups, a journal and rollback on failure (see proxgpu's README).
+options:
+  root:
+    description: Directory laid out like the host (an offline image); default the host itself.
+    type: path
+  lxc:
+    description: Container that gets the GPUs kept on the host driver.
+    type: int
+  vms:
+    description: VMs that get vfio GPUs, as VMID or VMID:N.
+    type: list
+    elements: str
+  host_nodes:
+    description: NUMA nodes whose GPUs stay on the host driver.
+    type: list
+    elements: int
+  vfio_nodes:
+    description: NUMA nodes whose GPUs go to vfio-pci.
+    type: list
+    elements: int
+  host_gpus:
+    description: GPUs (PCI addresses) that stay on the host driver.
+    type: list
+    elements: str
+  vfio_gpus:
+    description: GPUs (PCI addresses) that go to vfio-pci.
+    type: list
+    elements: str
+  enable_iommu:
+    description: Turn the IOMMU on in the kernel command line if it is off.
+    type: bool
+    default: false
+  bind_method:
+    description: Boot-time binding by modprobe.d hook or driverctl overrides.
+    type: str
+    choices: [modprobe, driverctl]
+    default: modprobe
+  mapping:
+    description: Give VMs their GPUs through this cluster PCI mapping.
+    type: str
+  live:
+    description: Also rebind the vfio group now, without a reboot.
+    type: bool
+    default: false
+  gpu_vendor:
+    description: Only PCI functions of these vendor IDs count as GPUs.
+    type: list
+    elements: str
+"""
+
+EXAMPLES = r"""
+- name: Node 0 GPUs stay on nvidia for CT 200, node 1 GPUs go to VM 300
+  proxgpu_split:
+    lxc: 200
+    vms: ["300"]
+"""
+
+RETURN = r"""
+changed:
+  description: Whether files changed (or, in check mode, would change).
+  type: bool
+plan:
+  description: The split, as proxgpu plan --json prints it.
+  type: dict
+actions:
+  description: Follow-up commands, run or (check mode, directory trees) listed.
+  type: list
+reboot_required:
+  description:
+    - Whether the host must reboot for the split to take effect, on this run or a later one
+      (an earlier apply that needed a reboot which has not happened yet).
+    - Always false with O(root), a directory that is not the machine the module runs on.
+  type: bool
+journal_id:
+  description: The journal entry to roll back with proxgpu rollback --to.
+  type: str
+"""
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+if TYPE_CHECKING:
+    from proxgpu.apply import JournalEntry
+
+ARGUMENTS: dict[str, Any] = {
+    "root": {"type": "path"},
+    "lxc": {"type": "int"},
+    "vms": {"type": "list", "elements": "str", "default": []},
+    "host_nodes": {"type": "list", "elements": "int", "default": []},
+    "vfio_nodes": {"type": "list", "elements": "int", "default": []},
+    "host_gpus": {"type": "list", "elements": "str", "default": []},
+    "vfio_gpus": {"type": "list", "elements": "str", "default": []},
+    "enable_iommu": {"type": "bool", "default": False},
+    "bind_method": {"type": "str", "choices": ["modprobe", "driverctl"], "default": "modprobe"},
+    "mapping": {"type": "str"},
+    "live": {"type": "bool", "default": False},
+    "gpu_vendor": {"type": "list", "elements": "str"},
+}
+
+
+def boot_time(proc_stat: str) -> datetime:
+    r"""When the running kernel booted, from the ``btime`` line of ``/proc/stat``.
+
+    >>> boot_time("cpu  1 2 3\nbtime 1764500000\n").isoformat()
+    '2025-11-30T10:53:20+00:00'
+    """
+    match = re.search(r"^btime (\d+)$", proc_stat, re.MULTILINE)
+    if match is None:
+        raise ValueError("/proc/stat has no btime line")
+    return datetime.fromtimestamp(int(match[1]), UTC)
+
+
+def reboot_pending(entries: Sequence[JournalEntry], booted: datetime) -> bool:
+    """Whether the host's last apply needs a reboot that has not happened since it finished.
+
+    ``entries`` is the host's journal, oldest first. Only the last entry counts: once it is
+    rolled back (or failed and restored) the running kernel matches the boot files again. The
+    journal's times are the clock of the machine that applied, here the host itself.
+
+    >>> reboot_pending([], datetime.now(UTC))
+    False
+    """
+    if not entries:
+        return False
+    last = entries[-1]
+    if last.status != "applied" or not last.changeset.reboot_required:
+        return False
+    finished = datetime.fromisoformat(last.finished or last.started)
+    return finished > booted
+
+
+def main() -> None:
+    """Run the module: plan (check mode) or apply the split, and say whether to reboot."""
+    module = AnsibleModule(argument_spec=ARGUMENTS, supports_check_mode=True)
+    try:
+        import proxgpu
+        from proxgpu.apply import history
+        from proxgpu.pipeline import split_host
+        from proxgpu.planning import SplitPolicy, parse_vm_spec
+        from proxgpu.rendering import RenderOptions
+    except ImportError as exc:
+        module.fail_json(msg=f"proxgpu is not installed for the Python running this module: {exc}")
+    p = module.params
+    vendors = tuple(v.lower().removeprefix("0x") for v in p["gpu_vendor"] or []) or None
+    try:
+        policy = SplitPolicy(
+            lxc=p["lxc"],
+            vms=[parse_vm_spec(spec) for spec in p["vms"]],
+            host_nodes=p["host_nodes"],
+            vfio_nodes=p["vfio_nodes"],
+            host_gpus=p["host_gpus"],
+            vfio_gpus=p["vfio_gpus"],
+            enable_iommu=p["enable_iommu"],
+        )
+        with proxgpu.connect(root=p["root"]) as host:
+            result = split_host(
+                host,
+                policy,
+                RenderOptions(bind_method=p["bind_method"], mapping=p["mapping"]),
+                check=module.check_mode,
+                live=p["live"],
+                gpu_filter=proxgpu.GpuFilter(vendors=vendors),
+            )
+            # A directory tree is not the machine this module runs on: its boot is not ours to
+            # ask for. On the host itself, a change that needs a reboot asks for one, and so does
+            # every later run until the host has rebooted after the last apply.
+            reboot = False
+            if host.is_live:
+                reboot = result.changed and result.changes.reboot_required
+                if not reboot:
+                    booted = boot_time(Path("/proc/stat").read_text())
+                    reboot = reboot_pending(history(host), booted)
+    except proxgpu.ProxgpuError as exc:
+        module.fail_json(msg=str(exc), error=type(exc).__name__)
+    # module.warn, not exit_json(warnings=...), which ansible-core 2.19 deprecates.
+    for warning in [*result.plan.warnings, *result.changes.warnings]:
+        module.warn(warning)
+    module.exit_json(
+        changed=result.changed,
+        diff=result.diff if module._diff else [],
+        plan=result.plan.model_dump(mode="json"),
+        actions=result.actions,
+        reboot_required=reboot,
+        journal_id=result.applied.journal_id,
+    )
+
+
+if __name__ == "__main__":
+    main()

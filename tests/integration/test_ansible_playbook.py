@@ -1,0 +1,160 @@
+"""examples/ansible/split.yml itself, and the module shipped in the package, run by a real
+ansible-playbook on this machine against copies of the example hosts."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from proxgpu.ansible import LIBRARY
+from proxgpu.ansible.proxgpu_split import boot_time, reboot_pending
+from proxgpu.apply import history, rollback
+from proxgpu.host import DirectoryHost
+from proxgpu.pipeline import split_host
+from proxgpu.planning import SplitPolicy
+from tests.support.tools import require_tool
+from tests.support.trees import EXAMPLES, REPO, copy_example
+
+PLAYBOOK = EXAMPLES.parent / "ansible" / "split.yml"
+
+
+def play(tmp_path: Path, *args: str, library: Path | None = None) -> str:
+    """Run split.yml on localhost; its whole output (stdout and stderr)."""
+    ansible = require_tool("ansible-playbook", "ansible-core (pip install ansible-core)")
+    env = {
+        **os.environ,
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_DEPRECATION_WARNINGS": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    if library is not None:
+        env["ANSIBLE_LIBRARY"] = str(library)
+    completed = subprocess.run(
+        [
+            ansible,
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            # The tests run as whoever runs them; become would need sudo.
+            "-e",
+            "ansible_become=false",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            *args,
+            str(PLAYBOOK),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+        # Not the playbook's directory: the module must come from library/ beside the playbook
+        # or from ANSIBLE_LIBRARY, not from the working directory.
+        cwd=tmp_path,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output
+    return output
+
+
+def recap(output: str) -> dict[str, int]:
+    """The PLAY RECAP counters of the one host."""
+    line = output[output.index("PLAY RECAP") :].splitlines()[1]
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line)}
+
+
+def test_example_playbook_takes_guests_from_variables_and_warns_of_nothing_deprecated(
+    tmp_path: Path,
+) -> None:
+    root = copy_example(tmp_path)
+    guests = ["-e", f"proxgpu_root={root}", "-e", "proxgpu_lxc=200"]
+    guests += ["-e", '{"proxgpu_vms": ["300:2"]}']
+    checked = play(tmp_path, *guests, "--check", "--diff")
+    assert "DEPRECATION" not in checked, checked
+    assert recap(checked)["changed"] == 1
+    assert "hostpci" not in (root / "etc/pve/qemu-server/300.conf").read_text()
+
+    applied = play(tmp_path, *guests)
+    assert "DEPRECATION" not in applied, applied
+    # VM 300 asked for two GPUs through the variable, not the playbook's default "the rest".
+    vm = (root / "etc/pve/qemu-server/300.conf").read_text()
+    assert re.findall(r"^hostpci\d+:", vm, re.MULTILINE) == ["hostpci0:", "hostpci1:"]
+    # A tree is not the machine the play runs on: the reboot task is skipped, not run.
+    assert recap(applied) == {**recap(applied), "changed": 1, "skipped": 1, "failed": 0}
+    again = play(tmp_path, *guests)
+    assert recap(again)["changed"] == 0 and recap(again)["skipped"] == 1
+
+
+def test_packaged_module_is_found_through_ansible_library(tmp_path: Path) -> None:
+    """The module as `pip install proxgpu` ships it, found through ANSIBLE_LIBRARY (the
+    playbook's own library/ link is bypassed by copying the playbook elsewhere)."""
+    playbook = tmp_path / "split.yml"
+    playbook.write_text(PLAYBOOK.read_text())
+    root = copy_example(tmp_path)
+    ansible = require_tool("ansible-playbook", "ansible-core (pip install ansible-core)")
+    env = {
+        **os.environ,
+        "ANSIBLE_LIBRARY": subprocess.run(
+            [sys.executable, "-m", "proxgpu.ansible"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        ).stdout.strip(),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "PYTHONPATH": str(REPO),
+    }
+    assert Path(env["ANSIBLE_LIBRARY"]) == LIBRARY
+    completed = subprocess.run(
+        [
+            ansible,
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_become=false",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            f"proxgpu_root={root}",
+            str(playbook),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "hostpci0:" in (root / "etc/pve/qemu-server/300.conf").read_text()
+
+
+def test_a_pending_reboot_is_reported_until_the_host_has_booted_after_the_apply(
+    tmp_path: Path,
+) -> None:
+    root = copy_example(tmp_path)
+    host = DirectoryHost(str(root))
+    result = split_host(host, SplitPolicy(lxc=200, vms=[(300, None)]), check=False)
+    assert result.changed and result.changes.reboot_required
+    entries = history(host)
+    finished = datetime.fromisoformat(entries[-1].finished or "")
+    # Booted before the apply finished: the new binding is not running yet, on this run and any
+    # later one.
+    assert reboot_pending(entries, finished - timedelta(hours=1)) is True
+    # Booted since: the reboot happened.
+    assert reboot_pending(entries, finished + timedelta(seconds=1)) is False
+    # Rolled back before any reboot: the running kernel matches the boot files again.
+    rollback(host, run_actions=False)
+    assert reboot_pending(history(host), finished - timedelta(hours=1)) is False
+
+
+def test_boot_time_is_read_from_proc_stat() -> None:
+    booted = boot_time(Path("/proc/stat").read_text())
+    assert booted < datetime.now(UTC)
