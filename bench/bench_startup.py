@@ -1,0 +1,71 @@
+"""Start-up cost of the ``proxgpu`` command, against a bare interpreter started in the same run.
+
+Each measurement is a fresh process, as a user's command is, with the same interpreter:
+
+* floor: ``python -c pass``, what starting Python costs at all;
+* ``proxgpu --help``: the parser alone (what lazy imports can bring close to the floor);
+* ``proxgpu inspect --root examples/hosts/ct200 --json``: a whole offline command.
+
+Both commands run as ``python -m proxgpu``, so that the console-script wrapper and the floor share
+one interpreter; the ratios to the floor are what to compare between runs and machines.
+
+Run: python bench/bench_startup.py [RUNS]
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.timing import median_seconds  # noqa: E402
+
+RUNS = 21
+COMMANDS = {
+    "proxgpu --help": ["-m", "proxgpu", "--help"],
+    "proxgpu inspect --root examples/hosts/ct200 --json": [
+        "-m",
+        "proxgpu",
+        "inspect",
+        "--root",
+        str(REPO / "examples" / "hosts" / "ct200"),
+        "--json",
+    ],
+}
+
+
+def run(args: list[str]) -> None:
+    """One run of the interpreter with ``args``, in a fresh process; it must succeed."""
+    subprocess.run(
+        [sys.executable, *args], check=True, cwd=REPO, stdout=subprocess.DEVNULL, timeout=120
+    )
+
+
+def measure(runs: int = RUNS) -> dict[str, tuple[float, float]]:
+    """Median seconds and ratio to the ``python -c pass`` floor for each command.
+
+    >>> measure(1)["floor: python -c pass"][1]
+    1.0
+    """
+    floor = median_seconds(partial(run, ["-c", "pass"]), runs, warmups=1)
+    results = {"floor: python -c pass": (floor, 1.0)}
+    for name, args in COMMANDS.items():
+        seconds = median_seconds(partial(run, args), runs, warmups=1)
+        results[name] = (seconds, seconds / floor)
+    return results
+
+
+def main() -> None:
+    """Print each command's median wall time and its ratio to the floor."""
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else RUNS
+    print(f"median of {runs} runs, {sys.executable}")
+    for name, (seconds, ratio) in measure(runs).items():
+        print(f"{name:55} {seconds * 1000:8.1f} ms  {ratio:5.1f}x floor")
+
+
+if __name__ == "__main__":
+    main()
