@@ -11,9 +11,30 @@ The pipeline, one package per stage: :mod:`proxgpu.host` (reach a host) ->
 ['0000:01:00.0', '0000:11:00.0']
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from proxgpu.errors import ProxgpuError
 from proxgpu.host import connect
-from proxgpu.inspection import Gpu, GpuFilter, Inventory, NumaNode, PciFunction, inspect
+
+if TYPE_CHECKING:
+    from proxgpu.inspection import Gpu, GpuFilter, Inventory, NumaNode, PciFunction, inspect
+
+# Loaded on first use (PEP 562): they bring pydantic, which the command line's --help and
+# usage errors never need.
+_LAZY = {
+    name: "proxgpu.inspection"
+    for name in ("Gpu", "GpuFilter", "Inventory", "NumaNode", "PciFunction", "inspect")
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'proxgpu' has no attribute {name!r}")
+
 
 __all__ = [
     "Gpu",

@@ -29,6 +29,11 @@ class ProxgpuError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    @property
+    def fix(self) -> str | None:
+        """What to do about it, where the error knows (``None`` otherwise)."""
+        return None
+
 
 class UsageError(ProxgpuError):
     """The options given cannot work together."""
@@ -169,6 +174,11 @@ class PlanRefusedError(ProxgpuError):
         self.host = host
         self.problems = list(problems)
 
+    @property
+    def fix(self) -> str | None:
+        """Every problem's fix, one per line."""
+        return "\n".join(problem.fix for problem in self.problems) or None
+
 
 class PreflightError(HostError):
     """apply or rollback refused before writing anything (running guest, ``lock:``, ...)."""
@@ -200,6 +210,11 @@ class ConcurrentApplyError(PreflightError):
     def __init__(self, host: str, detail: str, owner: dict[str, str]) -> None:
         super().__init__(host, detail)
         self.owner = owner
+
+    @property
+    def fix(self) -> str | None:
+        """Wait, or take over a lock an interrupted apply or rollback left."""
+        return "wait for it to finish, or run `proxgpu rollback --break-lock` if it was interrupted"
 
 
 class ApplyError(HostError):

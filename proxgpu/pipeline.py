@@ -16,10 +16,14 @@ Ansible module; secrets in guest configs are redacted in every one of them (:fun
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from proxgpu.apply import ApplyResult, Progress, apply_changes
+from proxgpu.errors import UsageError
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.planning import Plan, SplitPolicy, plan_split
@@ -162,3 +166,66 @@ def apply_document(plan: Plan, result: ApplyResult, changes: ChangeSet) -> dict[
         "result": result.model_dump(mode="json"),
         "diff": shown(changes).ansible_diff(),
     }
+
+
+#: What a saved plan file says it is, so that no other JSON is taken for one.
+PLAN_FILE_KIND = "proxgpu-plan"
+PLAN_FILE_VERSION = 1
+
+
+class SavedPlan(NamedTuple):
+    """A plan saved by ``plan --out``: the host it was made for, the plan, its change set."""
+
+    host: str
+    plan: Plan
+    changes: ChangeSet
+
+
+def save_plan(path: str, host: str, plan: Plan, changes: ChangeSet) -> None:
+    """Write a plan file for :func:`load_plan` (``terraform plan -out``): the plan, every file's
+    text as read and as planned, and the SHA-256 of each as read, so that applying it refuses a
+    file changed since. It holds guest configs, secrets included: it is made readable by the
+    owner only.
+    """
+    document = {
+        "kind": PLAN_FILE_KIND,
+        "schema_version": PLAN_FILE_VERSION,
+        "host": host,
+        "sha256_before": {f.path: _sha(f.before) for f in changes.files},
+        "plan": plan.model_dump(mode="json"),
+        "changes": changes.model_dump(mode="json"),
+    }
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        json.dump(document, out, indent=2)
+        out.write("\n")
+
+
+def load_plan(path: str) -> SavedPlan:
+    """Read a plan file written by :func:`save_plan`.
+
+    :raises UsageError: when it is not one, or its texts no longer match their hashes.
+    """
+    try:
+        with open(path, encoding="utf-8") as source:
+            document = json.load(source)
+        if document.get("kind") != PLAN_FILE_KIND:
+            raise ValueError("not a proxgpu plan file")
+        if document.get("schema_version") != PLAN_FILE_VERSION:
+            raise ValueError(f"plan file version {document.get('schema_version')} is not 1")
+        saved = SavedPlan(
+            host=str(document["host"]),
+            plan=Plan.model_validate(document["plan"]),
+            changes=ChangeSet.model_validate(document["changes"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    hashes = document.get("sha256_before", {})
+    for change in saved.changes.files:
+        if hashes.get(change.path) != _sha(change.before):
+            raise UsageError(f"{path}: the saved text of {change.path} does not match its hash")
+    return saved
+
+
+def _sha(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()

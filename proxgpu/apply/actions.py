@@ -9,11 +9,15 @@ run on a live host, listed for a directory tree.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 
 from proxgpu.apply.remote import Progress, quiet
 from proxgpu.host.base import Host
 from proxgpu.rendering.changes import Action
+
+log = logging.getLogger(__name__)
 
 #: Seconds a post-action may run (an initramfs rebuild for every kernel takes minutes).
 ACTION_TIMEOUT = 900.0
@@ -35,6 +39,8 @@ def run_actions(
         return [f"listed, not run (a directory tree): {' '.join(a.argv)}" for a in actions]
     for action in actions:
         say("action", " ".join(action.argv))
+        start = time.monotonic()
         host.check(action.argv, timeout=timeout)
+        log.info("%s: %s took %.1f s", host.name, " ".join(action.argv), time.monotonic() - start)
         ran.append(action.argv)
     return []

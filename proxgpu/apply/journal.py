@@ -82,6 +82,8 @@ class JournalEntry(FrozenModel):
     live: list[Binding] = Field(default_factory=list)
     actions_run: list[list[str]] = Field(default_factory=list)
     message: str = ""
+    #: The host's boot when the apply ran, so that verify can tell a pending reboot from drift.
+    boot_id: str | None = None
 
 
 def new_journal_id(now: datetime | None = None) -> str:

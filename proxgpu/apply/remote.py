@@ -23,7 +23,7 @@ from proxgpu.apply.journal import JournalEntry
 from proxgpu.apply.layout import Layout
 from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import ScriptArgs, run_script
+from proxgpu.host.scripts import Record, ScriptArgs, run_script
 from proxgpu.pve.api import same_config
 
 #: Called with a step (``lock``, ``backup``, ``write``, ``action``, ...) and a line for people.
@@ -86,6 +86,8 @@ class Probe:
     files: list[FileState]
     node: str = ""
     pvesh: bool = False
+    #: The kernel's id of the running boot (``None`` in a tree): it changes at every reboot.
+    boot_id: str | None = None
 
 
 def _file_state(fields: Sequence[str]) -> FileState:
@@ -148,7 +150,12 @@ def probe(
         # Proxmox's node name is the hostname up to the first dot.
         node=node[0].split(".")[0] if node and node.fields else "",
         pvesh=output.has("pvesh"),
+        boot_id=_boot_id(output.first("boot")),
     )
+
+
+def _boot_id(record: Record | None) -> str | None:
+    return record[0] if record is not None and record.fields and record[0] != "-" else None
 
 
 def lock_and_probe(

@@ -39,7 +39,6 @@ from proxgpu.apply.preflight import check_guests, files_to_write, refuse_locked_
 from proxgpu.apply.rebind import Binding, bind_to_vfio, restore_drivers, vfio_functions
 from proxgpu.apply.remote import (
     CommitItem,
-    FileState,
     Probe,
     Progress,
     StageItem,
@@ -191,6 +190,9 @@ class _Apply:
                 paths = [w.path for w in self.where]
                 if dry_run:
                     found = probe(self.host, self.layout, paths, lock_id=None)
+                    owner = found.owner
+                    if owner is not None and not self.break_lock and not lock.is_stale(owner):
+                        raise lock.held_error(self.host.name, self.layout.lock, owner)
                 else:
                     found, broken = lock_and_probe(
                         self.host,
@@ -256,7 +258,7 @@ class _Apply:
 
     def _transaction(self, todo: list[int], probe: Probe, live: bool) -> ApplyResult:
         try:
-            self._stage(todo, probe.files)
+            self._stage(todo, probe)
             self._commit(todo)
             messages = self._post_actions()
             messages += self._live(live)
@@ -287,7 +289,8 @@ class _Apply:
             ],
         )
 
-    def _stage(self, todo: list[int], states: Sequence[FileState]) -> None:
+    def _stage(self, todo: list[int], probe: Probe) -> None:
+        states = probe.files
         self.say("backup", f"backing up {len(todo)} files and staging the new ones")
         self.not_written = frozenset(self.changes[i].path for i in todo)
         files, items, contents = [], [], []
@@ -335,6 +338,7 @@ class _Apply:
             host=self.host.name,
             client=f"{getpass.getuser()}@{socket.gethostname()}",
             started=now(),
+            boot_id=probe.boot_id,
             changeset=self.changeset,
             plan=self.plan,
             files=files,

@@ -31,6 +31,9 @@ class VerifyReport(FrozenModel):
     host: str
     drifted: bool
     drift: list[str] = Field(default_factory=list)
+    #: Functions not yet on their planned driver because the host has not rebooted since the
+    #: apply that needs it: expected, not drift.
+    pending_reboot: list[str] = Field(default_factory=list)
 
 
 def verify(
@@ -48,32 +51,36 @@ def verify(
     """
     plan = target if isinstance(target, Plan) else target.plan
     drift: list[str] = []
+    pending: list[str] = []
+    same_boot = False
     if isinstance(target, JournalEntry):
-        drift += _file_drift(host, target)
+        files, boot_id = _file_drift(host, target)
+        drift += files
+        same_boot = target.changeset.reboot_required and not target.live
+        same_boot = same_boot and boot_id == target.boot_id
     if plan is not None and (isinstance(target, Plan) or target.status == "applied"):
-        note = ""
-        if (
-            isinstance(target, JournalEntry)
-            and target.changeset.reboot_required
-            and not target.live
-        ):
-            note = f" (apply {target.id} takes effect after a reboot)"
-        current = inventory or inspect(host)
-        drift += [line + note for line in _driver_drift(current, plan)]
-    return VerifyReport(host=host.name, drifted=bool(drift), drift=drift)
+        drivers = driver_drift(inventory or inspect(host), plan)
+        if same_boot:
+            pending = [f"{line} (at the next boot)" for line in drivers]
+        else:
+            drift += drivers
+    return VerifyReport(host=host.name, drifted=bool(drift), drift=drift, pending_reboot=pending)
 
 
-def _file_drift(host: Host, entry: JournalEntry) -> list[str]:
-    """One line per file that is not as ``entry`` left it, in the entry's order.
+def _file_drift(host: Host, entry: JournalEntry) -> tuple[list[str], str | None]:
+    """One line per file that is not as ``entry`` left it, in the entry's order, and the id of
+    the host's boot now.
 
     One command reads every file's hash; one more reads the text of the partly-owned files whose
     hash differs, to compare only what the apply changed in them.
     """
-    if entry.status == "in-progress":
-        return [f"journal entry {entry.id} is still in progress: run `proxgpu rollback`"]
     layout = Layout.of(host)
     paths = [layout.on_host(f.path) for f in entry.files]
-    states = probe(host, layout, paths, lock_id=None).files
+    found = probe(host, layout, paths, lock_id=None)
+    if entry.status == "in-progress":
+        unfinished = f"journal entry {entry.id} is still in progress: run `proxgpu rollback`"
+        return [unfinished], found.boot_id
+    states = found.files
     wrote = entry.status == "applied"
     who = {
         "applied": f"apply {entry.id}",
@@ -109,10 +116,18 @@ def _file_drift(host: Host, entry: JournalEntry) -> list[str]:
                 continue
             now = data.decode("utf-8", "replace")
             lines[n] += [f"{path}: {line}" for line in entry_drift(path, left, other, now, who)]
-    return [line for per_file in lines for line in per_file]
+    return [line for per_file in lines for line in per_file], found.boot_id
 
 
-def _driver_drift(inventory: Inventory, plan: Plan) -> list[str]:
+def driver_drift(inventory: Inventory, plan: Plan) -> list[str]:
+    """One line per function whose driver is not the one ``plan`` gives it.
+
+    >>> from proxgpu.inspection import Inventory
+    >>> from proxgpu.planning import Plan
+    >>> driver_drift(Inventory(source="t", hostname="t"), Plan(groups=[], warnings=[],
+    ...                                                         tensor_parallel=[]))
+    []
+    """
     drivers = {
         f.address: f.driver
         for gpu in inventory.gpus

@@ -1,12 +1,8 @@
 """The ``proxgpu`` command: parse options, call the library, map its errors to exit codes.
 
-Exit codes: 0 success, 1 other errors, 2 usage, 3 host unreachable, 4 authentication failed,
-5 host key unknown or changed, 6 not root, 7 a command on the host failed, 8 a sysfs file
-missing or unparsable, 9 plan refused, 10 apply refused before writing (preflight), 11 another
-apply holds the lock, 12 apply failed (everything restored), 13 rollback failed, 14 live rebind
-failed, 15 journal unreadable, 16 plan cannot be rendered, 17 verify found drift.
-``plan --detailed-exitcode`` follows Terraform instead: 0 nothing to change, 2 changes pending,
-1 any error.
+Each error's exit code comes from its class in :mod:`proxgpu.errors` (README lists them);
+``--detailed-exitcode`` follows Terraform instead: 0 nothing to change, 2 changes pending, 1 any
+error. With ``--json`` a failure also prints ``{"error": {...}}`` on stdout.
 """
 
 from __future__ import annotations
@@ -14,8 +10,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 
-from proxgpu.cli.parser import Handler, build_parser
+from proxgpu.cli.console import report_error, setup_logging, wants_color
+from proxgpu.cli.parser import build_parser
 from proxgpu.errors import ProxgpuError
 
 
@@ -28,11 +26,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         # argparse has printed the problem; with --detailed-exitcode, 2 would mean "changes".
         return 1 if detailed and exc.code else int(exc.code or 0)
-    handler: Handler = args.handler
+    setup_logging(args.verbose, args.quiet)
+    args.use_color = wants_color(args.color, tty=sys.stdout.isatty(), environ=os.environ)
     try:
-        return handler(args)
+        # Imported once a command runs: it brings pydantic, paramiko and jinja2 along.
+        module, _, handler = args.handler.partition(":")
+        return int(getattr(import_module(f"proxgpu.cli.{module}"), handler)(args))
     except ProxgpuError as exc:
-        print(f"proxgpu: {exc}", file=sys.stderr)
+        report_error(exc, args.json)
         return 1 if detailed else exc.exit_code
     except BrokenPipeError:
         # The reader went away (proxgpu ... | head): stop quietly, as other tools do.

@@ -1,4 +1,6 @@
-"""One function per subcommand: call the library, print text or a JSON document, return the code."""
+"""The commands that read a host or its journal, and rollback: call the library, print text or
+one JSON document, return the exit code. ``plan`` and ``apply`` are in :mod:`~proxgpu.cli.change`.
+"""
 
 from __future__ import annotations
 
@@ -8,74 +10,20 @@ import sys
 
 from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
 from proxgpu.apply.rollback import rollback
-from proxgpu.apply.transaction import apply_changes
 from proxgpu.apply.verify import verify
-from proxgpu.cli.options import gpu_filter, open_host, proposal, read_inventory
-from proxgpu.cli.text import render_changes, render_inventory, render_plan, table
+from proxgpu.cli.change import Progress, confirm
+from proxgpu.cli.setup import gpu_filter, open_host, read_inventory
+from proxgpu.cli.text import render_inventory, table
 from proxgpu.errors import DriftError, UsageError
 from proxgpu.host.base import Host
 from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import gather, write_tree
-from proxgpu.pipeline import apply_document, inventory_document, plan_document, shown
+from proxgpu.pipeline import inventory_document
 from proxgpu.planning.advice import check_gpu_set
 
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    """Show the split and the exact file changes it needs, without changing anything."""
-    with open_host(args) as host:
-        inventory, plan, changes = proposal(args, host)
-    if args.json:
-        print(json.dumps(plan_document(plan, changes), indent=2))
-    else:
-        print(render_plan(plan, inventory))
-        print()
-        print(render_changes(shown(changes), color=sys.stdout.isatty()), end="")
-    if args.detailed_exitcode:
-        return 2 if changes.changed else 0
-    return 0
-
-
-def _progress(step: str, message: str) -> None:
-    # Progress goes to stderr so that --json output stays one document on stdout.
-    print(f"[{step}] {message}", file=sys.stderr, flush=True)
-
-
-def _confirm(question: str) -> bool:
-    if not sys.stdin.isatty():
-        raise UsageError("not on a terminal: pass --yes to apply without asking")
-    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
-
-
-def cmd_apply(args: argparse.Namespace) -> int:
-    """Show the plan and diff, ask, then apply as one transaction (or only check with --dry-run)."""
-    if args.json and not (args.yes or args.dry_run):
-        raise UsageError("--json prints one document and cannot ask: add --yes or --dry-run")
-    with open_host(args) as host:
-        inventory, plan, changes = proposal(args, host)
-        if not args.json:
-            print(render_plan(plan, inventory), end="\n\n")
-            print(render_changes(shown(changes), color=sys.stdout.isatty()), end="")
-        proceed = args.dry_run or args.yes or not changes.changed
-        if not proceed and not _confirm(f"Apply these changes to {host.name}?"):
-            print("Nothing changed.", file=sys.stderr)
-            return 1
-        result = apply_changes(
-            host,
-            changes,
-            plan=plan,
-            dry_run=args.dry_run,
-            live=args.live,
-            inventory=inventory,
-            skip_guest_check=args.skip_guest_check,
-            break_lock=args.break_lock,
-            progress=None if args.json else _progress,
-        )
-    if args.json:
-        print(json.dumps(apply_document(plan, result, changes), indent=2))
-    elif result.changed:
-        # Without changes the summary printed above already said so.
-        print("\n".join(result.messages))
-    return 0
+#: check-gpus: the GPUs straddle NUMA nodes; a GPU's NUMA node is unknown (sysfs says -1).
+STRADDLES = 18
+UNKNOWN_NODE = 19
 
 
 def _journal_entry(host: Host, to: str | None) -> JournalEntry:
@@ -93,6 +41,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(report.model_dump_json(indent=2))
     elif report.drifted:
         print("\n".join(f"drift: {line}" for line in report.drift))
+    elif report.pending_reboot:
+        print(f"{host.name}: no drift; a reboot is pending, after which:")
+        print("\n".join(f"  {line}" for line in report.pending_reboot))
     else:
         print(f"{host.name}: no drift, the host matches the applied plan")
     return DriftError.exit_code if report.drifted else 0
@@ -101,9 +52,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_rollback(args: argparse.Namespace) -> int:
     """Restore the files of a journal entry byte for byte and re-run the post-actions."""
     with open_host(args) as host:
-        if not args.yes and not _confirm(
-            f"Roll {host.name} back to before {args.to or 'the last apply'}?"
-        ):
+        question = f"Roll {host.name} back to before {args.to or 'the last apply'}?"
+        if not args.yes and not confirm(question, "--yes to roll back"):
             print("Nothing changed.", file=sys.stderr)
             return 1
         result = rollback(
@@ -112,9 +62,12 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             force=args.force,
             live=args.live,
             break_lock=args.break_lock,
-            progress=_progress,
+            progress=None if args.json else Progress(),
         )
-    print("\n".join(result.messages or [f"restored {len(result.files)} files"]))
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print("\n".join(result.messages or [f"restored {len(result.files)} files"]))
     return 0
 
 
@@ -135,11 +88,17 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_check_gpus(args: argparse.Namespace) -> int:
-    """Exit 0 when a GPU set is NUMA-local, 1 with an explanation when it straddles nodes."""
+    """Exit 0 when a GPU set is NUMA-local, 18 when it straddles nodes, 19 when a GPU's node is
+    unknown; the explanation says which GPU is where."""
     inventory = read_inventory(args)
     check = check_gpu_set(inventory, [s.strip() for s in args.gpus.split(",") if s.strip()])
-    print(check.explanation, file=sys.stdout if check.numa_local else sys.stderr)
-    return 0 if check.numa_local else 1
+    if args.json:
+        print(check.model_dump_json(indent=2))
+    else:
+        print(check.explanation, file=sys.stdout if check.numa_local else sys.stderr)
+    if check.numa_local:
+        return 0
+    return UNKNOWN_NODE if any(p.numa_node is None for p in check.gpus) else STRADDLES
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -158,6 +117,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         capture = gather(host)
         entries = write_tree(capture, args.output)
         inventory = build_inventory(capture, host.name, gpu_filter(args))
+    if args.json:
+        document = {"host": host.name, "output": args.output, "entries": entries}
+        print(json.dumps({**document, "gpus": [g.address for g in inventory.gpus]}, indent=2))
+        return 0
     print(
         f"{host.name}: wrote {entries} entries to {args.output} "
         f"({len(inventory.gpus)} GPUs); read it back with: proxgpu inspect --root {args.output}"

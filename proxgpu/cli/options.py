@@ -1,18 +1,10 @@
-"""The options every command shares, and what they turn into: a host, a GPU filter, a policy."""
+"""The options the commands share. Defining them imports nothing but argparse, so that
+``proxgpu --help`` starts as fast as Python does; what they turn into is in
+:mod:`~proxgpu.cli.setup`."""
 
 from __future__ import annotations
 
 import argparse
-
-from proxgpu.host import connect
-from proxgpu.host.base import Host
-from proxgpu.host.ssh import SSHOptions
-from proxgpu.inspection import inspect
-from proxgpu.inspection.build import GpuFilter
-from proxgpu.inspection.inventory import Inventory
-from proxgpu.pipeline import Proposal, propose
-from proxgpu.planning.model import SplitPolicy, parse_vm_spec
-from proxgpu.rendering.context import RenderOptions
 
 
 def host_options(parser: argparse.ArgumentParser) -> None:
@@ -51,34 +43,6 @@ def host_options(parser: argparse.ArgumentParser) -> None:
         metavar="VENDOR",
         help="only this PCI vendor ID (e.g. 10de); repeatable",
     )
-
-
-def open_host(args: argparse.Namespace) -> Host:
-    options = None
-    if args.host:
-        options = SSHOptions(
-            user=args.user,
-            port=args.port,
-            identity_file=args.identity,
-            known_hosts=args.known_hosts,
-            accept_new_host_key=args.accept_new_host_key,
-            connect_timeout=args.connect_timeout,
-            ssh_config=args.ssh_config,
-        )
-    return connect(args.host, args.root, options)
-
-
-def gpu_filter(args: argparse.Namespace) -> GpuFilter:
-    classes = tuple(c.lower().removeprefix("0x") for c in args.gpu_class or ["03"])
-    vendors = (
-        tuple(v.lower().removeprefix("0x") for v in args.gpu_vendor) if args.gpu_vendor else None
-    )
-    return GpuFilter(classes=classes, vendors=vendors)
-
-
-def read_inventory(args: argparse.Namespace) -> Inventory:
-    with open_host(args) as host:
-        return inspect(host, gpu_filter(args))
 
 
 def plan_options(parser: argparse.ArgumentParser) -> None:
@@ -132,22 +96,48 @@ def plan_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def split_policy(args: argparse.Namespace) -> SplitPolicy:
-    def addresses(text: str | None) -> list[str]:
-        return [a.strip() for a in (text or "").split(",") if a.strip()]
-
-    return SplitPolicy(
-        split=args.split,
-        host_nodes=args.host_node,
-        vfio_nodes=args.vfio_node,
-        host_gpus=addresses(args.host_gpus),
-        vfio_gpus=addresses(args.vfio_gpus),
-        lxc=args.lxc,
-        vms=[parse_vm_spec(spec) for spec in args.vm],
-        enable_iommu=args.enable_iommu,
+def common_options(parser: argparse.ArgumentParser, *, json_help: str) -> None:
+    """The options every command takes: ``--json``, colour and how much to say."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=f'print {json_help} as one JSON document (a failure as {{"error": ...}})',
     )
+    output = parser.add_argument_group("output")
+    output.add_argument(
+        "--color",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="colour the diff: auto (a terminal, unless NO_COLOR or TERM=dumb), always, never",
+    )
+    output.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="say what runs on the host and how long it takes (-vv: more)",
+    )
+    output.add_argument("-q", "--quiet", action="store_true", help="say only what went wrong")
 
 
-def proposal(args: argparse.Namespace, host: Host) -> Proposal:
-    options = RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
-    return propose(host, split_policy(args), options, gpu_filter(args))
+class VersionAction(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+        try:
+            found = version("proxgpu")
+        except PackageNotFoundError:
+            found = "unknown (a source checkout that is not installed)"
+        print(f"proxgpu {found}")  # on stdout, as `--version` does everywhere
+        parser.exit()

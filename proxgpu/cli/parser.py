@@ -1,23 +1,21 @@
-"""The argument parser: every subcommand and its options."""
+"""The argument parser: every subcommand and its options.
+
+Handlers are named, not imported: :func:`proxgpu.cli.main` imports
+:mod:`~proxgpu.cli.commands` (and with it pydantic, paramiko, jinja2) only once a command runs,
+so that ``--help`` and a usage error cost little more than starting Python.
+
+>>> build_parser().parse_args(["inspect", "--json"]).handler
+'commands:cmd_inspect'
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from typing import TypeAlias
 
-from proxgpu.cli.commands import (
-    cmd_apply,
-    cmd_check_gpus,
-    cmd_history,
-    cmd_inspect,
-    cmd_plan,
-    cmd_rollback,
-    cmd_snapshot,
-    cmd_verify,
-)
-from proxgpu.cli.options import host_options, plan_options
+from proxgpu.cli.options import VersionAction, common_options, host_options, plan_options
 
-Handler = Callable[[argparse.Namespace], int]
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,32 +26,73 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Typical use: proxgpu plan --host root@pve1 --lxc 200 --vm 300, review the diff, "
         "then the same with apply. Exit codes are listed in README.md.",
     )
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    inspect = sub.add_parser("inspect", help="show GPUs, NUMA nodes, IOMMU groups and drivers")
-    host_options(inspect)
-    inspect.add_argument("--json", action="store_true", help="print the inventory as JSON")
-    inspect.set_defaults(handler=cmd_inspect)
-    snapshot = sub.add_parser("snapshot", help="capture what inspection reads into a directory")
-    host_options(snapshot)
+    for add in (_inspect, _snapshot, _plan, _apply, _verify, _rollback, _history, _check_gpus):
+        add(sub)
+    return parser
+
+
+def _command(
+    sub: Commands, name: str, summary: str, json_help: str, module: str = "commands"
+) -> argparse.ArgumentParser:
+    command = sub.add_parser(name, help=summary, description=summary)
+    host_options(command)
+    common_options(command, json_help=json_help)
+    command.set_defaults(handler=f"{module}:cmd_{name.replace('-', '_')}")
+    return command
+
+
+def _inspect(sub: Commands) -> None:
+    _command(sub, "inspect", "show GPUs, NUMA nodes, IOMMU groups and drivers", "the inventory")
+
+
+def _snapshot(sub: Commands) -> None:
+    snapshot = _command(
+        sub, "snapshot", "capture what inspection reads into a directory", "what was written"
+    )
     snapshot.add_argument("-o", "--output", required=True, metavar="DIR")
-    snapshot.set_defaults(handler=cmd_snapshot)
-    plan = sub.add_parser("plan", help="show the split and the file changes it needs (dry run)")
-    host_options(plan)
-    plan_options(plan)
-    plan.add_argument("--json", action="store_true", help="print the plan and changes as JSON")
-    plan.add_argument(
+
+
+def _detailed_exitcode(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
         "--detailed-exitcode",
         action="store_true",
-        help="exit 0 when nothing would change, 2 when changes are pending, 1 on error",
+        help="exit 0 when nothing would change, 2 when changes (or a reboot) are pending, "
+        "1 on error",
     )
-    plan.set_defaults(handler=cmd_plan)
-    apply = sub.add_parser(
-        "apply", help="apply the split: preflight, backup, atomic writes, actions"
+
+
+def _plan(sub: Commands) -> None:
+    plan = _command(
+        sub, "plan", "show the split and the file changes it needs (dry run)", "the plan", "change"
     )
-    host_options(apply)
+    plan_options(plan)
+    _detailed_exitcode(plan)
+    plan.add_argument(
+        "--out",
+        metavar="FILE",
+        help="save the plan (with the hashes of every file it read) for `apply --plan FILE`",
+    )
+
+
+def _apply(sub: Commands) -> None:
+    apply = _command(
+        sub,
+        "apply",
+        "apply the split: preflight, backup, atomic writes, actions",
+        "the result",
+        "change",
+    )
     plan_options(apply)
+    apply.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="apply exactly this saved plan (`plan --out`), refusing if a file it read changed",
+    )
     apply.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     apply.add_argument("--dry-run", action="store_true", help="check everything, change nothing")
+    _detailed_exitcode(apply)
     apply.add_argument(
         "--live", action="store_true", help="also rebind the vfio group now, without a reboot"
     )
@@ -67,33 +106,45 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take over a lock left by an interrupted apply or rollback (see proxgpu history)",
     )
-    apply.add_argument("--json", action="store_true", help="print the result as one JSON document")
-    apply.set_defaults(handler=cmd_apply)
-    verify_cmd = sub.add_parser(
-        "verify", help="compare the host with the last apply (exit 17: drift)"
+
+
+def _verify(sub: Commands) -> None:
+    verify = _command(
+        sub, "verify", "compare the host with the last apply (exit 17: drift)", "the report"
     )
-    host_options(verify_cmd)
-    verify_cmd.add_argument("--to", metavar="ID", help="journal entry (default: the last applied)")
-    verify_cmd.add_argument("--json", action="store_true")
-    verify_cmd.set_defaults(handler=cmd_verify)
-    back = sub.add_parser("rollback", help="restore the files of a journal entry byte for byte")
-    host_options(back)
+    verify.add_argument("--to", metavar="ID", help="journal entry (default: the last applied)")
+
+
+def _rollback(sub: Commands) -> None:
+    back = _command(
+        sub, "rollback", "undo a journal entry: what the apply changed, nothing else", "the result"
+    )
     back.add_argument("--to", metavar="ID", help="journal entry (default: the last apply)")
     back.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    back.add_argument("--force", action="store_true", help="even if files changed since the apply")
+    back.add_argument(
+        "--force",
+        action="store_true",
+        help="even if an entry the apply wrote changed since: put the whole backup back",
+    )
     back.add_argument(
         "--live", action="store_true", help="also return rebound functions to their drivers now"
     )
     back.add_argument(
-        "--break-lock", action="store_true", help="take over a lock left by an interrupted apply"
+        "--break-lock",
+        action="store_true",
+        help="take over a lock left by an interrupted apply or rollback",
     )
-    back.set_defaults(handler=cmd_rollback)
-    hist = sub.add_parser("history", help="list the journal of applies and rollbacks")
-    host_options(hist)
-    hist.add_argument("--json", action="store_true")
-    hist.set_defaults(handler=cmd_history)
-    check = sub.add_parser("check-gpus", help="is a GPU set NUMA-local? (exit 0 yes, 1 no)")
+
+
+def _history(sub: Commands) -> None:
+    _command(sub, "history", "list the journal of applies and rollbacks", "the entries")
+
+
+def _check_gpus(sub: Commands) -> None:
+    check = _command(
+        sub,
+        "check-gpus",
+        "is a GPU set NUMA-local? (exit 0 yes, 18 it straddles nodes, 19 cannot tell)",
+        "the check",
+    )
     check.add_argument("gpus", help="indexes in PCI bus order or addresses, comma-separated")
-    host_options(check)
-    check.set_defaults(handler=cmd_check_gpus)
-    return parser

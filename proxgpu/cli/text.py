@@ -51,9 +51,21 @@ def _header(inv: Inventory) -> str:
     return f"{inv.hostname}: {pve}, kernel {inv.kernel or '?'}, {inv.boot_loader}, {iommu}{nvidia}"
 
 
+def _gpu_details(gpu: Gpu) -> str:
+    """The facts the table has no room for, one line per GPU."""
+    facts = [
+        f"{gpu.vendor_id}:{gpu.device_id}",
+        f"local CPUs {gpu.local_cpus or '?'}",
+        f"driver_override {gpu.driver_override or '-'}",
+    ]
+    if gpu.nvidia_uuid:
+        facts.append(gpu.nvidia_uuid)
+    return f"    {gpu.address}  " + ", ".join(facts)
+
+
 def render_inventory(inv: Inventory) -> str:
     """The inventory as a sysadmin reads it at a glance."""
-    lines = [_header(inv), ""]
+    lines = [_header(inv), f"Kernel command line: {inv.kernel_cmdline or '?'}", ""]
     header = ["ADDRESS", "MODEL", "DRIVER", "DEVICE", "IOMMU", "OTHER FUNCTIONS"]
     groups: list[tuple[str, list[Gpu]]] = [
         (
@@ -69,6 +81,7 @@ def render_inventory(inv: Inventory) -> str:
         lines.append(f"{title}: {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}")
         if gpus:
             lines.append(table([header, *(_gpu_row(g) for g in gpus)], indent="  "))
+            lines += [_gpu_details(g) for g in gpus]
         lines.append("")
     uvm = inv.char_majors.get("nvidia-uvm")
     if uvm is not None:

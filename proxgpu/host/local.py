@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from proxgpu.errors import CommandTimeoutError, HostUnreachableError
+from proxgpu.errors import CommandTimeoutError, UsageError
 from proxgpu.host.base import CommandResult, Host
 
 
@@ -49,4 +49,4 @@ class DirectoryHost(LocalHost):
         super().__init__(root)
         self.name = f"dir:{root}"
         if not os.path.isdir(root):
-            raise HostUnreachableError(self.name, "no such directory")
+            raise UsageError(f"{root}: no such directory (--root names a host's tree)")

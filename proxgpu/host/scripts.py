@@ -14,12 +14,16 @@ fields=())]
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
 
 from proxgpu.errors import CommandError
 from proxgpu.host.base import Host
+
+log = logging.getLogger(__name__)
 
 #: Seconds a script may run unless its caller says otherwise.
 SCRIPT_TIMEOUT = 300.0
@@ -107,7 +111,18 @@ def run_script(
     :raises CommandError: when ``check`` and the script exits non-zero, naming the step.
     :raises HostUnreachableError: when the transport fails.
     """
+    start = time.monotonic()
     result = host.run(["sh", "-c", script_text(name), "sh", *args], stdin=payload, timeout=timeout)
+    log.info(
+        "%s: %s.sh (%d args, %d bytes in, %d out) exited %d in %.2f s",
+        host.name,
+        name,
+        len(args),
+        len(payload),
+        len(result.stdout),
+        result.returncode,
+        time.monotonic() - start,
+    )
     output = ScriptOutput(
         records=parse_records(result.stdout.decode("utf-8", "replace")),
         returncode=result.returncode,

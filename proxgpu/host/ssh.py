@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import glob
 import hashlib
 import os
+import re
+import shlex
 import socket
 import threading
 from collections.abc import Sequence
@@ -91,6 +94,7 @@ class _Resolved:
     known_hosts: str
     proxy_jump: str | None
     proxy_command: str | None
+    accept_new: bool = False
 
 
 def _read_config(path: str | None) -> paramiko.SSHConfig:
@@ -99,7 +103,38 @@ def _read_config(path: str | None) -> paramiko.SSHConfig:
         if path:
             raise UsageError(f"{config_path}: no such SSH config file")
         return paramiko.SSHConfig()
-    return paramiko.SSHConfig.from_path(str(config_path))
+    return paramiko.SSHConfig.from_text(_with_includes(config_path, depth=0))
+
+
+_INCLUDE = re.compile(r"^\s*include\s+(.+?)\s*$", re.IGNORECASE)
+
+
+def _with_includes(path: Path, depth: int) -> str:
+    """The config's text with every ``Include`` replaced by the files it names, as OpenSSH reads
+    them (paramiko does not): globs, in lexical order, relative paths from ``~/.ssh``.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "extra.conf").write_text("Host pve1\\n  Port 2222\\n")
+    >>> _ = (folder / "config").write_text(f"Include {folder}/*.conf\\n")
+    >>> paramiko.SSHConfig.from_text(_with_includes(folder / "config", 0)).lookup("pve1")["port"]
+    '2222'
+    """
+    if depth > 16:  # OpenSSH's own limit on nested includes
+        raise UsageError(f"{path}: Include nested too deep")
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = _INCLUDE.match(line)
+        if match is None:
+            lines.append(line)
+            continue
+        for pattern in shlex.split(match[1]):
+            full = Path(pattern).expanduser()
+            if not full.is_absolute():
+                full = Path("~/.ssh").expanduser() / full
+            for included in sorted(glob.glob(str(full))):
+                lines.append(_with_includes(Path(included), depth + 1))
+    return "\n".join(lines) + "\n"
 
 
 def _resolve(target: str, options: SSHOptions, config: paramiko.SSHConfig) -> _Resolved:
@@ -111,6 +146,9 @@ def _resolve(target: str, options: SSHOptions, config: paramiko.SSHConfig) -> _R
     known = (
         options.known_hosts or (entry.get("userknownhostsfile") or "~/.ssh/known_hosts").split()[0]
     )
+    # StrictHostKeyChecking accept-new (or no) trusts a key seen for the first time, like
+    # --accept-new-host-key; a changed key is refused whatever it says.
+    strict = entry.get("stricthostkeychecking", "yes").lower()
     return _Resolved(
         hostname=entry.get("hostname", alias),
         port=port or options.port or int(entry.get("port", 22)),
@@ -119,7 +157,21 @@ def _resolve(target: str, options: SSHOptions, config: paramiko.SSHConfig) -> _R
         known_hosts=os.path.expanduser(known),
         proxy_jump=entry.get("proxyjump"),
         proxy_command=entry.get("proxycommand"),
+        accept_new=options.accept_new_host_key or strict in ("accept-new", "no", "off"),
     )
+
+
+def _forget_key(known_hosts: str, display: str) -> list[str]:
+    """The ``ssh-keygen -R`` command that removes ``display``'s key from ``known_hosts``.
+
+    >>> _forget_key(os.path.expanduser("~/.ssh/known_hosts"), "pve1")
+    ['ssh-keygen', '-R', 'pve1']
+    >>> _forget_key("/etc/proxgpu/known_hosts", "[pve1]:2222")
+    ['ssh-keygen', '-f', '/etc/proxgpu/known_hosts', '-R', '[pve1]:2222']
+    """
+    if os.path.abspath(known_hosts) == os.path.expanduser("~/.ssh/known_hosts"):
+        return ["ssh-keygen", "-R", display]
+    return ["ssh-keygen", "-f", known_hosts, "-R", display]
 
 
 def _local_user() -> str:
@@ -225,7 +277,7 @@ class SSHHost(Host):
         if os.path.exists(dest.known_hosts):
             client.load_host_keys(dest.known_hosts)
         client.set_missing_host_key_policy(
-            _KnownHostsPolicy(display, dest.known_hosts, self.options.accept_new_host_key)
+            _KnownHostsPolicy(display, dest.known_hosts, dest.accept_new)
         )
         timeout = self.options.connect_timeout
         try:
@@ -246,7 +298,7 @@ class SSHHost(Host):
                 f"host key changed: offered {exc.key.get_name()} {fingerprint(exc.key)}, "
                 f"{dest.known_hosts} expects {fingerprint(exc.expected_key)}; if the host was "
                 f"reinstalled, remove the old key with: "
-                f"{command_line(['ssh-keygen', '-R', display])}",
+                f"{command_line(_forget_key(dest.known_hosts, display))}",
                 fingerprint(exc.key),
                 dest.known_hosts,
             ) from exc

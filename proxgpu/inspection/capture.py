@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from proxgpu.errors import HostUnreachableError, SysfsError, UsageError
+from proxgpu.errors import CommandError, HostUnreachableError, SysfsError, UsageError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import run_script
 from proxgpu.pve.config import redact_secrets
@@ -64,9 +64,9 @@ def gather(host: Host, timeout: float = 120.0) -> Capture:
     """
     output = run_script(host, "gather", host.root, timeout=timeout, check=False)
     if not output.has("proxgpu-gather"):
-        error = output.first("error")
-        detail = error[0] if error else output.stderr.strip()
-        raise HostUnreachableError(host.name, f"cannot read {host.root}: {detail or 'no output'}")
+        if output.has("error"):
+            raise UsageError(f"{host.name}: {host.root}: no such directory to inspect")
+        raise CommandError(host.name, ["the gather step"], output.returncode, output.stderr)
     if not output.complete:
         raise HostUnreachableError(host.name, "inspection output was cut short")
     return parse_gather_output(output.stdout)

@@ -5,7 +5,8 @@
 # place, so it never exists without its owner); "read" only reads. TAKEOVER "-", or the owner id
 # of a lock to break (empty: a lock directory without an owner file): that lock is renamed out
 # of the way first, so of two that break it one wins. Records:
-#   uid N | node NAME | pvesh | notroot | lock | locked B64(owner) | held B64(owner)
+#   uid N | node NAME | boot ID (this boot's id, "-" in a tree) | pvesh | notroot | lock
+#   locked B64(owner) | held B64(owner)
 #   inprogress ID | file I other | file I file SHA256 MODE UID GID
 #   file I absent MISSING_DIRS (how many of its ancestors do not exist)
 #   file I escapes DIR (its directory resolves outside ROOT through a symlink) | end
@@ -15,6 +16,8 @@ shift 7
 uid=$(id -u)
 rec uid "$uid"
 rec node "$(uname -n)"
+boot=$(cat "${7%/}/proc/sys/kernel/random/boot_id" 2>/dev/null) || boot=-
+rec boot "$boot"
 if command -v pvesh >/dev/null 2>&1; then rec pvesh; fi
 if [ "$need_root" = 1 ] && [ "$uid" != 0 ]; then rec notroot; exit 0; fi
 if [ "$mode" = lock ]; then

@@ -45,7 +45,7 @@ def test_snapshot_then_inspect_root(tmp_path: Path, capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(
     ("argv", "code", "needle"),
     [
-        (["inspect", "--root", "/no/such/dir"], 3, "dir:/no/such/dir: no such directory"),
+        (["inspect", "--root", "/no/such/dir"], 2, "/no/such/dir: no such directory"),
         (["inspect", "--root", "/proc/self/fdinfo"], 8, "no PCI devices found"),
         (["inspect", "--host", "a:b"], 2, "port 'b' is not a number"),
     ],
@@ -70,7 +70,7 @@ def test_an_internal_error_is_one_line_unless_debugging(
     def broken(*_args: object) -> None:
         raise KeyError("boom")
 
-    monkeypatch.setattr("proxgpu.cli.options.inspect", broken)
+    monkeypatch.setattr("proxgpu.cli.setup.inspect", broken)
     assert main(["inspect", "--root", CT200]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error: KeyError" in err and "PROXGPU_DEBUG" in err

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu.errors import CommandError, CommandTimeoutError, HostUnreachableError
+from proxgpu.errors import CommandError, CommandTimeoutError, HostUnreachableError, UsageError
 from proxgpu.host import connect
 from proxgpu.host.local import DirectoryHost, LocalHost
 
@@ -40,5 +40,5 @@ def test_connect_chooses_the_kind_of_host(tmp_path: Path) -> None:
     assert isinstance(connect(), LocalHost) and connect().name == "localhost"
     tree = connect(root=str(tmp_path))
     assert isinstance(tree, DirectoryHost) and not tree.is_live
-    with pytest.raises(HostUnreachableError, match="no such directory"):
+    with pytest.raises(UsageError, match="missing: no such directory"):
         connect(root=str(tmp_path / "missing"))

@@ -32,15 +32,19 @@ OUR_MAP = "map id=10de:2bb5,iommugroup=60,node=ct200,path=0000:81:00.0"
 def test_verify_reports_file_drift_and_drivers_still_waiting_for_a_reboot(root: Path) -> None:
     host = DirectoryHost(str(root))
     plan = ct200_plan(root)
-    applied = apply_changes(host, changeset(root), plan=plan)
+    apply_changes(host, changeset(root), plan=plan)
     [entry] = history(host)
     report = verify(host, entry)
-    # A tree has no kernel: its GPUs stay on nvidia, as a host would until it reboots.
-    assert report.drifted and len(report.drift) == 8
-    assert report.drift[0] == (
-        f"0000:81:00.0: bound to nvidia, the plan says vfio-pci "
-        f"(apply {applied.journal_id} takes effect after a reboot)"
+    # A tree has no kernel: its GPUs stay on nvidia, as a host would until it reboots. The boot
+    # is the one the apply ran in, so that is a pending reboot, not drift.
+    assert not report.drifted and len(report.pending_reboot) == 8
+    assert report.pending_reboot[0] == (
+        "0000:81:00.0: bound to nvidia, the plan says vfio-pci (at the next boot)"
     )
+    rebooted = entry.model_copy(update={"boot_id": "another-boot"})
+    assert verify(host, rebooted).drift[:8] == [
+        line.removesuffix(" (at the next boot)") for line in report.pending_reboot
+    ], "after a reboot, drivers not as planned are drift"
     (root / MODULES.lstrip("/")).write_text("edited\n")
     (root / DRIVERCTL.lstrip("/")).unlink()
     files = [line for line in verify(host, entry).drift if line.startswith("/")]

@@ -98,7 +98,7 @@ def test_changed_host_key_is_refused_even_when_accepting_new_keys(
     other = (tmp_path / "other.pub").read_text().split()
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{sshd.port} {other[0]} {other[1]}\n")
-    with pytest.raises(HostKeyChangedError, match="ssh-keygen -R"):
+    with pytest.raises(HostKeyChangedError, match=f"ssh-keygen -f {known} -R"):
         inspect(
             SSHHost(
                 sshd.target,
@@ -199,8 +199,8 @@ def test_cli_exit_codes_and_one_line_errors(
                 "--root",
                 "/nonexistent",
             ],
-            3,
-            "cannot read /nonexistent",
+            2,
+            "/nonexistent: no such directory",
         ),
     ]
     for argv, code, text in cases:

@@ -1,0 +1,71 @@
+"""The terminal conventions: colour only where it helps, logging levels, one-line or JSON errors.
+
+Colour follows https://no-color.org and modern CLIs: ``--color auto`` (the default) colours only
+a terminal, never with ``NO_COLOR`` set or ``TERM=dumb``; ``always`` and ``never`` override.
+
+>>> wants_color("never", tty=True, environ={})
+False
+>>> wants_color("auto", tty=True, environ={"NO_COLOR": "1"})
+False
+>>> wants_color("auto", tty=True, environ={"TERM": "xterm-256color"})
+True
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from proxgpu.errors import ProxgpuError
+
+
+def wants_color(choice: str, *, tty: bool, environ: Mapping[str, str]) -> bool:
+    """Whether to colour output, for ``--color CHOICE`` on a terminal or not."""
+    if choice != "auto":
+        return choice == "always"
+    return tty and "NO_COLOR" not in environ and environ.get("TERM") != "dumb"
+
+
+def setup_logging(verbose: int, quiet: bool) -> None:
+    """``-v`` says what runs on the host and how long it takes, ``-vv`` more; ``-q`` only errors.
+
+    Log lines go to stderr, so that ``--json`` output stays one document on stdout.
+    """
+    level = (
+        logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("proxgpu: %(message)s"))
+    logger = logging.getLogger("proxgpu")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
+
+
+def error_document(exc: ProxgpuError) -> dict[str, Any]:
+    """The JSON document ``--json`` prints on stdout for a failure (same exit code).
+
+    >>> from proxgpu.errors import SysfsError
+    >>> error_document(SysfsError("pve1", "/sys/x", "missing"))["error"]["path"]
+    '/sys/x'
+    """
+    return {
+        "error": {
+            "code": exc.exit_code,
+            "kind": type(exc).__name__,
+            "message": str(exc),
+            "host": getattr(exc, "host", None),
+            "path": getattr(exc, "path", None),
+            "fix": exc.fix,
+        }
+    }
+
+
+def report_error(exc: ProxgpuError, as_json: bool) -> None:
+    """Say what failed: one line on stderr, and with ``--json`` the document on stdout."""
+    print(f"proxgpu: {exc}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(error_document(exc), indent=2))

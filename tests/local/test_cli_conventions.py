@@ -1,0 +1,153 @@
+"""The command line speaks its users' conventions: --version, --json everywhere (errors too),
+NO_COLOR and --color, -v/-q, a saved plan, Terraform's detailed exit codes, a pending reboot
+told apart from drift, and check-gpus' own exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxgpu.cli import main
+from tests.support.trees import EXAMPLES, REPO, copy_example
+
+SPLIT = ["--lxc", "200", "--vm", "300"]
+
+
+def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The command line in a child process, as a user runs it (no terminal)."""
+    return subprocess.run(
+        [sys.executable, "-m", "proxgpu", *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        check=False,
+    )
+
+
+def test_version_is_the_installed_one() -> None:
+    from importlib.metadata import version  # noqa: PLC0415 - the thing under comparison
+
+    done = run("--version")
+    assert done.returncode == 0 and done.stdout == f"proxgpu {version('proxgpu')}\n"
+
+
+def test_a_failure_with_json_is_a_json_error_document_with_the_same_code(tmp_path: Path) -> None:
+    done = run("inspect", "--root", str(tmp_path / "missing"), "--json")
+    document = json.loads(done.stdout)
+    assert done.returncode == 2 == document["error"]["code"]
+    assert document["error"]["kind"] == "UsageError"
+    assert "no such directory" in document["error"]["message"]
+    assert done.stderr.count("\n") == 1, "the one-line message stays on stderr"
+
+
+def test_a_refused_plan_in_json_carries_the_fixes() -> None:
+    done = run("plan", "--root", str(EXAMPLES / "ct200"), "--vm", "300", "--json")
+    error = json.loads(done.stdout)["error"]
+    assert done.returncode == 9 and error["kind"] == "PlanRefusedError" and error["fix"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "coloured"),
+    [
+        (["--color", "always"], {}, True),
+        (["--color", "always"], {"NO_COLOR": "1"}, True),  # an explicit choice wins
+        (["--color", "never"], {}, False),
+        ([], {}, False),  # not a terminal
+    ],
+)
+def test_colour_only_where_asked(flags: list[str], env: dict[str, str], coloured: bool) -> None:
+    done = run("plan", "--root", str(EXAMPLES / "ct200"), *SPLIT, *flags, env=env)
+    assert done.returncode == 0
+    assert ("\x1b[" in done.stdout) is coloured
+
+
+def test_verbose_says_what_runs_and_quiet_says_nothing_more() -> None:
+    loud = run("inspect", "--root", str(EXAMPLES / "ct200"), "-v")
+    assert "gather.sh" in loud.stderr and " s" in loud.stderr
+    quiet = run("inspect", "--root", str(EXAMPLES / "ct200"), "-q")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_a_saved_plan_applies_exactly_and_refuses_a_changed_file(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    saved = tmp_path / "plan.json"
+    assert main(["plan", "--root", str(root), *SPLIT, "--out", str(saved)]) == 0
+    assert saved.stat().st_mode & 0o777 == 0o600, "it holds guest configs: owner only"
+    vm = root / "etc/pve/qemu-server/300.conf"
+    vm.write_text(vm.read_text() + "tags: edited-since\n")
+    assert main(["apply", "--root", str(root), "--plan", str(saved), "--yes"]) == 10
+    vm.write_text(vm.read_text().replace("tags: edited-since\n", ""))
+    assert main(["apply", "--root", str(root), "--plan", str(saved), "--yes"]) == 0
+    assert "hostpci0" in vm.read_text()
+
+
+def test_a_saved_plan_is_for_its_host_only_and_must_be_intact(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    other = copy_example(tmp_path, dest="other")
+    saved = tmp_path / "plan.json"
+    assert main(["plan", "--root", str(root), *SPLIT, "--out", str(saved)]) == 0
+    assert main(["apply", "--root", str(other), "--plan", str(saved), "--yes"]) == 2
+    document = json.loads(saved.read_text())
+    edited = next(f for f in document["changes"]["files"] if f["before"] is not None)
+    edited["before"] += "tampered\n"
+    saved.write_text(json.dumps(document))
+    assert main(["apply", "--root", str(root), "--plan", str(saved), "--yes"]) == 2
+
+
+def test_after_the_apply_a_pending_reboot_is_not_drift(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    assert main(["apply", "--root", str(root), *SPLIT, "--yes"]) == 0
+    capsys.readouterr()
+    # No file changes are left, but the drivers change only at the next boot: still pending.
+    assert main(["plan", "--root", str(root), *SPLIT, "--detailed-exitcode"]) == 2
+    assert "Reboot pending" in capsys.readouterr().out
+    assert main(["verify", "--root", str(root)]) == 0
+    assert "a reboot is pending" in capsys.readouterr().out
+    assert main(["verify", "--root", str(root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert not report["drifted"] and report["pending_reboot"]
+
+
+def test_apply_dry_run_has_terraforms_exit_codes_and_sees_a_held_lock(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    args = ["apply", "--root", str(root), *SPLIT, "--dry-run", "--detailed-exitcode"]
+    assert main(args) == 2
+    lock = root / "run/lock/proxgpu"
+    lock.mkdir(parents=True)
+    (lock / "owner").write_text("id=1\nop=apply\nclient=elsewhere\npid=1\n")
+    assert main(["apply", "--root", str(root), *SPLIT, "--dry-run"]) == 11
+
+
+@pytest.mark.parametrize(("gpus", "code"), [("0,1,2,3", 0), ("1,2,3,4", 18)])
+def test_check_gpus_tells_straddling_by_its_own_code(gpus: str, code: int) -> None:
+    assert main(["check-gpus", gpus, "--root", str(EXAMPLES / "ct200")]) == code
+
+
+def test_check_gpus_says_when_it_cannot_tell() -> None:
+    assert main(["check-gpus", "0,1", "--root", str(EXAMPLES / "single-socket")]) == 19
+
+
+def test_rollback_without_a_terminal_says_how_to_go_ahead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    done = run("rollback", "--root", str(root))
+    assert done.returncode == 2 and "--yes to roll back" in done.stderr
+
+
+def test_progress_says_how_long_each_step_has_taken(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    done = run("apply", "--root", str(root), *SPLIT, "--yes")
+    steps = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert steps and all(
+        line[1:].split("s]")[0].strip().replace(".", "").isdigit() for line in steps
+    )
