@@ -26,8 +26,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         # argparse has printed the problem; with --detailed-exitcode, 2 would mean "changes".
         return 1 if detailed and exc.code else int(exc.code or 0)
-    setup_logging(args.verbose, args.quiet)
-    args.use_color = wants_color(args.color, tty=sys.stdout.isatty(), environ=os.environ)
+    # `completion` takes none of the output options the other commands share.
+    setup_logging(getattr(args, "verbose", 0), getattr(args, "quiet", False))
+    color = getattr(args, "color", "never")
+    args.use_color = wants_color(color, tty=sys.stdout.isatty(), environ=os.environ)
+    args.json = getattr(args, "json", False)
     try:
         # Imported once a command runs: it brings pydantic, paramiko and jinja2 along.
         module, _, handler = args.handler.partition(":")

@@ -30,6 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_inspect, _snapshot, _plan, _apply, _verify, _rollback, _history, _check_gpus):
         add(sub)
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash or zsh)",
+        description="Print a shell completion script, e.g. "
+        "`proxgpu completion bash > /etc/bash_completion.d/proxgpu`.",
+    )
+    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion.set_defaults(handler="completion:cmd_completion")
     return parser
 
 
