@@ -1,5 +1,5 @@
 """proxgpu as installed: a wheel built and installed into a directory of its own, and
-``python -m proxgpu``, each run as a separate process from another directory."""
+``python -m proxgpu``, each run as a separate process from another directory; and the sdist."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 from tests.support.trees import EXAMPLES, REPO
@@ -77,3 +78,85 @@ def test_python_dash_m_runs_the_cli() -> None:
         cwd=REPO,
     )
     assert result.returncode == 0 and "ct200" in result.stdout
+
+
+def test_sdist_carries_the_tests_examples_man_page_and_licence(tmp_path: Path) -> None:
+    """The sdist is what distributions build and test from: the whole tests/ tree with the
+    example hosts it reads, the man page, the licence (declared as SPDX) and the changelog."""
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path), "."],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+        timeout=600,
+    )
+    (sdist,) = tmp_path.glob("proxgpu-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        top = sdist.name.removesuffix(".tar.gz")
+        names = {m.name.removeprefix(top + "/") for m in archive.getmembers() if m.isfile()}
+        links = {
+            m.name.removeprefix(top + "/"): m.linkname for m in archive.getmembers() if m.issym()
+        }
+        info = archive.extractfile(f"{top}/PKG-INFO")
+        assert info is not None
+        metadata = info.read().decode()
+
+    def files(under: str) -> set[str]:
+        return {
+            p.relative_to(REPO).as_posix()
+            for p in (REPO / under).rglob("*")
+            if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts
+        }
+
+    missing = (files("tests") | files("examples/hosts")) - names
+    assert not missing, sorted(missing)[:10]
+    # sysfs's driver and iommu_group links: without them the example GPUs have no driver.
+    on_disk = {
+        p.relative_to(REPO).as_posix(): os.readlink(p)
+        for under in ("tests", "examples")
+        for p in (REPO / under).rglob("*")
+        if p.is_symlink()
+    }
+    assert on_disk and links == on_disk
+    shipped = {"LICENSE", "CHANGELOG.md", "man/proxgpu.1", "proxgpu/ansible/proxgpu_split.py"}
+    assert shipped <= names
+    assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
+    assert not any(n.endswith(".pyc") for n in names)
+
+    # Unpacked, it inspects as the checkout does (drivers read through the links), and builds.
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path / "unpacked", filter="tar")
+    unpacked = tmp_path / "unpacked" / top
+    assert inspect_json(unpacked / "examples/hosts/ct200") == inspect_json(EXAMPLES / "ct200")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "wheel"),
+            str(unpacked),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    assert list((tmp_path / "wheel").glob("proxgpu-*.whl"))
+
+
+def inspect_json(root: Path) -> dict[str, object]:
+    """``proxgpu inspect --json`` of a tree, without the field naming where it was read."""
+    done = subprocess.run(
+        [sys.executable, "-m", "proxgpu", "inspect", "--root", str(root), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    document: dict[str, object] = json.loads(done.stdout)
+    document.pop("source", None)
+    return document
