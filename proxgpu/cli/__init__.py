@@ -7,12 +7,14 @@ error. With ``--json`` a failure also prints ``{"error": {...}}`` on stdout.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Sequence
 from importlib import import_module
 
 from proxgpu.cli.console import report_error, setup_logging, wants_color
+from proxgpu.cli.fleet import expand_hosts, run_fleet
 from proxgpu.cli.parser import build_parser
 from proxgpu.errors import ProxgpuError
 
@@ -31,6 +33,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     color = getattr(args, "color", "never")
     args.use_color = wants_color(color, tty=sys.stdout.isatty(), environ=os.environ)
     args.json = getattr(args, "json", False)
+    hosts = expand_hosts(getattr(args, "host", None))
+    if len(hosts) > 1:
+        return run_fleet(args, hosts, lambda one: _run(one, detailed))
+    args.host = hosts[0] if hosts else None
+    return _run(args, detailed)
+
+
+def _run(args: argparse.Namespace, detailed: bool) -> int:
+    """Run the command for one host (or none): its exit code, every failure on one line."""
     try:
         # Imported once a command runs: it brings pydantic, paramiko and jinja2 along.
         module, _, handler = args.handler.partition(":")

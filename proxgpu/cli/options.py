@@ -10,7 +10,24 @@ import argparse
 def host_options(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("host (default: this machine)")
     where.add_argument(
-        "--host", metavar="[USER@]HOST[:PORT]", help="a remote host, reached over SSH"
+        "--host",
+        action="append",
+        metavar="[USER@]HOST[:PORT]",
+        help="a remote host, reached over SSH; repeat it (or give a comma list) for several",
+    )
+    where.add_argument(
+        "--forks",
+        type=int,
+        default=5,
+        metavar="N",
+        help="how many hosts to read at once (default 5, as Ansible)",
+    )
+    where.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="apply or roll back N hosts at a time (default 1: a rolling change)",
     )
     where.add_argument(
         "--root",

@@ -70,6 +70,9 @@ def _config(work: Path, port: int) -> str:
         f"AuthorizedKeysFile {work}/authorized_keys\nStrictModes no\nUsePAM no\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "PermitRootLogin prohibit-password\nAllowTcpForwarding yes\nLogLevel ERROR\n"
+        # One server stands for a whole fleet in the fleet tests and benchmark: let it take
+        # as many connections at once as a fleet of hosts would.
+        "MaxStartups 200\nMaxSessions 200\n"
     )
 
 

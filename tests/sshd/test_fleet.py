@@ -1,0 +1,80 @@
+"""Many hosts in one run, through the command line against a real sshd on loopback: the same
+server under several names in an ssh_config (one of them a closed port, standing for a host that
+is down), each reached over its own connection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from proxgpu.cli import main
+from tests.support.sshd import Sshd, free_port
+from tests.support.trees import copy_example
+
+pytestmark = pytest.mark.sshd
+
+
+def fleet_config(sshd: Sshd, tmp_path: Path, names: list[str], down: str = "") -> Path:
+    config = tmp_path / "ssh_config"
+    blocks = [
+        f"Host {name}\n  HostName 127.0.0.1\n  Port {free_port() if name == down else sshd.port}\n"
+        f"  User {sshd.user}\n  IdentityFile {sshd.identity_file}\n"
+        f"  UserKnownHostsFile {sshd.known_hosts}\n"
+        for name in names
+    ]
+    config.write_text("".join(blocks))
+    return config
+
+
+def test_inspect_of_several_hosts_is_one_document_keyed_by_target(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    config = fleet_config(sshd, tmp_path, ["gpu1", "gpu2", "gpu3", "down1"], down="down1")
+    argv = ["inspect", "--ssh-config", str(config), "--root", str(root), "--json"]
+    code = main([*argv, "--host", "gpu1,gpu2", "--host", "down1", "--host", "gpu3"])
+    captured = capsys.readouterr()
+    hosts = json.loads(captured.out)["hosts"]
+    assert list(hosts) == ["gpu1", "gpu2", "down1", "gpu3"], "in the order given"
+    assert all(len(hosts[h]["gpus"]) == 8 for h in ("gpu1", "gpu2", "gpu3"))
+    assert hosts["down1"]["error"]["code"] == 3 == code, "the worst code; the others reported"
+    assert "down1: failed (exit 3)" in captured.err and "gpu3: ok" in captured.err
+
+
+def test_text_output_is_one_section_per_host(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    config = fleet_config(sshd, tmp_path, ["gpu1", "gpu2"])
+    argv = ["plan", "--ssh-config", str(config), "--root", str(root), "--lxc", "200"]
+    assert main([*argv, "--vm", "300", "--host", "gpu1,gpu2"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("== gpu1 ==") < out.index("== gpu2 ==")
+    assert out.count("Plan for ct200") == 2
+
+
+def test_a_rollout_stops_at_the_first_failure_and_says_who_was_touched(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    config = fleet_config(sshd, tmp_path, ["gpu1", "down1", "gpu2"], down="down1")
+    argv = ["apply", "--ssh-config", str(config), "--root", str(root), "--lxc", "200"]
+    argv += ["--vm", "300", "--yes", "--skip-guest-check"]
+    assert main([*argv, "--host", "gpu1,down1,gpu2"]) == 3
+    err = capsys.readouterr().err
+    assert "gpu1: ok" in err and "down1: failed (exit 3)" in err
+    assert "gpu2: not touched (an earlier host failed)" in err
+    assert "hostpci0" in (root / "etc/pve/qemu-server/300.conf").read_text(), "gpu1 applied"
+
+
+def test_several_hosts_are_never_changed_without_yes(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    config = fleet_config(sshd, tmp_path, ["gpu1", "gpu2"])
+    argv = ["apply", "--ssh-config", str(config), "--root", str(root), "--lxc", "200"]
+    assert main([*argv, "--host", "gpu1,gpu2"]) == 2
+    assert "pass --yes" in capsys.readouterr().err
+    assert "hostpci0" not in (root / "etc/pve/qemu-server/300.conf").read_text()
