@@ -19,7 +19,7 @@ from proxgpu.host.local import DirectoryHost, LocalHost
 from proxgpu.host.ssh import SSHHost, SSHOptions
 from proxgpu.inspection import inspect
 from proxgpu.rendering.changes import Action, ChangeSet, FileChange
-from tests.support.sshd import Sshd, client_options, free_port
+from tests.support.sshd import Sshd, client_options, free_port, known_hosts_with_another_key
 from tests.support.trees import EXAMPLES
 
 pytestmark = pytest.mark.sshd
@@ -92,12 +92,7 @@ def test_accepting_a_new_host_key_records_it_and_is_then_verified(
 def test_changed_host_key_is_refused_even_when_accepting_new_keys(
     sshd: Sshd, tmp_path: Path
 ) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True
-    )
-    other = (tmp_path / "other.pub").read_text().split()
-    known = tmp_path / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{sshd.port} {other[0]} {other[1]}\n")
+    known, _ = known_hosts_with_another_key(sshd, tmp_path)
     with pytest.raises(HostKeyChangedError, match=f"ssh-keygen -f {known} -R"):
         inspect(
             SSHHost(

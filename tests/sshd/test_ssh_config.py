@@ -10,7 +10,7 @@ import pytest
 
 from proxgpu.errors import HostKeyChangedError, HostKeyUnknownError
 from proxgpu.host.ssh import SSHHost, SSHOptions
-from tests.support.sshd import Sshd
+from tests.support.sshd import Sshd, known_hosts_with_another_key
 
 pytestmark = pytest.mark.sshd
 
@@ -53,12 +53,7 @@ def test_strict_host_key_checking_decides_about_a_new_key(
 def test_a_changed_key_is_refused_whatever_the_config_says_with_the_exact_fix(
     sshd: Sshd, tmp_path: Path
 ) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True
-    )
-    other = (tmp_path / "other.pub").read_text().split()
-    known = tmp_path / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{sshd.port} {other[0]} {other[1]}\n")
+    known, other = known_hosts_with_another_key(sshd, tmp_path)
     config = tmp_path / "config"
     config.write_text(alias(sshd, known, "  StrictHostKeyChecking no\n"))
     with pytest.raises(HostKeyChangedError) as refused:
@@ -66,4 +61,4 @@ def test_a_changed_key_is_refused_whatever_the_config_says_with_the_exact_fix(
     fix = f"ssh-keygen -f {known} -R '[127.0.0.1]:{sshd.port}'"
     assert fix in str(refused.value)
     subprocess.run(fix, shell=True, check=True, capture_output=True)  # the fix works as given
-    assert other[1] not in known.read_text()
+    assert other not in known.read_text()

@@ -113,3 +113,13 @@ def client_options(server: Sshd, workdir: Path, **overrides: Any) -> SSHOptions:
         connect_timeout=5.0,
     )
     return replace(options, **overrides)
+
+
+def known_hosts_with_another_key(server: Sshd, workdir: Path) -> tuple[Path, str]:
+    """A known_hosts file in ``workdir`` that pins another key for ``server``, as after the host
+    was reinstalled; returns the file and that other key's base64."""
+    keygen(workdir / "other")
+    kind, key = (workdir / "other.pub").read_text().split()[:2]
+    known = workdir / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{server.port} {kind} {key}\n")
+    return known, key
