@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.planning.model import PlanGroup
@@ -172,7 +173,27 @@ def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> No
     for key, value in wanted:
         if key.startswith("lxc.cgroup2.cpuset."):
             config.set(key, value)
+    if group.cpus:
+        _match_cores(ctx, config, group.cpus, vmid)
     ctx.file(path, config.render(), f"container {vmid}: its own GPUs and NUMA pinning", mode=None)
+
+
+def _match_cores(ctx: RenderContext, config: GuestConfig, cpus: str, vmid: int) -> None:
+    """``cores:`` as many as the CPUs the container is pinned to.
+
+    With a cpuset of its own, pve-container no longer picks ``cores`` CPUs for the container, so
+    a different number would only mislead Proxmox's accounting (its CPU count, HA's ``max-cpu``).
+    """
+    pinned = len(parse_cpulist(cpus))
+    old = config.get("cores")
+    if old == str(pinned):
+        return
+    config.set("cores", str(pinned))
+    if old is not None and old.isdigit() and int(old) < pinned:
+        ctx.warnings.append(
+            f"CT {vmid}: cores {old} becomes {pinned}, the CPUs it is pinned to ({cpus}): "
+            f"pinned, it runs on all of them; cap its CPU time with cpulimit: {old} if need be"
+        )
 
 
 def _sync_dev_entries(config: GuestConfig, paths: list[str], managed: _Managed) -> None:

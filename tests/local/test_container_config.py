@@ -1,4 +1,4 @@
-"""The container's config after a split: device access for every user of the container.
+"""The container's config after a split: device access for every user, cores as pinned.
 
 Each test takes the ct200 example (inspected once) and changes the one fact it is about.
 """
@@ -71,3 +71,22 @@ def test_new_nodes_take_the_policy_the_gpu_nodes_share() -> None:
     text = "arch: amd64\nostype: debian\ndev0: /dev/nvidia0,gid=44\ndev1: /dev/nvidiactl,gid=44\n"
     devs = dev_entries(rendered(with_configs({CT_200: text}), SplitPolicy(lxc=200)))
     assert devs["/dev/nvidia1"] == "/dev/nvidia1,gid=44"
+
+
+# --- cores ---------------------------------------------------------------------------------------
+
+
+def ct_with(line: str) -> Inventory:
+    return with_configs({CT_200: f"arch: amd64\nostype: debian\n{line}\n"})
+
+
+@pytest.mark.parametrize(
+    ("before", "warned"), [("cores: 8", True), ("cores: 64", False), ("", False)]
+)
+def test_cores_match_the_cpus_the_container_is_pinned_to(before: str, warned: bool) -> None:
+    changes = rendered(ct_with(before), SplitPolicy(lxc=200))
+    config = GuestConfig.parse(after(changes, CT_200))
+    pinned = config.get("lxc.cgroup2.cpuset.cpus")
+    assert pinned == "0-31"  # ct200's NUMA node 0
+    assert config.get("cores") == "32"
+    assert any("CT 200: cores 8 becomes 32" in w for w in changes.warnings) == warned

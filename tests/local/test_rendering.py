@@ -217,7 +217,7 @@ def _managed(line: str) -> bool:
     return bool(
         re.match(
             r"(dev\d+: /dev/nvidia|lxc\.cgroup2?\.devices\.allow\s*[:=]\s*c (195|511):|"
-            r"lxc\.mount\.entry\s*[:=]\s*/dev/nvidia|lxc\.cgroup2\.cpuset\.)",
+            r"lxc\.mount\.entry\s*[:=]\s*/dev/nvidia|lxc\.cgroup2\.cpuset\.|cores:)",
             line,
         )
     )
