@@ -150,11 +150,7 @@ class VersionAction(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+        from proxgpu.version import version  # noqa: PLC0415 - looked up only when asked for
 
-        try:
-            found = version("proxgpu")
-        except PackageNotFoundError:
-            found = "unknown (a source checkout that is not installed)"
-        print(f"proxgpu {found}")  # on stdout, as `--version` does everywhere
+        print(f"proxgpu {version()}")  # on stdout, as `--version` does everywhere
         parser.exit()
