@@ -14,8 +14,9 @@ from __future__ import annotations
 from proxgpu.apply.actions import ACTION_TIMEOUT
 from proxgpu.apply.journal import Journal, JournalEntry, JournalFile, history, read_journal
 from proxgpu.apply.remote import Progress
+from proxgpu.apply.result import ApplyResult
 from proxgpu.apply.rollback import RollbackResult, rollback
-from proxgpu.apply.transaction import ApplyResult, apply_changes
+from proxgpu.apply.transaction import apply_changes
 from proxgpu.apply.verify import VerifyReport, verify
 
 __all__ = [

@@ -19,12 +19,13 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from proxgpu.apply import lock
-from proxgpu.apply.journal import JournalEntry
-from proxgpu.apply.layout import Layout
+from proxgpu.apply.journal import JournalEntry, JournalFile
+from proxgpu.apply.layout import Layout, Where, mode_and_umask
 from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import Record, ScriptArgs, run_script
 from proxgpu.pve.api import same_config
+from proxgpu.rendering.changes import FileChange
 
 #: Called with a step (``lock``, ``backup``, ``write``, ``action``, ...) and a line for people.
 Progress = Callable[[str, str], None]
@@ -298,3 +299,48 @@ def created_dirs(created: Iterable[tuple[str, FileState]]) -> list[str]:
                 break  # the host's root directory itself was missing
             dirs.add(directory)
     return deepest_first(dirs)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One file of an apply, staged: its journal record, its stage-script item, its new bytes."""
+
+    record: JournalFile
+    item: StageItem
+    content: bytes
+
+
+def stage_file(
+    backup: str, change: FileChange, state: FileState, at: Where, *, via_api: bool
+) -> Staged:
+    """What stage.sh needs for one file, and what the journal keeps of it (``backup`` names its
+    copy in the entry's backup directory; a file written through the API is backed up but not
+    staged: Proxmox writes it)."""
+    existed = state.kind == "file"
+    record = JournalFile(
+        path=change.path,
+        existed=existed,
+        mode=state.mode,
+        uid=state.uid,
+        gid=state.gid,
+        sha256_before=state.sha256,
+        # For the API, what the plan says until the file Proxmox wrote is read back.
+        sha256_after=sha(change.after),
+        backup=backup if existed else None,
+        via="api" if via_api else "file",
+    )
+    staged = change.after is not None and not via_api
+    mode, umask = mode_and_umask(change.mode, state.mode, at)
+    content = change.after.encode() if change.after is not None and staged else b""
+    item = StageItem(
+        path=at.path,
+        backup=backup if existed else None,
+        sha256=state.sha256,
+        tmp=at.tmp if staged else None,
+        mode=mode,
+        umask=umask,
+        owner=f"{state.uid}:{state.gid}" if existed and not at.in_pve else None,
+        parent_exists=int(state.parent_exists),
+        size=len(content),
+    )
+    return Staged(record, item, content)

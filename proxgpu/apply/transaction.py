@@ -11,14 +11,11 @@ On a live host with pvesh, a VM config is changed through the Proxmox API instea
 mapping file and host files are written as files. Backups, the compare-and-swap checks, restore
 on failure and rollback treat both kinds alike.
 
-The number of commands it sends does not grow with the number of files: one locks and reads every
-file's hash (and the node name, and whether pvesh is there), one stages the backups and temp
-files, one renames them all (and reads back the configs written through the API), one records the
-outcome and unlocks, plus one per post-action; on a Proxmox host also one API call per guest
-whose status is checked and one per VM config written through the API.
-
-The checks live in :mod:`~proxgpu.apply.preflight`, the commands that read and restore files in
-:mod:`~proxgpu.apply.remote`, the scripts in ``proxgpu/scripts/{probe,stage,commit,finish}.sh``.
+The commands it sends do not grow with the number of files: one locks and reads every file's
+state (``scripts/probe.sh``), one stages backups and temp files (``stage.sh``), one renames them
+all (``commit.sh``), one records the outcome and unlocks (``finish.sh``), plus one per
+post-action; on a Proxmox host also one API call per guest status and per VM config written.
+Checks are in :mod:`~proxgpu.apply.preflight`, the host side in :mod:`~proxgpu.apply.remote`.
 """
 
 from __future__ import annotations
@@ -27,21 +24,19 @@ import getpass
 import json
 import socket
 from collections.abc import Sequence
-
-from pydantic import Field
+from typing import NoReturn
 
 from proxgpu.apply import lock
 from proxgpu.apply.actions import ACTION_TIMEOUT, run_actions
 from proxgpu.apply.busy import check_not_busy
-from proxgpu.apply.journal import JournalEntry, JournalFile, Status, new_journal_id
-from proxgpu.apply.layout import Layout, mode_and_umask, where
+from proxgpu.apply.journal import JournalEntry, Status, new_journal_id
+from proxgpu.apply.layout import Layout, where
 from proxgpu.apply.preflight import check_guests, files_to_write, refuse_locked_guests
 from proxgpu.apply.rebind import Binding, bind_to_vfio, restore_drivers, vfio_functions
 from proxgpu.apply.remote import (
     CommitItem,
     Probe,
     Progress,
-    StageItem,
     created_dirs,
     describe,
     finish,
@@ -52,14 +47,17 @@ from proxgpu.apply.remote import (
     recognise,
     release_quietly,
     sha,
+    stage_file,
     with_hashes,
 )
 from proxgpu.apply.restore import restore
+from proxgpu.apply.result import ApplyResult
 from proxgpu.apply.vmapi import VmApiWriter
 from proxgpu.errors import (
     ApplyError,
     CommandError,
     FileChangedError,
+    HostUnreachableError,
     PreflightError,
     ProxgpuError,
     PveApiError,
@@ -68,31 +66,8 @@ from proxgpu.errors import (
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import Record, run_script
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.model import FrozenModel
 from proxgpu.planning.model import Plan
-from proxgpu.rendering.changes import Action, ChangeSet
-
-
-class ApplyResult(FrozenModel):
-    """What an apply did (or, with ``dry_run``, would do).
-
-    ``files`` are the paths written; ``actions`` every action of the change set, ``actions_run``
-    those that ran (none on a directory tree or in a dry run).
-
-    >>> ApplyResult(host="pve1", changed=False).messages
-    []
-    """
-
-    host: str
-    changed: bool
-    dry_run: bool = False
-    journal_id: str | None = None
-    files: list[str] = Field(default_factory=list)
-    actions: list[Action] = Field(default_factory=list)
-    actions_run: list[list[str]] = Field(default_factory=list)
-    live: list[Binding] = Field(default_factory=list)
-    reboot_required: bool = False
-    messages: list[str] = Field(default_factory=list)
+from proxgpu.rendering.changes import ChangeSet
 
 
 def apply_changes(
@@ -262,14 +237,9 @@ class _Apply:
             self._commit(todo)
             messages = self._post_actions()
             messages += self._live(live)
-            self._record("applied", "")
         except BaseException as exc:
-            if self.entry is None:
-                raise
-            error = self._undo(exc)
-            if error is exc:
-                raise
-            raise error from exc
+            self._fail(exc)
+        self._record_applied()
         assert self.entry is not None  # _stage wrote it
         return ApplyResult(
             host=self.host.name,
@@ -293,42 +263,19 @@ class _Apply:
         states = probe.files
         self.say("backup", f"backing up {len(todo)} files and staging the new ones")
         self.not_written = frozenset(self.changes[i].path for i in todo)
-        files, items, contents = [], [], []
-        for n, index in enumerate(todo):
-            change, state, at = self.changes[index], states[index], self.where[index]
-            existed = state.kind == "file"
-            via_api = self.vm_api.covers(change.path)
-            files.append(
-                JournalFile(
-                    path=change.path,
-                    existed=existed,
-                    mode=state.mode,
-                    uid=state.uid,
-                    gid=state.gid,
-                    sha256_before=state.sha256,
-                    # For the API, what the plan says until the file Proxmox wrote is read back.
-                    sha256_after=sha(change.after),
-                    backup=str(n) if existed else None,
-                    via="api" if via_api else "file",
-                )
+        staged = [
+            stage_file(
+                str(n),
+                self.changes[index],
+                states[index],
+                self.where[index],
+                via_api=self.vm_api.covers(self.changes[index].path),
             )
-            staged = change.after is not None and not via_api
-            mode, umask = mode_and_umask(change.mode, state.mode, at)
-            content = change.after.encode() if change.after is not None and staged else b""
-            items.append(
-                StageItem(
-                    path=at.path,
-                    backup=str(n) if existed else None,
-                    sha256=state.sha256,
-                    tmp=at.tmp if staged else None,
-                    mode=mode,
-                    umask=umask,
-                    owner=f"{state.uid}:{state.gid}" if existed and not at.in_pve else None,
-                    parent_exists=int(state.parent_exists),
-                    size=len(content),
-                )
-            )
-            contents.append(content)
+            for n, index in enumerate(todo)
+        ]
+        files = [s.record for s in staged]
+        items = [s.item for s in staged]
+        contents = [s.content for s in staged]
         created = created_dirs(
             (self.changes[i].path, states[i]) for i in todo if self.changes[i].after is not None
         )
@@ -438,6 +385,32 @@ class _Apply:
         self.say("live", f"binding {len(functions)} functions to vfio-pci")
         self.bindings = bind_to_vfio(self.host, functions)
         return [f"bound to vfio-pci now: {', '.join(b.address for b in self.bindings)}"]
+
+    def _fail(self, exc: BaseException) -> NoReturn:
+        """Undo what was written (if anything was), then raise what says so."""
+        if self.entry is None:
+            raise exc
+        error = self._undo(exc)
+        if error is exc:
+            raise exc
+        raise error from exc
+
+    def _record_applied(self) -> None:
+        """Record the apply as done; a connection lost while doing so leaves nothing to undo,
+        but a journal that cannot be written (a full disk) undoes the apply."""
+        try:
+            self._record("applied", "")
+        except HostUnreachableError as exc:
+            # Every file is written and every step ran; only the journal's last word is in
+            # doubt, and a host that cannot be reached cannot be restored either.
+            raise HostUnreachableError(
+                self.host.name,
+                f"{exc.detail}, after apply {self.id} had written every file and run every "
+                "step: the apply is done; `proxgpu history` shows whether the journal recorded "
+                "it, `proxgpu verify` checks the host, `proxgpu rollback` undoes it",
+            ) from exc
+        except BaseException as exc:
+            self._fail(exc)
 
     def _record(self, status: Status, message: str) -> None:
         assert self.entry is not None

@@ -22,6 +22,7 @@ from proxgpu.apply import apply_changes, history, read_journal, rollback, verify
 from proxgpu.errors import (
     ConcurrentApplyError,
     FileChangedError,
+    HostUnreachableError,
     JournalError,
     PreflightError,
     SysfsError,
@@ -31,7 +32,8 @@ from proxgpu.inspection import inspect
 from proxgpu.pipeline import propose
 from proxgpu.planning import SplitPolicy
 from proxgpu.rendering.changes import ChangeSet, FileChange
-from tests.support.trees import copy_example, tree_bytes
+from tests.support.faults import drop_after
+from tests.support.trees import changeset, contents, copy_example, tree_bytes
 
 POLICY = SplitPolicy(lxc=200, vms=[(300, None)])
 VM = "etc/pve/qemu-server/300.conf"
@@ -315,3 +317,18 @@ def test_a_config_of_megabytes_is_applied_and_rolled_back_byte_for_byte(tmp_path
         assert config.read_text() == original + "tags: big\n"
         rollback(host)
     assert config.read_text() == original
+
+
+def test_a_connection_lost_while_recording_the_apply_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = copy_example(tmp_path)
+    host = DirectoryHost(str(root))
+    changes = changeset(root)
+    # probe, stage, commit: the fourth command, the one that records the outcome, is lost.
+    drop_after(monkeypatch, host, 3)
+    with pytest.raises(HostUnreachableError, match="the apply is done") as lost:
+        apply_changes(host, changes)
+    assert "proxgpu history" in str(lost.value)
+    for now, _, after in contents(root, changes):
+        assert now == after, "nothing is undone: every file was written"
