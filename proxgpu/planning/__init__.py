@@ -36,6 +36,7 @@ from proxgpu.planning.checks import (
     check_vfio_iommu_groups,
 )
 from proxgpu.planning.context import Context
+from proxgpu.planning.memory import check_memory_fit
 from proxgpu.planning.model import (
     GpuPlacement,
     GpuSetCheck,
@@ -84,6 +85,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     check_vfio_iommu_groups(ctx, groups)
     enable_iommu = check_iommu_on(ctx, groups)
     check_mapping(ctx, groups)
+    check_memory_fit(ctx, groups)
     ctx.raise_problems()
     warn_about_shape(ctx, groups)
     host = next((group for group in groups if group.role == "host"), None)

@@ -26,6 +26,7 @@ ProblemCode = Literal[
     "iommu-off",
     "no-iommu-group",
     "mapping",
+    "memory",
     "no-fit",
 ]
 

@@ -16,10 +16,8 @@ from proxgpu.pve.config import (
     parse_property_string,
 )
 from proxgpu.pve.mapping import PciMappingConfig
+from proxgpu.pve.resources import hotplugs_memory, memory_mib
 from proxgpu.rendering.context import RenderContext, guest_config_of
-
-#: qemu-server's ``memory`` default in MiB, when the config names none.
-DEFAULT_MEMORY = "512"
 
 
 def _gpu_slots(inventory: Inventory) -> dict[str, Gpu]:
@@ -152,10 +150,10 @@ def _vnuma(ctx: RenderContext, config: GuestConfig, group: PlanGroup, vmid: int)
     if group.numa_node is None:
         return
     vcpus = int(config.get("sockets") or 1) * int(config.get("cores") or 1)
-    memory = _static_memory(config)
+    memory = memory_mib(config) or config.get("memory")
     wanted = f"cpus=0-{vcpus - 1},hostnodes={group.numa_node},memory={memory},policy=bind"
     existing = [(k, v) for k, v in config.entries() if re.fullmatch(r"numa\d+", k)]
-    if _hotplugs_memory(config):
+    if hotplugs_memory(config):
         # qemu-server refuses to start such a VM with any numaN ("cannot enable memory
         # hotplugging with custom NUMA topology"); the admin chose hotplug, so pin by affinity.
         if existing == [("numa0", wanted)]:
@@ -170,18 +168,3 @@ def _vnuma(ctx: RenderContext, config: GuestConfig, group: PlanGroup, vmid: int)
     elif existing != [("numa0", wanted)]:
         # The guest's own vNUMA layout is the admin's; only point out where it may disagree.
         ctx.warnings.append(f"VM {vmid} has its own numaN entries: check their hostnodes")
-
-
-def _static_memory(config: GuestConfig) -> str:
-    """The VM's memory in MiB as a NUMA node must add up to: ``memory:``'s ``current``."""
-    value = config.get("memory") or DEFAULT_MEMORY
-    try:
-        return parse_property_string(value, "current").get("current", DEFAULT_MEMORY)
-    except ValueError:
-        return value  # Proxmox itself rejects such a value; leave it for it to say so
-
-
-def _hotplugs_memory(config: GuestConfig) -> bool:
-    """Whether ``hotplug:`` holds ``memory`` (``1`` means Proxmox's default, without it)."""
-    value = (config.get("hotplug") or "").strip()
-    return value not in ("", "0", "1") and "memory" in re.split(r"[,;\s]+", value)

@@ -1,4 +1,5 @@
-"""The container's config after a split: device access for every user, cores as pinned.
+"""The container's config after a split: device access for every user, cores as pinned; and
+whether each guest's memory fits the NUMA node it is kept on.
 
 Each test takes the ct200 example (inspected once) and changes the one fact it is about.
 """
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.errors import PlanRefusedError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
@@ -20,6 +22,8 @@ from proxgpu.rendering.changes import ChangeSet
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hosts"
 CT_200 = "/etc/pve/lxc/200.conf"
+VM_300 = "/etc/pve/qemu-server/300.conf"
+NODE_1_MIB = 528476160 // 1024  # ct200's /sys/devices/system/node/node1/meminfo
 
 
 @cache
@@ -90,3 +94,43 @@ def test_cores_match_the_cpus_the_container_is_pinned_to(before: str, warned: bo
     assert pinned == "0-31"  # ct200's NUMA node 0
     assert config.get("cores") == "32"
     assert any("CT 200: cores 8 becomes 32" in w for w in changes.warnings) == warned
+
+
+# --- memory fit ----------------------------------------------------------------------------------
+
+
+def vm_with_memory(memory: int, extra: str = "") -> Inventory:
+    text = ct200().guest_configs[VM_300].replace("memory: 262144", f"memory: {memory}")
+    return with_configs({VM_300: text + extra})
+
+
+def test_a_vm_bound_to_a_node_too_small_for_it_is_refused() -> None:
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(vm_with_memory(NODE_1_MIB + 1), SplitPolicy(lxc=200, vms=[(300, None)]))
+    assert [p.code for p in caught.value.problems] == ["memory"]
+    assert f"which has {NODE_1_MIB} MiB" in caught.value.problems[0].what
+
+
+@pytest.mark.parametrize(
+    ("memory", "extra", "warning"),
+    [
+        (NODE_1_MIB - 1, "", "little is left there"),
+        (NODE_1_MIB // 2, "", None),
+        (NODE_1_MIB * 2, "hotplug: memory\n", None),  # not bound: no numa0 with memory hotplug
+        (NODE_1_MIB * 2, "numa0: cpus=0-31,hostnodes=0-1,memory=1024,policy=bind\n", None),
+    ],
+)
+def test_a_vm_close_to_its_node_s_size_is_warned_about(
+    memory: int, extra: str, warning: str | None
+) -> None:
+    plan = plan_split(vm_with_memory(memory, extra), SplitPolicy(lxc=200, vms=[(300, None)]))
+    found = [w for w in plan.warnings if w.startswith("VM 300 has")]
+    if warning is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and warning in found[0]
+
+
+def test_a_container_limited_beyond_its_node_is_warned_about() -> None:
+    plan = plan_split(ct_with(f"memory: {NODE_1_MIB * 2}"), SplitPolicy(lxc=200))
+    assert any(w.startswith("CT 200 has") and "more than the node has" in w for w in plan.warnings)
