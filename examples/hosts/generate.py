@@ -2,193 +2,15 @@
 
 Each host is a tree laid out like the host's absolute paths, exactly as ``proxgpu snapshot`` writes
 one: sysfs attributes as one-line files, ``driver`` and ``iommu_group`` as symlinks, bridges marked
-by a ``pci_bus`` directory, procfs and /etc files as they read on a Proxmox VE host. Every value
+by a ``pci_bus`` directory, each device in its ``/sys/devices/pciDDDD:BB/...`` directory below its
+root port and switch ports, with ``/sys/bus/pci/devices/ADDR`` a link to it as in sysfs, procfs and /etc files as they read on a Proxmox VE host. Every value
 follows the kernel's sysfs ABI and NVIDIA's procfs formats; none is captured
 from a real machine, so a tree made by ``proxgpu snapshot`` on a real host is always preferred.
 """
 
 from __future__ import annotations
 
-import shutil
-from dataclasses import dataclass, field
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-
-
-@dataclass
-class Dev:
-    """One PCI function as the example wants it."""
-
-    address: str
-    vendor: str
-    device: str
-    cls: str
-    driver: str | None
-    group: int | None
-    node: int
-    subsys: tuple[str, str] = ("0000", "0000")
-    bridge: bool = False
-    boot_vga: bool | None = None
-
-
-@dataclass
-class HostSpec:
-    """A whole example host."""
-
-    name: str
-    kernel: str
-    pve: str
-    cmdline: str
-    nodes: dict[int, tuple[str, int]]
-    devices: list[Dev]
-    efi: bool = False
-    nvidia_minors: dict[str, int] = field(default_factory=dict)
-    model: str = ""
-    files: dict[str, str] = field(default_factory=dict)
-    pci_ids: str = ""
-    char_devices: str = ""
-    cpu_vendor: str = "AuthenticAMD"
-    # No display: nvidia-modeset never loads, so /dev/nvidia-modeset does not exist.
-    headless: bool = False
-    mig: bool = False
-    tools: tuple[str, ...] = (
-        "usr/sbin/update-initramfs",
-        "usr/sbin/proxmox-boot-tool",
-        "usr/sbin/update-grub",
-        "usr/bin/pvesh",
-        "bin/fuser",
-    )
-
-
-BUILT_IN_DRIVERS = {"pcieport"}
-
-
-def write(root: Path, path: str, text: str) -> None:
-    target = root / path.lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
-
-
-def mark_dir(root: Path, path: str) -> None:
-    """A directory whose existence alone is read; the file inside keeps it in git."""
-    write(root, f"{path}/.proxgpu-keep", "")
-
-
-def link(root: Path, path: str, to: str) -> None:
-    target = root / path.lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.symlink_to(to)
-
-
-def cpus_of(spec: HostSpec, node: int) -> str:
-    return spec.nodes[node][0]
-
-
-def all_cpus(spec: HostSpec) -> str:
-    return ",".join(cpus for cpus, _ in spec.nodes.values())
-
-
-def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
-    base = f"/sys/bus/pci/devices/{dev.address}"
-    write(root, f"{base}/vendor", f"0x{dev.vendor}\n")
-    write(root, f"{base}/device", f"0x{dev.device}\n")
-    write(root, f"{base}/class", f"0x{dev.cls}\n")
-    write(root, f"{base}/subsystem_vendor", f"0x{dev.subsys[0]}\n")
-    write(root, f"{base}/subsystem_device", f"0x{dev.subsys[1]}\n")
-    write(root, f"{base}/numa_node", f"{dev.node}\n")
-    # With numa_node -1 the kernel lists every online CPU as local.
-    write(
-        root,
-        f"{base}/local_cpulist",
-        (all_cpus(spec) if dev.node < 0 else cpus_of(spec, dev.node)) + "\n",
-    )
-    write(root, f"{base}/driver_override", "(null)\n")
-    if dev.cls.startswith("0300"):
-        write(root, f"{base}/boot_vga", "1\n" if dev.boot_vga else "0\n")
-    if dev.driver:
-        link(root, f"{base}/driver", f"../../../bus/pci/drivers/{dev.driver}")
-    if dev.group is not None:
-        link(root, f"{base}/iommu_group", f"../../../kernel/iommu_groups/{dev.group}")
-    if dev.bridge:
-        mark_dir(root, f"{base}/pci_bus")
-
-
-def write_device_nodes(root: Path, spec: HostSpec) -> None:
-    """The nvidia device nodes, as a snapshot records them: empty files."""
-    names = [f"nvidia{minor}" for minor in spec.nvidia_minors.values()]
-    names += ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
-    names += [] if spec.headless else ["nvidia-modeset"]
-    # MIG-capable datacenter GPUs: the capability nodes nvidia-modprobe creates (as on a real H200).
-    names += ["nvidia-caps/nvidia-cap1", "nvidia-caps/nvidia-cap2"] if spec.mig else []
-    for name in names:
-        write(root, f"/dev/{name}", "")
-
-
-def write_nvidia(root: Path, spec: HostSpec) -> None:
-    write(
-        root,
-        "/proc/driver/nvidia/version",
-        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build  "
-        "(dvs-builder@U16-I3-B03-4-3)  Wed May 21 20:06:11 UTC 2025\n"
-        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1)\n",
-    )
-    for address, minor in spec.nvidia_minors.items():
-        uuid = f"GPU-{minor:08x}-5a1e-4c2b-9f3d-{address[5:7]}0000c7a200"
-        write(
-            root,
-            f"/proc/driver/nvidia/gpus/{address}/information",
-            f"Model: \t\t {spec.model}\nIRQ:   \t\t {200 + minor}\nGPU UUID: \t {uuid}\n"
-            "Video BIOS: \t 98.02.2e.00.05\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
-            f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {address}\nDevice Minor: \t {minor}\n"
-            "GPU Firmware: \t 575.57.08\nGPU Excluded:\t No\n",
-        )
-
-
-def write_host(spec: HostSpec) -> None:
-    root = HERE / spec.name
-    if root.exists():
-        shutil.rmtree(root)
-    write(root, "/proc/sys/kernel/hostname", f"{spec.name}\n")
-    write(root, "/proc/sys/kernel/osrelease", f"{spec.kernel}\n")
-    write(root, "/proc/cmdline", f"{spec.cmdline}\n")
-    write(
-        root,
-        "/proc/devices",
-        "Character devices:\n  1 mem\n  4 tty\n  5 /dev/tty\n 10 misc\n"
-        f"{spec.char_devices}226 drm\n242 vfio\n\nBlock devices:\n  8 sd\n259 blkext\n",
-    )
-    write(
-        root,
-        "/usr/share/perl5/PVE/pvecfg.pm",
-        "package PVE::pvecfg;\n\nuse strict;\nuse warnings;\n\nsub package {\n    return 'pve-manager';\n}\n\n"
-        f"sub version {{\n    return '{spec.pve}';\n}}\n\nsub release {{\n    return '{spec.pve.rsplit('.', 1)[0]}';\n}}\n",
-    )
-    write(root, "/usr/share/misc/pci.ids", spec.pci_ids)
-    for node, (cpus, mem_kib) in spec.nodes.items():
-        write(root, f"/sys/devices/system/node/node{node}/cpulist", f"{cpus}\n")
-        write(
-            root,
-            f"/sys/devices/system/node/node{node}/meminfo",
-            f"Node {node} MemTotal:       {mem_kib:>8} kB\nNode {node} MemFree:        {mem_kib // 2:>8} kB\n",
-        )
-    write(
-        root, "/proc/cpuinfo", f"processor\t: 0\nvendor_id\t: {spec.cpu_vendor}\ncpu family\t: 25\n"
-    )
-    for dev in spec.devices:
-        write_device(root, spec, dev)
-    for driver in sorted({d.driver for d in spec.devices if d.driver} - BUILT_IN_DRIVERS):
-        link(root, f"/sys/bus/pci/drivers/{driver}/module", f"../../../../module/{driver}")
-    for tool in spec.tools:
-        write(root, tool, "")
-    if spec.nvidia_minors:
-        write_nvidia(root, spec)
-        write_device_nodes(root, spec)
-    if spec.efi:
-        mark_dir(root, "/sys/firmware/efi")
-    mark_dir(root, "/etc/pve")
-    for path, text in spec.files.items():
-        write(root, path, text)
+from sysfs_tree import HERE, Dev, HostSpec, write_host
 
 
 def gpu_pair(
@@ -199,18 +21,44 @@ def gpu_pair(
     audio: str | None,
     subsys: tuple[str, str],
     driver: str = "nvidia",
+    parent: str | None = None,
 ) -> list[Dev]:
     vendor, device, cls = gpu
-    devs = [Dev(address, vendor, device, cls, driver, group, node, subsys)]
+    devs = [Dev(address, vendor, device, cls, driver, group, node, subsys, parent=parent)]
     if audio:
         devs.append(
-            Dev(address[:-1] + "1", vendor, audio, "040300", "snd_hda_intel", group, node, subsys)
+            Dev(
+                address[:-1] + "1",
+                vendor,
+                audio,
+                "040300",
+                "snd_hda_intel",
+                group,
+                node,
+                subsys,
+                parent=parent,
+            )
         )
     return devs
 
 
-def root_port(address: str, node: int, group: int, device: str = "14ab") -> Dev:
+def root_port(address: str, node: int, group: int | None, device: str = "14ab") -> Dev:
     return Dev(address, "1022", device, "060400", "pcieport", group, node, bridge=True)
+
+
+def nic(address: str, node: int, group: int | None, parent: str) -> Dev:
+    """A ConnectX-7 port below ``parent``."""
+    return Dev(
+        address, "15b3", "1021", "020000", "mlx5_core", group, node, ("15b3", "0023"), parent=parent
+    )
+
+
+def bridge(address: str, ids: tuple[str, str], node: int, group: int | None, parent: str) -> Dev:
+    """A switch port: upstream below a root port, downstream below the upstream port."""
+    vendor, device = ids
+    return Dev(
+        address, vendor, device, "060400", "pcieport", group, node, bridge=True, parent=parent
+    )
 
 
 PCI_IDS_COMMON = (
@@ -326,10 +174,8 @@ def ct200() -> HostSpec:
     ]
     for address, node, group, port, port_group in layout:
         devices.append(root_port(port, node, port_group))
-        devices += gpu_pair(address, node, group, rtx, "22e8", subsys)
-    devices.append(
-        Dev("0000:c1:00.0", "15b3", "1021", "020000", "mlx5_core", 76, 1, ("15b3", "0023"))
-    )
+        devices += gpu_pair(address, node, group, rtx, "22e8", subsys, parent=port)
+    devices += [root_port("0000:c0:01.1", 1, 75), nic("0000:c1:00.0", 1, 76, "0000:c0:01.1")]
     return HostSpec(
         name="ct200",
         kernel="6.8.12-11-pve",
@@ -361,9 +207,9 @@ def single_socket() -> HostSpec:
     rtx4090 = ("10de", "2684", "030000")
     devices = [
         root_port("0000:00:01.1", -1, 2),
-        *gpu_pair("0000:01:00.0", -1, 14, rtx4090, "22ba", ("1043", "889d")),
+        *gpu_pair("0000:01:00.0", -1, 14, rtx4090, "22ba", ("1043", "889d"), parent="0000:00:01.1"),
         root_port("0000:00:03.1", -1, 4),
-        *gpu_pair("0000:0b:00.0", -1, 16, rtx4090, "22ba", ("1043", "889d")),
+        *gpu_pair("0000:0b:00.0", -1, 16, rtx4090, "22ba", ("1043", "889d"), parent="0000:00:03.1"),
     ]
     devices[1].boot_vga = True
     return HostSpec(
@@ -392,6 +238,29 @@ def single_socket() -> HostSpec:
     )
 
 
+def switched(address: str, node: int, gpu: tuple[str, str, str], with_nic: bool) -> list[Dev]:
+    """A GPU behind a PCIe switch below its own root port (IOMMU off: no groups), with a
+    ConnectX-7 on the switch's other downstream port when ``with_nic``, as GPU servers pair them."""
+    bus = int(address[5:7], 16)
+    port, upstream, down, nic_port = (
+        f"0000:{bus - 3:02x}:01.0",
+        f"0000:{bus - 2:02x}:00.0",
+        f"0000:{bus - 1:02x}:00.0",
+        f"0000:{bus - 1:02x}:01.0",
+    )
+    switch = ("1000", "c030")
+    devices = [
+        Dev(port, "8086", "352a", "060400", "pcieport", None, node, bridge=True),
+        bridge(upstream, switch, node, None, port),
+        bridge(down, switch, node, None, upstream),
+        *gpu_pair(address, node, None, gpu, None, ("10de", "1851"), parent=down),
+    ]
+    if with_nic:
+        devices += [bridge(nic_port, switch, node, None, upstream)]
+        devices += [nic(f"0000:{bus + 1:02x}:00.0", node, None, nic_port)]
+    return devices
+
+
 def uneven() -> HostSpec:
     l40s = ("10de", "26b9", "030200")
     devices: list[Dev] = []
@@ -406,7 +275,7 @@ def uneven() -> HostSpec:
         "0000:ca:00.0",
     ]
     for i, address in enumerate(addresses):
-        devices += gpu_pair(address, 0 if i < 5 else 1, None, l40s, None, ("10de", "1851"))
+        devices += switched(address, 0 if i < 5 else 1, l40s, with_nic=i % 2 == 0)
     return HostSpec(
         name="uneven-5-3",
         mig=True,
@@ -419,7 +288,10 @@ def uneven() -> HostSpec:
         nvidia_minors={a: i for i, a in enumerate(addresses)},
         model="NVIDIA L40S",
         char_devices=NVIDIA_CHARS.replace("511 nvidia-uvm", "506 nvidia-uvm"),
-        pci_ids=PCI_IDS_COMMON + "10de  NVIDIA Corporation\n\t26b9  AD102GL [L40S]\n",
+        pci_ids=PCI_IDS_COMMON + "1000  Broadcom / LSI\n\tc030  PEX890xx PCIe Gen 5 Switch\n"
+        "10de  NVIDIA Corporation\n\t26b9  AD102GL [L40S]\n"
+        "15b3  Mellanox Technologies\n\t1021  MT2910 Family [ConnectX-7]\n"
+        "8086  Intel Corporation\n\t352a  Ice Lake/Sapphire Rapids PCIe Root Port\n",
         files={
             "/etc/default/grub": 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR="Proxmox VE"\n'
             'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n',
@@ -436,16 +308,16 @@ def shared_group() -> HostSpec:
     subsys = ("10de", "1459")
     devices = [
         root_port("0000:00:01.1", 0, 3),
-        *gpu_pair("0000:01:00.0", 0, 14, a6000, "1aef", subsys),
+        *gpu_pair("0000:01:00.0", 0, 14, a6000, "1aef", subsys, parent="0000:00:01.1"),
         root_port("0000:00:03.1", 0, 5),
-        *gpu_pair("0000:02:00.0", 0, 15, a6000, "1aef", subsys),
+        *gpu_pair("0000:02:00.0", 0, 15, a6000, "1aef", subsys, parent="0000:00:03.1"),
         # A PCIe switch without ACS: both GPUs behind it share one IOMMU group with its ports.
         Dev("0000:80:01.1", "10b5", "8747", "060400", "pcieport", 40, 1, bridge=True),
-        Dev("0000:81:00.0", "10b5", "8747", "060400", "pcieport", 40, 1, bridge=True),
-        Dev("0000:82:08.0", "10b5", "8747", "060400", "pcieport", 40, 1, bridge=True),
-        Dev("0000:82:10.0", "10b5", "8747", "060400", "pcieport", 40, 1, bridge=True),
-        *gpu_pair("0000:83:00.0", 1, 40, a6000, "1aef", subsys),
-        *gpu_pair("0000:84:00.0", 1, 40, a6000, "1aef", subsys),
+        bridge("0000:81:00.0", ("10b5", "8747"), 1, 40, "0000:80:01.1"),
+        bridge("0000:82:08.0", ("10b5", "8747"), 1, 40, "0000:81:00.0"),
+        bridge("0000:82:10.0", ("10b5", "8747"), 1, 40, "0000:81:00.0"),
+        *gpu_pair("0000:83:00.0", 1, 40, a6000, "1aef", subsys, parent="0000:82:08.0"),
+        *gpu_pair("0000:84:00.0", 1, 40, a6000, "1aef", subsys, parent="0000:82:10.0"),
     ]
     return HostSpec(
         name="shared-iommu-group",

@@ -81,6 +81,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         iommu_enabled=any(f.iommu_group is not None for f in functions.values()),
         numa_nodes=numa_nodes,
         gpus=gpus,
+        nics=_nics(functions, gpus),
         char_majors=_char_majors(capture),
         cpu_vendor=_cpu_vendor(capture),
         driver_modules=_driver_modules(capture),
@@ -144,8 +145,34 @@ def _pci_functions(
             numa_node=_numa(capture, source, address),
             iommu_group=_group(_link_name(capture, address, "iommu_group")),
             is_bridge=f"{PCI_DEVICES}{address}/pci_bus" in capture.dirs,
+            pci_path=_pci_path(capture, address),
         )
     return functions
+
+
+def _pci_path(capture: Capture, address: str) -> list[str] | None:
+    """The bridges above ``address``, root port first, from its entry's link into
+    ``/sys/devices/pci0000:00/...``; ``None`` when the capture holds no such link."""
+    target = capture.links.get(f"{PCI_DEVICES}{address}")
+    if target is None:
+        return None
+    parts = target.rstrip("/").split("/")
+    if not parts or parts[-1] != address:
+        return None
+    return [part for part in parts[:-1] if _ADDRESS.match(part)]
+
+
+def _nics(functions: dict[str, PciFunction], gpus: list[Gpu]) -> list[PciFunction]:
+    # Same root port as a GPU: behind one switch with it, so traffic between them stays off the
+    # host bridge (nvidia-smi topo's PIX/PXB).
+    ports = {gpu.pci_path[0] for gpu in gpus if gpu.pci_path}
+    return [
+        function
+        for function in functions.values()
+        if function.class_code.startswith("0x02")
+        and function.pci_path
+        and function.pci_path[0] in ports
+    ]
 
 
 def _hex4(value: str | None) -> str:
@@ -247,6 +274,7 @@ def _gpu(
         iommu_group_peers=peers,
         nvidia_minor=_int_or_none(info.get("Device Minor")),
         nvidia_uuid=info.get("GPU UUID"),
+        pci_path=main.pci_path,
     )
 
 

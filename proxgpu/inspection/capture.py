@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import base64
 import os
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from proxgpu.errors import CommandError, HostUnreachableError, SysfsError, UsageError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import run_script
+from proxgpu.paths import PCI_DEVICES
 from proxgpu.pve.config import redact_secrets
 
 KEEP = ".proxgpu-keep"
@@ -121,6 +123,8 @@ def write_tree(capture: Capture, directory: str) -> int:
     """Write ``capture`` under ``directory`` as a snapshot tree; return the number of entries.
 
     Symlinks keep their targets (``driver``, ``iommu_group`` carry meaning in their last part).
+    A device whose ``/sys/bus/pci/devices`` entry was a link into ``/sys/devices`` is written
+    there, behind the same link, as sysfs lays it out: the tree keeps each device's parent chain.
 
     :raises UsageError: when ``directory`` exists and is not empty.
     """
@@ -128,29 +132,51 @@ def write_tree(capture: Capture, directory: str) -> int:
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out}: exists and is not empty; choose a new directory")
     entries = 0
+    place = _Placement(capture)
     for path, content in _file_contents(capture):
-        target = _inside(out, path)
+        target = _inside(out, place(path))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
         entries += 1
     for path in sorted(capture.dirs):
-        marker = _inside(out, path)
+        marker = _inside(out, place(path))
         marker.mkdir(parents=True, exist_ok=True)
         # Only the directory's existence was read; the file keeps it alive in git, which drops
         # empty directories.
         (marker / KEEP).touch()
         entries += 1
     for path in sorted(capture.files):
-        target = _inside(out, path)
+        target = _inside(out, place(path))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.touch()  # only its existence was read: a command the host has
         entries += 1
     for path, link in sorted(capture.links.items()):
-        target = _inside(out, path)
+        target = _inside(out, place(path))
         target.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(link, target)
         entries += 1
     return entries
+
+
+class _Placement:
+    """Where a captured path is written: under a device's ``/sys/devices`` directory when its
+    ``/sys/bus/pci/devices`` entry is a link there, else where it was read."""
+
+    def __init__(self, capture: Capture) -> None:
+        self.devices: dict[str, str] = {}
+        for path, link in capture.links.items():
+            parent, _, name = path.rpartition("/")
+            resolved = posixpath.normpath(posixpath.join(parent, link))
+            # Only a link that stays in /sys/devices moves files: never one that points elsewhere.
+            if parent + "/" == PCI_DEVICES and resolved.startswith("/sys/devices/pci"):
+                self.devices[name] = resolved
+
+    def __call__(self, path: str) -> str:
+        if not path.startswith(PCI_DEVICES):
+            return path
+        name, slash, rest = path[len(PCI_DEVICES) :].partition("/")
+        device = self.devices.get(name)
+        return f"{device}/{rest}" if device and slash else path
 
 
 def _file_contents(capture: Capture) -> list[tuple[str, bytes]]:

@@ -41,6 +41,8 @@ class PciFunction(FrozenModel):
 
     IDs are four lower-case hex digits without ``0x`` (``10de``), the form Proxmox and
     ``lspci -n`` use; ``class_code`` keeps the kernel's six-digit form (``0x030000``).
+    ``pci_path`` lists the bridges above the function, root port first (``[]``: on a root bus;
+    ``None``: the capture did not record the device's sysfs path).
     """
 
     address: str
@@ -55,6 +57,7 @@ class PciFunction(FrozenModel):
     numa_node: int | None = None
     iommu_group: int | None = None
     is_bridge: bool = False
+    pci_path: list[str] | None = None
 
     @property
     def slot(self) -> str:
@@ -67,7 +70,7 @@ class Gpu(FrozenModel):
 
     ``functions`` lists the slot's addresses, the GPU's own first. ``iommu_group_peers`` lists
     every *other* device in the GPU's IOMMU group, bridges marked, since all of them must move
-    together.
+    together. ``pci_path`` is the GPU function's parent chain (see :class:`PciFunction`).
     """
 
     address: str
@@ -88,6 +91,7 @@ class Gpu(FrozenModel):
     iommu_group_peers: list[PciFunction] = Field(default_factory=list)
     nvidia_minor: int | None = None
     nvidia_uuid: str | None = None
+    pci_path: list[str] | None = None
 
     @property
     def host_driver(self) -> str | None:
@@ -109,6 +113,8 @@ class Inventory(FrozenModel):
     a PCI driver's name to the module that provides it (``bochs-drm`` -> ``bochs``); built-in
     drivers have none. ``commands`` lists the tools found on the host (``driverctl``, ...), and
     ``device_nodes`` the nvidia device nodes present (empty when the capture did not look).
+    ``nics`` are the network functions under the same root port as a GPU (behind one PCIe
+    switch with it: the GPU's GPUDirect RDMA peers).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -121,6 +127,7 @@ class Inventory(FrozenModel):
     iommu_enabled: bool = False
     numa_nodes: list[NumaNode] = Field(default_factory=list)
     gpus: list[Gpu] = Field(default_factory=list)
+    nics: list[PciFunction] = Field(default_factory=list)
     char_majors: dict[str, int] = Field(default_factory=dict)
     cpu_vendor: str | None = None
     driver_modules: dict[str, str] = Field(default_factory=dict)

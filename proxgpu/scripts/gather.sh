@@ -10,7 +10,8 @@
 # rec), each followed by data lines "PATH\0DATA" (relative paths, no leading slash):
 #   #section lines   one record per line of a text file
 #   #section links   TYPE\0PATH\0TARGET   (TYPE l = symlink; d, f = a directory or file that
-#                                          only needs to exist)
+#                                          only needs to exist; sys/bus/pci/devices/ADDR links
+#                                          give each device's sysfs path, its parent chain)
 #   #section raw     PATH\0BASE64 of the exact bytes, or PATH\0!unreadable
 LC_ALL=C
 export LC_ALL
@@ -51,6 +52,10 @@ if [ -n "$pciids" ]; then
 fi
 
 rec section links
+# Each device entry is a link into /sys/devices/pci0000:00/...: its target is the parent chain
+# (root port, switch ports) the picture draws.
+[ -d sys/bus/pci/devices ] && find sys/bus/pci/devices -mindepth 1 -maxdepth 1 -type l \
+    -printf '%y\0%p\0%l\n' 2>/dev/null
 set -- sys/bus/pci/devices/*/
 [ -e "$1" ] && find "$@" -maxdepth 1 \( -name driver -o -name iommu_group -o -name pci_bus \) \
     -printf '%y\0%p\0%l\n' 2>/dev/null

@@ -1,0 +1,207 @@
+"""The sysfs, procfs and /etc files of a synthetic example host, written as a snapshot tree
+(used by generate.py, which describes each host).
+
+Devices live in their ``/sys/devices/pciDDDD:BB/...`` directory below their root port and switch
+ports, with ``/sys/bus/pci/devices/ADDR`` a link to it, as sysfs lays them out.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Dev:
+    """One PCI function as the example wants it."""
+
+    address: str
+    vendor: str
+    device: str
+    cls: str
+    driver: str | None
+    group: int | None
+    node: int
+    subsys: tuple[str, str] = ("0000", "0000")
+    bridge: bool = False
+    boot_vga: bool | None = None
+    #: The bridge above (a root port or switch port); None: on a root bus.
+    parent: str | None = None
+
+
+@dataclass
+class HostSpec:
+    """A whole example host."""
+
+    name: str
+    kernel: str
+    pve: str
+    cmdline: str
+    nodes: dict[int, tuple[str, int]]
+    devices: list[Dev]
+    efi: bool = False
+    nvidia_minors: dict[str, int] = field(default_factory=dict)
+    model: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+    pci_ids: str = ""
+    char_devices: str = ""
+    cpu_vendor: str = "AuthenticAMD"
+    # No display: nvidia-modeset never loads, so /dev/nvidia-modeset does not exist.
+    headless: bool = False
+    mig: bool = False
+    tools: tuple[str, ...] = (
+        "usr/sbin/update-initramfs",
+        "usr/sbin/proxmox-boot-tool",
+        "usr/sbin/update-grub",
+        "usr/bin/pvesh",
+        "bin/fuser",
+    )
+
+
+BUILT_IN_DRIVERS = {"pcieport"}
+
+
+def write(root: Path, path: str, text: str) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+def mark_dir(root: Path, path: str) -> None:
+    """A directory whose existence alone is read; the file inside keeps it in git."""
+    write(root, f"{path}/.proxgpu-keep", "")
+
+
+def link(root: Path, path: str, to: str) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(to)
+
+
+def cpus_of(spec: HostSpec, node: int) -> str:
+    return spec.nodes[node][0]
+
+
+def all_cpus(spec: HostSpec) -> str:
+    return ",".join(cpus for cpus, _ in spec.nodes.values())
+
+
+def sysfs_dir(spec: HostSpec, dev: Dev) -> str:
+    """The device's directory under /sys/devices: its root bus, then every bridge above it."""
+    parents = {d.address: d for d in spec.devices}
+    chain = [dev.address]
+    while parents[chain[0]].parent is not None:
+        chain.insert(0, str(parents[chain[0]].parent))
+    root_bus = chain[0].rsplit(":", 1)[0]
+    return f"/sys/devices/pci{root_bus}/" + "/".join(chain)
+
+
+def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
+    base = sysfs_dir(spec, dev)
+    link(root, f"/sys/bus/pci/devices/{dev.address}", f"../../..{base.removeprefix('/sys')}")
+    write(root, f"{base}/vendor", f"0x{dev.vendor}\n")
+    write(root, f"{base}/device", f"0x{dev.device}\n")
+    write(root, f"{base}/class", f"0x{dev.cls}\n")
+    write(root, f"{base}/subsystem_vendor", f"0x{dev.subsys[0]}\n")
+    write(root, f"{base}/subsystem_device", f"0x{dev.subsys[1]}\n")
+    write(root, f"{base}/numa_node", f"{dev.node}\n")
+    # With numa_node -1 the kernel lists every online CPU as local.
+    write(
+        root,
+        f"{base}/local_cpulist",
+        (all_cpus(spec) if dev.node < 0 else cpus_of(spec, dev.node)) + "\n",
+    )
+    write(root, f"{base}/driver_override", "(null)\n")
+    if dev.cls.startswith("0300"):
+        write(root, f"{base}/boot_vga", "1\n" if dev.boot_vga else "0\n")
+    # Relative to the device's own directory, as the kernel makes them.
+    up = "../" * (base.count("/") - 1)
+    if dev.driver:
+        link(root, f"{base}/driver", f"{up}bus/pci/drivers/{dev.driver}")
+    if dev.group is not None:
+        link(root, f"{base}/iommu_group", f"{up}kernel/iommu_groups/{dev.group}")
+    if dev.bridge:
+        mark_dir(root, f"{base}/pci_bus")
+
+
+def write_device_nodes(root: Path, spec: HostSpec) -> None:
+    """The nvidia device nodes, as a snapshot records them: empty files."""
+    names = [f"nvidia{minor}" for minor in spec.nvidia_minors.values()]
+    names += ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"]
+    names += [] if spec.headless else ["nvidia-modeset"]
+    # MIG-capable datacenter GPUs: the capability nodes nvidia-modprobe creates (as on a real H200).
+    names += ["nvidia-caps/nvidia-cap1", "nvidia-caps/nvidia-cap2"] if spec.mig else []
+    for name in names:
+        write(root, f"/dev/{name}", "")
+
+
+def write_nvidia(root: Path, spec: HostSpec) -> None:
+    write(
+        root,
+        "/proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  575.57.08  Release Build  "
+        "(dvs-builder@U16-I3-B03-4-3)  Wed May 21 20:06:11 UTC 2025\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1)\n",
+    )
+    for address, minor in spec.nvidia_minors.items():
+        uuid = f"GPU-{minor:08x}-5a1e-4c2b-9f3d-{address[5:7]}0000c7a200"
+        write(
+            root,
+            f"/proc/driver/nvidia/gpus/{address}/information",
+            f"Model: \t\t {spec.model}\nIRQ:   \t\t {200 + minor}\nGPU UUID: \t {uuid}\n"
+            "Video BIOS: \t 98.02.2e.00.05\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+            f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {address}\nDevice Minor: \t {minor}\n"
+            "GPU Firmware: \t 575.57.08\nGPU Excluded:\t No\n",
+        )
+
+
+def write_host(spec: HostSpec) -> None:
+    root = HERE / spec.name
+    if root.exists():
+        shutil.rmtree(root)
+    write(root, "/proc/sys/kernel/hostname", f"{spec.name}\n")
+    write(root, "/proc/sys/kernel/osrelease", f"{spec.kernel}\n")
+    write(root, "/proc/cmdline", f"{spec.cmdline}\n")
+    write(
+        root,
+        "/proc/devices",
+        "Character devices:\n  1 mem\n  4 tty\n  5 /dev/tty\n 10 misc\n"
+        f"{spec.char_devices}226 drm\n242 vfio\n\nBlock devices:\n  8 sd\n259 blkext\n",
+    )
+    write(
+        root,
+        "/usr/share/perl5/PVE/pvecfg.pm",
+        "package PVE::pvecfg;\n\nuse strict;\nuse warnings;\n\n"
+        "sub package {\n    return 'pve-manager';\n}\n\n"
+        f"sub version {{\n    return '{spec.pve}';\n}}\n\n"
+        f"sub release {{\n    return '{spec.pve.rsplit('.', 1)[0]}';\n}}\n",
+    )
+    write(root, "/usr/share/misc/pci.ids", spec.pci_ids)
+    for node, (cpus, mem_kib) in spec.nodes.items():
+        write(root, f"/sys/devices/system/node/node{node}/cpulist", f"{cpus}\n")
+        write(
+            root,
+            f"/sys/devices/system/node/node{node}/meminfo",
+            f"Node {node} MemTotal:       {mem_kib:>8} kB\n"
+            f"Node {node} MemFree:        {mem_kib // 2:>8} kB\n",
+        )
+    write(
+        root, "/proc/cpuinfo", f"processor\t: 0\nvendor_id\t: {spec.cpu_vendor}\ncpu family\t: 25\n"
+    )
+    for dev in spec.devices:
+        write_device(root, spec, dev)
+    for driver in sorted({d.driver for d in spec.devices if d.driver} - BUILT_IN_DRIVERS):
+        link(root, f"/sys/bus/pci/drivers/{driver}/module", f"../../../../module/{driver}")
+    for tool in spec.tools:
+        write(root, tool, "")
+    if spec.nvidia_minors:
+        write_nvidia(root, spec)
+        write_device_nodes(root, spec)
+    if spec.efi:
+        mark_dir(root, "/sys/firmware/efi")
+    mark_dir(root, "/etc/pve")
+    for path, text in spec.files.items():
+        write(root, path, text)
