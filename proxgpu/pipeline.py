@@ -51,12 +51,28 @@ def propose(
     :raises ProxgpuError: when the host cannot be read or the plan is refused.
     """
     inventory = inspect(host, gpu_filter)
+    return Proposal(inventory, *plan_inventory(inventory, policy, options))
+
+
+def plan_inventory(
+    inventory: Inventory, policy: SplitPolicy | None = None, options: RenderOptions | None = None
+) -> tuple[Plan, ChangeSet]:
+    """Plan the split of an inventory already read, and render it; nothing is written.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> plan, changes = plan_inventory(inspect(DirectoryHost("examples/hosts/ct200")),
+    ...                                SplitPolicy(lxc=200, vms=[(300, None)]))
+    >>> [group.role for group in plan.groups], changes.changed
+    (['host', 'vfio'], True)
+
+    :raises PlanRefusedError: when the planner refuses; RenderError when it cannot be rendered.
+    """
     policy = policy or SplitPolicy()
     if options is not None and options.mapping and policy.mapping is None:
         # The planner checks that the mapping can be written (the IOMMU groups it needs).
         policy = policy.model_copy(update={"mapping": options.mapping})
     plan = plan_split(inventory, policy)
-    return Proposal(inventory, plan, render(inventory, plan, options))
+    return plan, render(inventory, plan, options)
 
 
 @dataclass(frozen=True)

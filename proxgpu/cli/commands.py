@@ -12,6 +12,7 @@ from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.verify import verify
 from proxgpu.cli.change import Progress, confirm
+from proxgpu.cli.report import picture_of, write_output
 from proxgpu.cli.setup import gpu_filter, open_host, read_inventory
 from proxgpu.cli.text import render_inventory, table
 from proxgpu.errors import DriftError, UsageError
@@ -104,10 +105,15 @@ def cmd_check_gpus(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print the host's inventory."""
     inventory = read_inventory(args)
+    if args.json and (args.tree or args.format != "text"):
+        raise UsageError("--json prints the inventory: leave out --tree and --format svg")
     if args.json:
-        print(json.dumps(inventory_document(inventory), indent=2))
+        text = json.dumps(inventory_document(inventory), indent=2) + "\n"
+    elif args.tree or args.format == "svg":
+        text = picture_of(inventory, tree=args.tree)
     else:
-        print(render_inventory(inventory))
+        text = render_inventory(inventory) + "\n"
+    write_output(text, args.output)
     return 0
 
 

@@ -28,7 +28,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_inspect, _snapshot, _plan, _apply, _verify, _rollback, _history, _check_gpus):
+    for add in (
+        _inspect,
+        _snapshot,
+        _plan,
+        _apply,
+        _verify,
+        _rollback,
+        _history,
+        _check_gpus,
+        _report,
+    ):
         add(sub)
     completion = sub.add_parser(
         "completion",
@@ -52,7 +62,33 @@ def _command(
 
 
 def _inspect(sub: Commands) -> None:
-    _command(sub, "inspect", "show GPUs, NUMA nodes, IOMMU groups and drivers", "the inventory")
+    inspect = _command(
+        sub, "inspect", "show GPUs, NUMA nodes, IOMMU groups and drivers", "the inventory"
+    )
+    inspect.add_argument(
+        "--format",
+        choices=["text", "svg"],
+        default="text",
+        help="text (default) or svg: a diagram of the NUMA nodes, PCIe tree, GPUs and IOMMU groups",
+    )
+    inspect.add_argument(
+        "--tree",
+        action="store_true",
+        help="print the NUMA nodes and PCIe tree down to each GPU as text (like lstopo)",
+    )
+    inspect.add_argument("-o", "--output", metavar="FILE", help="write to FILE, not stdout")
+
+
+def _report(sub: Commands) -> None:
+    report = _command(
+        sub,
+        "report",
+        "write the split as one self-contained HTML file: picture, warnings, diff, actions",
+        "what was written",
+        "report",
+    )
+    plan_options(report)
+    report.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file")
 
 
 def _snapshot(sub: Commands) -> None:

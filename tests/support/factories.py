@@ -134,3 +134,20 @@ def ct200(configs: dict[str, str] | None = None, *, iommu: bool = True) -> Inven
         )
     ]
     return make_inventory(gpus, configs=configs, iommu=iommu)
+
+
+def eight_by_eight() -> Inventory:
+    """A DGX-class host in NPS4 on two sockets: 8 NUMA nodes with 8 GPUs each, every pair of GPUs
+    behind one PCIe switch below its root port (the parent chains inspection reads from sysfs),
+    each GPU with its HDMI audio function."""
+    gpus = []
+    for node in range(8):
+        for slot in range(8):
+            bus = node * 0x20 + slot + 1
+            gpu = make_gpu(f"{bus:02x}", node, audio=True, minor=node * 8 + slot)
+            port = f"0000:{node * 0x20:02x}:0{slot // 2 + 1}.1"
+            switch = f"0000:{node * 0x20 + 0x10 + slot // 2:02x}:00.0"
+            path = [port, switch, f"0000:{node * 0x20 + 0x18 + slot // 2:02x}:0{slot % 2}.0"]
+            gpus.append(gpu.model_copy(update={"pci_path": path}))
+    nodes = {node: f"{node * 16}-{node * 16 + 15}" for node in range(8)}
+    return make_inventory(gpus, nodes)

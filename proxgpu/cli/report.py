@@ -1,0 +1,83 @@
+"""``report``, and the pictures ``inspect`` prints: ``--format svg`` and ``--tree``.
+
+``report`` writes its HTML file even when the plan is refused (the picture of the host as it is
+and every refusal in plain words), then exits 9 as ``plan`` would, so a script still notices. With
+several ``--host``, it reads them concurrently (``--forks``) into one file, a section per host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from proxgpu.cli.setup import gpu_filter, open_host, split_policy
+from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
+from proxgpu.inspection import Inventory, inspect
+from proxgpu.picture import inventory_svg, inventory_tree, render_report
+from proxgpu.picture.report import HostReport, plan_report
+from proxgpu.rendering import RenderOptions
+
+
+def picture_of(inventory: Inventory, *, tree: bool) -> str:
+    """The inventory as a text tree or as an SVG file's text."""
+    return inventory_tree(inventory) if tree else inventory_svg(inventory)
+
+
+def write_output(text: str, path: str | None) -> None:
+    """``text`` to ``path``, or to stdout without one.
+
+    :raises UsageError: when the file cannot be written.
+    """
+    if path is None:
+        sys.stdout.write(text)
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc.strerror}") from None
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the plan of each host as one self-contained HTML report, a section per host; exit 9
+    when a plan was refused (the report says why), or a host's error code when one could not be
+    read (the others are still reported)."""
+    targets = getattr(args, "hosts", None) or [args.host]
+    with ThreadPoolExecutor(max_workers=max(1, getattr(args, "forks", 1))) as pool:
+        results = list(pool.map(lambda target: _host_report(args, target), targets))
+    sections = [section for _, section, _ in results if section is not None]
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    write_output(render_report(sections, generated=generated), args.output)
+    codes = [code for _, _, code in results]
+    if args.json:
+        print(json.dumps({"output": args.output, "hosts": [r[0] for r in results]}, indent=2))
+    else:
+        print(f"wrote {args.output}: {len(sections)} of {len(targets)} hosts")
+    return max(codes)
+
+
+def _host_report(
+    args: argparse.Namespace, target: str | None
+) -> tuple[dict[str, object], HostReport | None, int]:
+    """One host's section, with a line about it for the summary and its exit code."""
+    one = argparse.Namespace(**{**vars(args), "host": target})
+    try:
+        with open_host(one) as host:
+            inventory = inspect(host, gpu_filter(one))
+    except ProxgpuError as exc:
+        print(f"proxgpu: {exc}", file=sys.stderr)
+        return {"host": target, "error": str(exc)}, None, exc.exit_code
+    options = RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
+    section = plan_report(inventory, split_policy(args), options)
+    refused = bool(section.refusals or section.error)
+    if refused:
+        print(f"{host.name}: plan refused; the report says why", file=sys.stderr)
+    summary = {
+        "host": host.name,
+        "refused": refused,
+        "problems": [r.what for r in section.refusals],
+    }
+    return summary, section, PlanRefusedError.exit_code if refused else 0

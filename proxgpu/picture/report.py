@@ -1,0 +1,164 @@
+"""The change-request report: one self-contained HTML file per split, one section per host.
+
+Everything is inline (the SVG, the CSS); there is no script, no font, no link to anywhere, so the
+file can be attached to a ticket, opened offline and printed. A refused plan still gets its
+section: the picture of the host as it is, and each refusal with what to do about it.
+
+>>> from proxgpu.host import DirectoryHost
+>>> from proxgpu.inspection import inspect
+>>> html = render_report([HostReport(inspect(DirectoryHost("examples/hosts/ct200")))])
+>>> html.startswith("<!DOCTYPE html>"), "http" in html
+(True, False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup
+
+from proxgpu.errors import PlanRefusedError, RenderError
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.picture.svg import inventory_svg
+from proxgpu.picture.templating import render_markup
+from proxgpu.picture.topology import assignments
+from proxgpu.pipeline import plan_inventory, shown
+from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy
+from proxgpu.rendering import RenderOptions
+from proxgpu.rendering.changes import ChangeSet, unified_diff
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One reason a plan was refused, in plain words, with what to do about it.
+
+    >>> Refusal(what="IOMMU is off", fix="turn it on").fix
+    'turn it on'
+    """
+
+    what: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """What the report says about one host: its inventory, and the plan with its changes, or why
+    there is none (``refusals``, or ``error`` for a plan that could not be rendered)."""
+
+    inventory: Inventory
+    plan: Plan | None = None
+    changes: ChangeSet | None = None
+    refusals: list[Refusal] = field(default_factory=list)
+    error: str | None = None
+
+
+def plan_report(
+    inventory: Inventory, policy: SplitPolicy | None = None, options: RenderOptions | None = None
+) -> HostReport:
+    """Plan and render the split of ``inventory`` for the report; a refused plan (or one that
+    cannot be rendered) gives a report of the host as it is, with the reasons.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
+    >>> plan_report(inventory, SplitPolicy(lxc=200, vms=[(300, None)])).plan is not None
+    True
+    >>> plan_report(inventory, SplitPolicy(lxc=5)).refusals[0].what
+    'guest 5 cannot exist: Proxmox VMIDs run from 100 to 999999999'
+    """
+    try:
+        plan, changes = plan_inventory(inventory, policy, options)
+    except PlanRefusedError as refused:
+        return HostReport(inventory, refusals=[Refusal(p.what, p.fix) for p in refused.problems])
+    except RenderError as error:
+        return HostReport(inventory, error=str(error))
+    return HostReport(inventory, plan, changes)
+
+
+def render_report(
+    hosts: list[HostReport], *, title: str = "GPU split", generated: str | None = None
+) -> str:
+    """The HTML report of ``hosts``; secrets in guest configs are redacted in every diff.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> report = HostReport(inspect(DirectoryHost("examples/hosts/ct200")),
+    ...                     refusals=[Refusal(what="<no IOMMU>", fix="turn it on")])
+    >>> "&lt;no IOMMU&gt;" in render_report([report])
+    True
+    """
+    sections = [_section(host) for host in hosts]
+    return render_markup("report.html.j2", title=title, generated=generated, sections=sections)
+
+
+def _section(host: HostReport) -> dict[str, Any]:
+    inventory = host.inventory
+    roles = assignments(host.plan) if host.plan is not None else None
+    changes = shown(host.changes) if host.changes is not None else None
+    warnings = [*inventory.warnings]
+    if host.plan is not None:
+        warnings += host.plan.warnings
+    if changes is not None:
+        warnings += changes.warnings
+    return {
+        "host": inventory.hostname,
+        "svg": Markup(inventory_svg(inventory, roles, standalone=False)),
+        "planned": host.plan is not None,
+        "summary": [_group_sentence(g) for g in host.plan.groups] if host.plan else [],
+        "refusals": host.refusals,
+        "error": host.error,
+        "warnings": list(dict.fromkeys(warnings)),
+        "tensor_parallel": host.plan.tensor_parallel if host.plan else [],
+        "enable_iommu": bool(host.plan and host.plan.enable_iommu),
+        "diffs": _diffs(changes) if changes is not None else [],
+        "actions": changes.actions if changes is not None else [],
+        "reboot": bool(changes and changes.reboot_required),
+        "changed": bool(changes and changes.changed),
+    }
+
+
+def _group_sentence(group: PlanGroup) -> str:
+    """One plan group in plain words.
+
+    >>> _group_sentence(PlanGroup(role="vfio", numa_node=1, gpus=["a", "b"], functions=[],
+    ...                           cpus="32-63", memory_nodes=[1], driver="vfio-pci",
+    ...                           guest={"type": "vm", "vmid": 300}))
+    'NUMA node 1: 2 GPUs go to vfio-pci for VM 300, pinned to CPUs 32-63 and memory node 1.'
+    """
+    node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
+    count = f"{len(group.gpus)} GPU{'s' * (len(group.gpus) != 1)}"
+    verb = "go" if len(group.gpus) != 1 else "goes"
+    action = f"stay on {group.driver}" if group.role == "host" else f"{verb} to vfio-pci"
+    if group.role == "host" and len(group.gpus) == 1:
+        action = f"stays on {group.driver}"
+    if group.guest is None:
+        target = "for no guest yet"
+    else:
+        target = f"for {'CT' if group.guest.type == 'lxc' else 'VM'} {group.guest.vmid}"
+    memory = ",".join(str(n) for n in group.memory_nodes) or "?"
+    nodes = "node" if len(group.memory_nodes) == 1 else "nodes"
+    pinning = f"pinned to CPUs {group.cpus} and memory {nodes} {memory}"
+    return f"{node}: {count} {action} {target}, {pinning}."
+
+
+def _diffs(changes: ChangeSet) -> list[dict[str, Any]]:
+    return [
+        {
+            "path": change.path,
+            "why": change.why,
+            "state": "new file"
+            if change.before is None
+            else "removed"
+            if change.after is None
+            else "changed",
+            "lines": [(_line_css(line), line) for line in unified_diff(change).splitlines()],
+        }
+        for change in changes.changed_files()
+    ]
+
+
+def _line_css(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "head"
+    return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "ctx")

@@ -1,0 +1,84 @@
+"""``inspect --tree``, ``inspect --format svg`` and ``report`` on the example hosts, and the parent
+chains a snapshot keeps."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from proxgpu.cli import main
+from proxgpu.host import DirectoryHost
+from proxgpu.inspection import inspect
+from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_tree_shows_the_switch_and_the_shared_group(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "inspect", "--root", str(EXAMPLES / "shared-iommu-group"), "--tree")
+    assert code == 0
+    lines = out.splitlines()
+    switch = next(i for i, line in enumerate(lines) if "0000:81:00.0 switch" in line)
+    gpu = next(i for i, line in enumerate(lines) if "0000:83:00.0 NVIDIA RTX A6000" in line)
+    assert switch < gpu
+    assert lines[gpu].index("0000:83") > lines[switch].index("0000:81")  # deeper in the tree
+    assert "IOMMU group 40 (shared: moves as one)" in out
+
+
+def test_tree_names_the_nics_on_a_gpus_switch(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _run(capsys, "inspect", "--root", str(EXAMPLES / "uneven-5-3"), "--tree")
+    assert code == 0
+    assert out.count("NIC: Mellanox Technologies MT2910 Family [ConnectX-7]") == 4
+
+
+@pytest.mark.parametrize("host", EXAMPLE_HOSTS)
+def test_svg_of_every_example_parses_and_names_its_gpus(
+    host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "host.svg"
+    code, printed = _run(
+        capsys, "inspect", "--root", str(EXAMPLES / host), "--format", "svg", "-o", str(out)
+    )
+    assert code == 0 and printed == ""
+    root = ET.parse(out).getroot()
+    ids = {e.attrib["id"] for e in root.iter() if "id" in e.attrib}
+    for gpu in inspect(DirectoryHost(str(EXAMPLES / host))).gpus:
+        assert "gpu-" + gpu.address.replace(":", "-") in ids
+
+
+def test_json_and_a_picture_cannot_go_together(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = _run(capsys, "inspect", "--root", str(EXAMPLES / "ct200"), "--tree", "--json")
+    assert code == 2
+
+
+def test_report_writes_one_html_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.html"
+    root = str(EXAMPLES / "ct200")
+    code, _ = _run(capsys, "report", "--root", root, "--lxc", "200", "--vm", "300", "-o", str(out))
+    assert code == 0
+    html = out.read_text()
+    assert "CT 200" in html and "VM 300" in html
+    assert "/etc/pve/qemu-server/300.conf" in html
+    assert "http" not in html
+
+
+def test_a_snapshot_keeps_each_devices_parent_chain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = EXAMPLES / "uneven-5-3"
+    out = tmp_path / "snap"
+    assert main(["snapshot", "--root", str(source), "-o", str(out)]) == 0
+    capsys.readouterr()
+    entry = out / "sys/bus/pci/devices/0000:17:00.0"
+    assert entry.is_symlink()
+    assert os.readlink(entry).endswith("/0000:14:01.0/0000:15:00.0/0000:16:00.0/0000:17:00.0")
+    before = inspect(DirectoryHost(str(source)))
+    after = inspect(DirectoryHost(str(out)))
+    assert [g.pci_path for g in after.gpus] == [g.pci_path for g in before.gpus]
+    assert after.nics == before.nics and after.nics
