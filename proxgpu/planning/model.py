@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_validator
 
 from proxgpu.errors import UsageError
 from proxgpu.model import FrozenModel
@@ -63,6 +63,27 @@ class SplitPolicy(FrozenModel):
     vms: list[tuple[int, int | None]] = Field(default_factory=list)
     enable_iommu: bool = False
     mapping: str | None = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _as_usage_error(cls, data: Any, handler: ModelWrapValidatorHandler[SplitPolicy]) -> Any:
+        """A policy that cannot be is the caller's mistake: a :class:`UsageError` naming the
+        field, like every other error proxgpu raises, not pydantic's own.
+
+        >>> SplitPolicy(lxc="two hundred")
+        Traceback (most recent call last):
+        ...
+        proxgpu.errors.UsageError: split policy: lxc: Input should be a valid integer, unable \
+to parse string as an integer (got 'two hundred')
+        """
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"]) or "policy"
+            raise UsageError(
+                f"split policy: {where}: {error['msg']} (got {error.get('input')!r})"
+            ) from None
 
 
 class Problem(FrozenModel):

@@ -57,6 +57,32 @@ class PciMappingConfig(LineFile):
                 start = i
         return blocks
 
+    def unreadable(self) -> list[tuple[int, str]]:
+        """The lines Proxmox would drop when it reads the file, as ``(line number, text)``: a
+        block whose header is no mapping id, a line in a block that is no ``key value``
+        property. Editing such a file would pass a damaged file on as if it were whole.
+
+        >>> PciMappingConfig.parse("gpu-a\\n\\tmap node=a\\ngarbage here\\n\\n2bad\\n").unreadable()
+        [(3, 'garbage here'), (5, '2bad')]
+        """
+        bad = []
+        starts = {b.start: b for b in self._blocks()}
+        in_block: _Block | None = None
+        for i, line in enumerate(self._lines):
+            text = line.text.rstrip("\r\n")
+            if not text.strip() or text.lstrip().startswith("#"):
+                in_block = None if not text.strip() else in_block
+                continue
+            if in_block is None:
+                in_block = starts.get(i)
+                if in_block is None:
+                    bad.append((i + 1, text))
+                    in_block = _Block("", i, i)  # the rest of this block is skipped with it
+                continue
+            if in_block.mapping_id and not _MAPPING_PROP_RE.fullmatch(text):
+                bad.append((i + 1, text))
+        return bad
+
     def _block(self, mapping_id: str) -> _Block | None:
         return next((b for b in self._blocks() if b.mapping_id == mapping_id), None)
 

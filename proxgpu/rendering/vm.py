@@ -104,6 +104,14 @@ def render_mapping(ctx: RenderContext, groups: list[PlanGroup]) -> None:
 def _sync_mapping(ctx: RenderContext, name: str, gpus: list[Gpu]) -> None:
     before = ctx.inventory.guest_configs.get(PCI_MAPPING, "")
     mapping = PciMappingConfig.parse(before)
+    unreadable = mapping.unreadable()
+    if unreadable:
+        # Proxmox drops these lines when it reads the file; an edit would pass the damage on.
+        number, text = unreadable[0]
+        raise RenderError(
+            f"{ctx.inventory.source}: {PCI_MAPPING}: line {number} ({text!r}) is no mapping "
+            "Proxmox can read; fix or remove it, then plan again"
+        )
     node = ctx.inventory.node_name
     entries = []
     for gpu in gpus:
