@@ -255,6 +255,9 @@ def _gpu(
     info = nvidia.get(main.address, {})
     if main.driver == "nvidia" and not info:
         warnings.append(f"{NVIDIA_GPUS}{main.address}/information: missing; Device Minor unknown")
+    if _attr(capture, main.address, "numa_node") is None:
+        # Not the firmware's -1 but no file at all (an old kernel, a damaged snapshot).
+        warnings.append(f"{PCI_DEVICES}{main.address}/numa_node: missing; NUMA node unknown")
     return Gpu(
         address=main.address,
         vendor_id=main.vendor_id,
@@ -405,8 +408,8 @@ def _topology_warnings(inventory: Inventory) -> list[str]:
     unknown = [g.address for g in inventory.gpus if g.numa_node is None]
     if unknown:
         warnings.append(
-            f"NUMA node unknown (numa_node -1) for {', '.join(unknown)}: assign these GPUs "
-            "explicitly when planning"
+            f"NUMA node unknown (numa_node -1 or missing) for {', '.join(unknown)}: "
+            "assign these GPUs explicitly when planning"
         )
     for gpu in inventory.gpus:
         busy = [p.address for p in gpu.iommu_group_peers if not p.is_bridge]

@@ -171,7 +171,7 @@ def _explain_set(index: GpuIndex, placements: list[GpuPlacement], local: bool) -
         return (
             f"cannot tell whether GPUs {ids} are NUMA-local: the NUMA node of "
             f"{wording.join(f'{p.index} ({p.address})' for p in unknown)} is unknown "
-            "(sysfs numa_node -1)."
+            "(sysfs numa_node -1 or missing)."
         )
     by_node: dict[int, list[str]] = defaultdict(list)
     for placement in placements:

@@ -159,8 +159,8 @@ def _report_unplaced(
         ctx.problem(
             "unknown-numa",
             f"the NUMA node of "
-            f"{wording.join(addresses)} is unknown (sysfs numa_node is -1: the firmware "
-            "gave no locality), so the split by NUMA node cannot place "
+            f"{wording.join(addresses)} is unknown (sysfs numa_node is -1 or missing: the "
+            "firmware gave no locality), so the split by NUMA node cannot place "
             f"{'it' if len(unknown) == 1 else 'them'}",
             "assign GPUs by address instead, e.g. "
             f"--vfio-gpus {','.join(addresses[len(addresses) // 2 :])} (the GPUs not named stay "
