@@ -34,6 +34,7 @@ from proxgpu.planning.checks import (
     check_mapping,
     check_slots,
     check_vfio_iommu_groups,
+    kept_group_container,
 )
 from proxgpu.planning.context import Context
 from proxgpu.planning.memory import check_memory_fit
@@ -78,6 +79,16 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     ctx.raise_problems()
     roles = assign_roles(ctx)
     ctx.raise_problems()
+    container = kept_group_container(ctx, roles)
+    if container is not None:
+        # The split is for the container using the kept GPUs; say so, and plan for it.
+        policy = ctx.policy.model_copy(update={"lxc": container})
+        plan = plan_split(inventory, policy)
+        inferred = (
+            f"CT {container} uses the GPUs that stay on the host driver and no --lxc was "
+            f"given: the host group is for CT {container} (name another with --lxc)"
+        )
+        return plan.model_copy(update={"warnings": [inferred, *plan.warnings]})
     groups = build_groups(ctx, roles)
     check_slots(ctx, roles)
     check_iommu_groups(ctx, roles)

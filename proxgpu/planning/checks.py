@@ -111,11 +111,34 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
             continue
         for gpu in _claimed_gpus(ctx.index, claim):
             held[claim.guest, gpu.address].append(claim)
+    taken: dict[GuestRef, list[str]] = defaultdict(list)  # container -> GPUs going to vfio-pci
     for (guest, address), claims in held.items():
-        if guest.type == "lxc":
-            _judge_container_claim(ctx, group_of[address], address, claims)
-        else:
+        if guest.type != "lxc":
             _judge_vm_claim(ctx, group_of[address], address, claims)
+        elif group_of[address].role == "vfio":
+            taken[guest].append(address)
+        elif ctx.policy.lxc is not None:
+            ctx.warnings.append(
+                f"{address} is also used by CT {guest.vmid} ("
+                f"{wording.claim_lines(claims)}); CT {ctx.policy.lxc} will share it"
+            )
+    for guest, addresses in taken.items():
+        lines = [c for a in addresses for c in held[guest, a]]
+        _refuse_container_claim(ctx, guest.vmid, addresses, list(dict.fromkeys(lines)))
+
+
+def kept_group_container(ctx: Context, roles: dict[str, Role]) -> int | None:
+    """The one container holding GPUs that stay on the host driver, when exactly one does and
+    no target container was named: the split is for it."""
+    if ctx.policy.lxc is not None:
+        return None
+    holders = {
+        claim.guest.vmid
+        for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name)
+        if claim.guest.type == "lxc"
+        and any(roles.get(gpu.address) == "host" for gpu in _claimed_gpus(ctx.index, claim))
+    }
+    return holders.pop() if len(holders) == 1 else None
 
 
 def _claimed_gpus(index: GpuIndex, claim: DeviceClaim) -> list[Gpu]:
@@ -131,24 +154,20 @@ def _claimed_gpus(index: GpuIndex, claim: DeviceClaim) -> list[Gpu]:
         return []
 
 
-def _judge_container_claim(
-    ctx: Context, group: PlanGroup, address: str, claims: list[DeviceClaim]
+def _refuse_container_claim(
+    ctx: Context, vmid: int, addresses: list[str], claims: list[DeviceClaim]
 ) -> None:
-    vmid = claims[0].guest.vmid
-    if group.role == "vfio":
-        ctx.problem(
-            "claimed",
-            f"{address} goes to vfio-pci but CT {vmid} uses it: {wording.claim_lines(claims)}",
-            f"give CT {vmid} the host group (--lxc {vmid}: proxgpu rewrites its GPU entries), "
-            f"or remove those entries yourself, or keep the GPU on the host driver "
-            f"(--host-gpus {address})",
-        )
-    elif ctx.policy.lxc is not None:
-        ctx.warnings.append(
-            f"{address} is also used by CT {vmid} ("
-            f"{wording.claim_lines(claims)}); CT {ctx.policy.lxc} "
-            "will share it"
-        )
+    """One problem for every GPU a container uses that the plan moves to vfio-pci."""
+    gpus = wording.join(addresses)
+    them = "it" if len(addresses) == 1 else "them"
+    ctx.problem(
+        "claimed",
+        f"{gpus} go{'es' if len(addresses) == 1 else ''} to vfio-pci but CT {vmid} uses {them}: "
+        f"{wording.claim_lines(claims)}",
+        f"give CT {vmid} the host group (--lxc {vmid}: proxgpu rewrites its GPU entries), "
+        f"or remove those entries yourself, or keep {them} on the host driver "
+        f"(--host-gpus {','.join(addresses)})",
+    )
 
 
 def _judge_vm_claim(

@@ -28,8 +28,21 @@ def test_ct200_default_split_keeps_node0_for_the_container() -> None:
     assert plan.tensor_parallel[-1].device_sets == ["0,1,2,3"]
 
 
-def test_ct200_without_target_refuses_because_ct200_holds_all_gpus() -> None:
-    assert codes("ct200", SplitPolicy()) == ["claimed"] * 4
+def test_ct200_without_target_plans_for_the_container_that_holds_the_kept_gpus() -> None:
+    plan = plan_split(inspect_example("ct200"), SplitPolicy())
+    host = next(g for g in plan.groups if g.role == "host")
+    assert host.guest is not None and (host.guest.type, host.guest.vmid) == ("lxc", 200)
+    assert plan.warnings[0].startswith("CT 200 uses the GPUs that stay on the host driver")
+
+
+def test_ct200_for_another_container_refuses_once_listing_the_gpus_ct200_holds() -> None:
+    with pytest.raises(PlanRefusedError) as refused:
+        plan_split(inspect_example("ct200"), SplitPolicy(lxc=201))
+    error = refused.value
+    assert [p.code for p in error.problems] == ["claimed"]
+    assert error.problems[0].what.startswith(
+        "0000:81:00.0, 0000:91:00.0, 0000:e1:00.0 and 0000:f1:00.0 go to vfio-pci but CT 200"
+    )
 
 
 def test_ct200_tp4_on_gpus_1_to_4_straddles_and_0_to_3_does_not() -> None:
