@@ -8,13 +8,16 @@ parser, its schema and ``parse_device``); ``pci.cfg`` through the ``pci-mapping`
 from __future__ import annotations
 
 import shutil
+from collections import defaultdict
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from proxgpu.errors import RenderError
+from proxgpu.errors import PlanRefusedError, RenderError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
@@ -24,11 +27,19 @@ from proxgpu.planning import SplitPolicy, plan_split
 from proxgpu.rendering import RenderOptions, render
 from tests.support.pvevalidate import (
     REPO,
+    STORAGE_CFG,
     Mode,
+    Verdict,
     assert_all_ok,
+    files_in_tree,
     validate,
     validate_tree,
+    write_tree,
 )
+from tests.support.scenarios import SCENARIOS, scenario
+from tests.support.strategies import random_hosts
+
+UVM = {"nvidia-uvm": 511}
 
 EXAMPLES = REPO / "examples" / "hosts"
 CORPUS = REPO.parent / "shared" / "corpus" / "pve-configs"
@@ -112,6 +123,85 @@ def test_guests_proxgpu_wrote_start_on_proxmox(
     result = split_host(DirectoryHost(str(root)), policy, options, check=False)
     assert result.changed
     assert_all_ok(validate_tree(root, result.inventory.node_name))
+
+
+# --- the golden scenarios and generated hosts ---------------------------------------------------
+
+
+def _validate_rendered(trees: list[tuple[Path, str]]) -> dict[Path, Verdict]:
+    """Every guest config and pci.cfg in ``trees`` (root, Proxmox node name), one pve-validate
+    process per distinct PCI mapping and node (qemu-start takes one of each)."""
+    storage = trees[0][0].parent / "storage.cfg"
+    storage.write_text(STORAGE_CFG)
+    runs: dict[tuple[str | None, str], list[tuple[Mode, Path]]] = defaultdict(list)
+    for root, node in trees:
+        mapping = root / "etc" / "pve" / "mapping" / "pci.cfg"
+        key = (str(mapping) if mapping.is_file() else None, node)
+        runs[key] += files_in_tree(root)
+    verdicts: dict[Path, Verdict] = {}
+    for (mapping_path, node), checks in runs.items():
+        pci_cfg = None if mapping_path is None else Path(mapping_path)
+        verdicts |= validate(checks, pci_mapping=pci_cfg, node=node, storage_cfg=storage)
+    return verdicts
+
+
+def test_every_golden_scenario_writes_configs_proxmox_accepts(tmp_path: Path) -> None:
+    trees: list[tuple[Path, str]] = []
+    for name in sorted(SCENARIOS):
+        inventory, changes = scenario(name)
+        pve = {f.path: f.after for f in changes.files if f.path.startswith("/etc/pve/")}
+        trees.append((write_tree(tmp_path / name, pve), inventory.node_name))
+    verdicts = _validate_rendered(trees)
+    written = sum(1 for name in SCENARIOS for _ in (tmp_path / name).rglob("*.c*"))
+    assert len(verdicts) == written >= 6, "every written guest config and pci.cfg is checked"
+    assert_all_ok(verdicts)
+
+
+#: The ct200 example's guests, given to every generated host (a second VM like the first).
+CT_TEXT = (EXAMPLES / "ct200/etc/pve/lxc/200.conf").read_text()
+VM_TEXT = (EXAMPLES / "ct200/etc/pve/qemu-server/300.conf").read_text()
+HOTPLUG = "hotplug: network,disk,usb,memory\n"
+
+
+def _guests(hotplug: bool) -> dict[str, str]:
+    vm = VM_TEXT.replace("memory: 262144", "memory: 32768") + HOTPLUG if hotplug else VM_TEXT
+    return {
+        "/etc/pve/lxc/200.conf": CT_TEXT,
+        "/etc/pve/qemu-server/300.conf": vm,
+        "/etc/pve/qemu-server/301.conf": vm.replace("name: train", "name: train2"),
+    }
+
+
+def _policy(inventory: Inventory, vm_count: int, mapped: bool) -> SplitPolicy:
+    """CT 200 and, where a second node holds GPUs, one or two VMs, by mapping or by address."""
+    if len({gpu.numa_node for gpu in inventory.gpus}) < 2:
+        return SplitPolicy(lxc=200)
+    vms: list[tuple[int, int | None]] = [(300, None)] if vm_count == 1 else [(300, 1), (301, None)]
+    return SplitPolicy(lxc=200, vms=vms, mapping="gpus" if mapped else None)
+
+
+def test_generated_hosts_get_configs_proxmox_accepts(tmp_path: Path) -> None:
+    trees: list[tuple[Path, str]] = []
+
+    @settings(max_examples=25, deadline=None, database=None)
+    @given(random_hosts(), st.integers(1, 2), st.booleans(), st.booleans())
+    def render_one(inventory: Inventory, vm_count: int, mapped: bool, hotplug: bool) -> None:
+        inventory = inventory.model_copy(
+            update={"guest_configs": _guests(hotplug), "pve_version": "8.4.1", "char_majors": UVM}
+        )
+        policy = _policy(inventory, vm_count, mapped)
+        try:
+            plan = plan_split(inventory, policy)
+        except PlanRefusedError:
+            assume(False)  # a VM left without GPUs, or a mapping pooling two nodes
+        changes = render(inventory, plan, RenderOptions(mapping=policy.mapping))
+        pve = {f.path: f.after for f in changes.files if f.path.startswith("/etc/pve/")}
+        trees.append((write_tree(tmp_path / str(len(trees)), pve), inventory.node_name))
+
+    render_one()
+    verdicts = _validate_rendered(trees)
+    assert sum(v.file.name == "300.conf" for v in verdicts.values()) >= 5, "VMs were generated"
+    assert_all_ok(verdicts)
 
 
 # --- the upstream corpus ---------------------------------------------------------------------

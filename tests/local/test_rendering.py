@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -19,34 +18,16 @@ from proxgpu.cli.text import render_changes
 from proxgpu.errors import RenderError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
-from proxgpu.inspection.build import GpuFilter
-from proxgpu.inspection.inventory import Inventory
 from proxgpu.paths import BIND_SCRIPT, MODPROBE_CONF
 from proxgpu.planning import plan_split
 from proxgpu.planning.model import SplitPolicy
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
 from proxgpu.rendering.changes import ChangeSet
-from proxgpu.rendering.context import RenderOptions
+from tests.support.scenarios import SCENARIOS, scenario
 from tests.support.trees import CORPUS, EXAMPLES, GOLDEN, copy_example
 
 CORPUS_LXC = CORPUS / "lxc"
-
-SCENARIOS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    "ct200-lxc-vm": ("ct200", {"lxc": 200, "vms": [(300, None)]}, {}),
-    "ct200-mapping": ("ct200", {"lxc": 200, "vms": [(300, None)]}, {"mapping": "gpu-node1"}),
-    "ct200-driverctl": ("ct200", {"lxc": 200}, {"bind_method": "driverctl"}),
-    "uneven-enable-iommu": ("uneven-5-3", {"enable_iommu": True, "lxc": 150}, {}),
-    "single-socket-by-address": ("single-socket", {"vfio_gpus": ["0000:0b:00.0"], "lxc": 101}, {}),
-    "shared-group": ("shared-iommu-group", {}, {}),
-}
-
-
-def scenario(name: str, root: Path | None = None) -> tuple[Inventory, ChangeSet]:
-    host, policy, options = SCENARIOS[name]
-    inventory = inspect(DirectoryHost(str(root or EXAMPLES / host)), GpuFilter())
-    plan = plan_split(inventory, SplitPolicy(**policy))
-    return inventory, render(inventory, plan, RenderOptions(**options))
 
 
 def write_changes(root: Path, changes: ChangeSet) -> None:

@@ -15,6 +15,7 @@ from proxgpu.planning.model import Plan, SplitPolicy
 from proxgpu.pve.claims import GuestRef
 from tests.support.factories import ct200, make_fn, make_gpu, make_inventory
 from tests.support.plans import codes, refusal
+from tests.support.strategies import random_hosts
 
 # --- the JSON contract and the default split ---------------------------------------------------
 
@@ -367,38 +368,6 @@ def test_lxc_target_needs_a_host_group() -> None:
 
 
 # --- property tests ------------------------------------------------------------------------------
-
-
-@st.composite
-def random_hosts(draw: st.DrawFn) -> Inventory:
-    """Hosts with 1-4 nodes and up to 12 GPUs; IOMMU groups never cross a node, no foreign peers."""
-    node_count = draw(st.integers(1, 4))
-    gpu_nodes = draw(st.lists(st.integers(0, node_count - 1), min_size=1, max_size=12))
-    specs: list[tuple[str, int, int]] = []
-    for i, node in enumerate(gpu_nodes):
-        shares = bool(specs) and specs[-1][1] == node and draw(st.booleans())
-        specs.append((f"{0x10 + i:02x}", node, specs[-1][2] if shares else 100 + i))
-    members: dict[int, list[str]] = defaultdict(list)
-    for bus, _, group in specs:
-        members[group].append(bus)
-    gpus = [
-        make_gpu(
-            bus,
-            node,
-            group=group,
-            audio=draw(st.booleans()),
-            minor=i,
-            peers=tuple(
-                make_fn(f"0000:{other}:00.0", group, node=node)
-                for other in members[group]
-                if other != bus
-            )
-            + ((nic_peer(bridge=True),) if draw(st.booleans()) else ()),
-        )
-        for i, (bus, node, group) in enumerate(specs)
-    ]
-    nodes = {n: f"{n * 8}-{n * 8 + 7}" for n in range(node_count)}
-    return make_inventory(gpus, nodes)
 
 
 def assert_invariants(inventory: Inventory, plan: Plan) -> dict[str, str]:
