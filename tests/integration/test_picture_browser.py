@@ -79,7 +79,8 @@ def test_the_report_renders_and_is_not_blank(name: str, tmp_path: Path) -> None:
 
 def test_a_refused_plans_report_still_renders_the_host(tmp_path: Path) -> None:
     html = tmp_path / "refused.html"
-    code = main(["report", "--root", str(EXAMPLES / "ct200"), "--vm", "300", "-o", str(html)])
+    argv = ["report", "--root", str(EXAMPLES / "ct200"), "--lxc", "201", "--vm", "300"]
+    code = main([*argv, "-o", str(html)])
     assert code == 9
     image = decode_png(screenshot(html, tmp_path / "refused.png", 1000, 1600))
     assert image.colours()[WHITE] < 0.95 * image.width * image.height

@@ -94,7 +94,8 @@ def test_detailed_exitcode_keeps_2_for_changes_only(capsys: pytest.CaptureFixtur
     base = ["plan", "--root", CT200, "--lxc", "200", "--vm", "300", "--detailed-exitcode"]
     assert main(base) == 2
     assert main([*base, "--bind-method", "nonsense"]) == 1, "a usage error is an error"
-    assert main([*base[:3], "--detailed-exitcode"]) == 1, "a refused plan is an error"
+    refused = [*base[:3], "--lxc", "201", "--vm", "300", "--detailed-exitcode"]
+    assert main(refused) == 1, "a refused plan is an error"
     capsys.readouterr()
 
 

@@ -48,7 +48,7 @@ def test_a_failure_with_json_is_a_json_error_document_with_the_same_code(tmp_pat
 
 
 def test_a_refused_plan_in_json_carries_the_fixes() -> None:
-    done = run("plan", "--root", str(EXAMPLES / "ct200"), "--vm", "300", "--json")
+    done = run("plan", "--root", str(EXAMPLES / "ct200"), "--lxc", "201", "--vm", "300", "--json")
     error = json.loads(done.stdout)["error"]
     assert done.returncode == 9 and error["kind"] == "PlanRefusedError" and error["fix"]
 
