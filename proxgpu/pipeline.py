@@ -11,7 +11,7 @@ Ansible module; secrets in guest configs are redacted in every one of them (:fun
 >>> result = split_host(DirectoryHost("examples/hosts/ct200"),
 ...                     SplitPolicy(lxc=200, vms=[(300, None)]), check=True)
 >>> result.changed, len(result.diff)
-(True, 6)
+(True, 8)
 """
 
 from __future__ import annotations

@@ -23,14 +23,14 @@ class RenderOptions(FrozenModel):
     (its per-address overrides in /etc/driverctl.d). ``mapping``: give VMs their GPUs through
     a cluster PCI mapping of this name instead of raw ``hostpciN: host=`` addresses.
     ``nvidia_nodes_unit``: also write a systemd unit, pulled in by ``pve-guests.service``, that
-    makes the container's NVIDIA device nodes at boot (see :mod:`proxgpu.rendering.nodes`). Off
-    by default until inspection reads ``/etc/systemd/system``: without that, a second plan could
-    not see the unit the first one wrote.
+    makes the container's NVIDIA device nodes at boot (see :mod:`proxgpu.rendering.nodes`); on
+    by default, since Proxmox refuses to start a container whose ``devN`` node is missing and
+    the nvidia module makes none by itself.
     """
 
     bind_method: BindMethod = "modprobe"
     mapping: str | None = None
-    nvidia_nodes_unit: bool = False
+    nvidia_nodes_unit: bool = True
 
 
 @dataclass

@@ -66,7 +66,7 @@ for d in sys/firmware/efi etc/pve; do
     [ -d "$d" ] && printf 'd\0%s\0\n' "$d"
 done
 for f in usr/sbin/driverctl usr/sbin/update-initramfs usr/sbin/proxmox-boot-tool \
-    usr/sbin/update-grub usr/bin/pvesh bin/fuser usr/bin/fuser; do
+    usr/sbin/update-grub usr/bin/pvesh bin/fuser usr/bin/fuser usr/bin/nvidia-modprobe; do
     [ -e "$f" ] && printf 'f\0%s\0\n' "$f"
 done
 # The nvidia device nodes a container can be given (a snapshot holds them as empty files).
@@ -81,7 +81,8 @@ tab=$(printf '\t')
 for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
     etc/modprobe.d/* etc/modules etc/modules-load.d/* etc/initramfs-tools/modules \
     etc/default/grub etc/default/grub.d/*.cfg etc/kernel/cmdline etc/kernel/proxmox-boot-uuids \
-    etc/driverctl.d/* etc/proxgpu/* etc/initramfs-tools/hooks/proxgpu* usr/local/sbin/proxgpu-*; do
+    etc/driverctl.d/* etc/proxgpu/* etc/initramfs-tools/hooks/proxgpu* usr/local/sbin/proxgpu-* \
+    etc/systemd/system/proxgpu-* etc/systemd/system/pve-guests.service.d/proxgpu*; do
     [ -f "$f" ] || continue
     case $f in
     *"$nl"* | *"$tab"*) rec badname "$(printf '%s' "$f" | base64 -w0)"; continue ;;

@@ -92,10 +92,12 @@ def test_the_dropin_pulls_the_unit_in_and_orders_the_guests_after_it() -> None:
     assert ["systemctl", "daemon-reload"] in [a.argv for a in changes.actions]
 
 
-def test_no_unit_unless_asked() -> None:
+def test_the_unit_is_written_unless_turned_off() -> None:
     inventory = ct200()
-    changes = render(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
-    assert {NODES_UNIT, GUESTS_DROPIN}.isdisjoint(f.path for f in changes.files)
+    plan = plan_split(inventory, SplitPolicy(lxc=200))
+    assert {NODES_UNIT, GUESTS_DROPIN} <= {f.path for f in render(inventory, plan).files}
+    off = render(inventory, plan, RenderOptions(nvidia_nodes_unit=False))
+    assert {NODES_UNIT, GUESTS_DROPIN}.isdisjoint(f.path for f in off.files)
 
 
 def test_a_container_left_without_nvidia_gpus_loses_the_unit() -> None:

@@ -164,6 +164,7 @@ def test_kernel_cmdline_only_when_the_iommu_is_off() -> None:
     assert [a.argv for a in changes.actions] == [
         ["update-initramfs", "-u", "-k", "all"],
         ["update-grub"],
+        ["systemctl", "daemon-reload"],  # the unit that makes the container's nvidia nodes
     ]
     modules = next(f.after for f in changes.files if "modules-load" in f.path) or ""
     assert "vfio_virqfd" not in modules, "vfio_virqfd is part of vfio from kernel 6.2 on"

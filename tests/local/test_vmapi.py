@@ -186,7 +186,7 @@ def test_a_connection_lost_after_an_api_write_is_recovered_by_rollback(
 def test_a_second_plan_after_an_api_write_changes_nothing(
     root: Path, bin_dir: Path, live_host: LocalHost
 ) -> None:
-    for tool in ("update-initramfs", "proxmox-boot-tool", "update-grub"):
+    for tool in ("update-initramfs", "proxmox-boot-tool", "update-grub", "systemctl"):
         fake_tool(bin_dir, tool, "exit 0\n")  # the post-actions must not touch this machine
     policy = SplitPolicy(lxc=200, vms=[(300, None)])
     inventory = inspect(DirectoryHost(str(root)))
