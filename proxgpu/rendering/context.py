@@ -64,5 +64,14 @@ def functions_by_address(inventory: Inventory) -> dict[str, PciFunction]:
 def guest_config_of(ctx: RenderContext, path: str, kind: str) -> GuestConfig:
     before = ctx.inventory.guest_configs.get(path)
     if before is None:
-        raise RenderError(f"{ctx.inventory.source}: {path}: no such {kind} config")
+        existing = sorted(
+            p.rsplit("/", 1)[1].removesuffix(".conf")
+            for p in ctx.inventory.guest_configs
+            if p.startswith(path.rsplit("/", 1)[0] + "/")
+        )
+        raise RenderError(
+            f"{ctx.inventory.source}: {path}: no such {kind} config; create the {kind} first "
+            f"(`{'pct create' if kind == 'container' else 'qm create'}`) or name one that exists"
+            f" ({', '.join(existing) or 'none on this host'})"
+        )
     return GuestConfig.parse(before)

@@ -191,7 +191,11 @@ def test_missing_target_config_is_a_render_error() -> None:
             ]
         }
     )
-    with pytest.raises(RenderError, match=r"/etc/pve/qemu-server/999\.conf: no such VM config"):
+    with pytest.raises(
+        RenderError,
+        match=r"/etc/pve/qemu-server/999\.conf: no such VM config; create the VM first "
+        r"\(`qm create`\) or name one that exists \(300\)",
+    ):
         render(inventory, bad)
 
 
