@@ -7,7 +7,8 @@ shape measures, in the same run:
 * proxgpu: connect, gather and build the inventory, in process, with the same key and known_hosts.
 
 Host shapes: this machine ("/"), the ct200 example (8 GPUs) and a synthetic 64-GPU tree, so that
-the round-trip count can be seen not to grow with the number of GPUs.
+the round-trip count can be seen not to grow with the number of GPUs. Last, the whole command
+``proxgpu inspect --host ... --json`` as a child process against the same floor.
 
 Run: python bench/bench_inspect.py
 """
@@ -103,6 +104,38 @@ def main() -> None:
                 f"{name:22} round trips {trips}  wall {seconds * 1000:7.1f} ms  "
                 f"ratio to floor {seconds / floor:5.2f}"
             )
+        # The whole command, as a user runs it: interpreter start, imports, connect, inspect.
+        ct200 = str(REPO / "examples/hosts/ct200")
+        whole = median_seconds(partial(cli_inspect, server, ct200, config), RUNS, warmups=1)
+        print(
+            f"{'proxgpu inspect --json':22} whole process {whole * 1000:7.1f} ms  "
+            f"ratio to floor {whole / floor:5.2f}"
+        )
+
+
+def cli_inspect(server: Sshd, root: str, config: Path) -> None:
+    """``proxgpu inspect --host ... --json`` as a child process, with the same key and hosts."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "proxgpu",
+            "inspect",
+            "--host",
+            server.target,
+            "--root",
+            root,
+            "-i",
+            str(server.identity_file),
+            "--known-hosts",
+            str(server.known_hosts),
+            "--ssh-config",
+            str(config),
+            "--json",
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 if __name__ == "__main__":
