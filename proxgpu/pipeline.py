@@ -16,13 +16,13 @@ Ansible module; secrets in guest configs are redacted in every one of them (:fun
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from proxgpu.apply import ApplyResult, Progress, apply_changes
+from proxgpu.apply.remote import sha
 from proxgpu.errors import UsageError
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, Inventory, inspect
@@ -207,7 +207,7 @@ def save_plan(path: str, host: str, plan: Plan, changes: ChangeSet) -> None:
         "kind": PLAN_FILE_KIND,
         "schema_version": PLAN_FILE_VERSION,
         "host": host,
-        "sha256_before": {f.path: _sha(f.before) for f in changes.files},
+        "sha256_before": {f.path: sha(f.before) for f in changes.files},
         "plan": plan.model_dump(mode="json"),
         "changes": changes.model_dump(mode="json"),
     }
@@ -238,10 +238,6 @@ def load_plan(path: str) -> SavedPlan:
         raise UsageError(f"{path}: {exc}") from None
     hashes = document.get("sha256_before", {})
     for change in saved.changes.files:
-        if hashes.get(change.path) != _sha(change.before):
+        if hashes.get(change.path) != sha(change.before):
             raise UsageError(f"{path}: the saved text of {change.path} does not match its hash")
     return saved
-
-
-def _sha(text: str | None) -> str | None:
-    return None if text is None else hashlib.sha256(text.encode()).hexdigest()

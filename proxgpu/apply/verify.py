@@ -52,15 +52,18 @@ def verify(
     plan = target if isinstance(target, Plan) else target.plan
     drift: list[str] = []
     pending: list[str] = []
-    same_boot = False
+    # Drivers an apply changes only at the next boot are pending, not drift, until the host
+    # has booted again (its boot id changes).
+    awaiting_reboot = False
     if isinstance(target, JournalEntry):
         files, boot_id = _file_drift(host, target)
         drift += files
-        same_boot = target.changeset.reboot_required and not target.live
-        same_boot = same_boot and boot_id == target.boot_id
+        awaiting_reboot = (
+            target.changeset.reboot_required and not target.live and boot_id == target.boot_id
+        )
     if plan is not None and (isinstance(target, Plan) or target.status == "applied"):
         drivers = driver_drift(inventory or inspect(host), plan)
-        if same_boot:
+        if awaiting_reboot:
             pending = [f"{line} (at the next boot)" for line in drivers]
         else:
             drift += drivers

@@ -34,8 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.use_color = wants_color(color, tty=sys.stdout.isatty(), environ=os.environ)
     args.json = getattr(args, "json", False)
     hosts = expand_hosts(getattr(args, "host", None))
-    # `report` writes one file with a section per host: it reads the hosts itself.
-    if len(hosts) > 1 and args.handler != "report:cmd_report":
+    if len(hosts) > 1 and getattr(args, "fleet", "read") != "self":
         return run_fleet(args, hosts, lambda one: _run(one, detailed))
     args.hosts = hosts
     args.host = hosts[0] if hosts else None

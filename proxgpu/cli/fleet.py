@@ -25,8 +25,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
-#: Commands that change hosts: rolled out one host at a time unless --parallel says otherwise.
-ROLLING = ("change:cmd_apply", "commands:cmd_rollback")
 #: How many hosts are read at once by default, as Ansible's forks.
 FORKS = 5
 
@@ -81,7 +79,8 @@ Runner = Callable[[argparse.Namespace], int]
 
 def run_fleet(args: argparse.Namespace, hosts: list[str], one: Runner) -> int:
     """Run ``one`` for each host; print the results in order; return the worst exit code."""
-    rolling = args.handler in ROLLING
+    # Commands that change hosts roll out one host at a time unless --parallel says otherwise.
+    rolling = args.fleet == "rolling"
     if rolling and not (getattr(args, "yes", False) or getattr(args, "dry_run", False)):
         print(
             "proxgpu: several hosts cannot be asked one by one: review them with "

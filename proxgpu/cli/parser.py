@@ -57,7 +57,9 @@ def _command(
     command = sub.add_parser(name, help=summary, description=summary)
     host_options(command)
     common_options(command, json_help=json_help)
-    command.set_defaults(handler=f"{module}:cmd_{name.replace('-', '_')}")
+    # How several --host run: "read" concurrently, "rolling" one at a time (apply, rollback),
+    # "self" by the command itself.
+    command.set_defaults(handler=f"{module}:cmd_{name.replace('-', '_')}", fleet="read")
     return command
 
 
@@ -87,6 +89,7 @@ def _report(sub: Commands) -> None:
         "what was written",
         "report",
     )
+    report.set_defaults(fleet="self")  # one file with a section per host
     plan_options(report)
     report.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file")
 
@@ -128,6 +131,7 @@ def _apply(sub: Commands) -> None:
         "the result",
         "change",
     )
+    apply.set_defaults(fleet="rolling")
     plan_options(apply)
     apply.add_argument(
         "--plan",
@@ -163,6 +167,7 @@ def _rollback(sub: Commands) -> None:
     back = _command(
         sub, "rollback", "undo a journal entry: what the apply changed, nothing else", "the result"
     )
+    back.set_defaults(fleet="rolling")
     back.add_argument("--to", metavar="ID", help="journal entry (default: the last apply)")
     back.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     back.add_argument(

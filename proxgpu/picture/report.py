@@ -21,12 +21,12 @@ from markupsafe import Markup
 from proxgpu.errors import PlanRefusedError, RenderError
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.picture.svg import inventory_svg
-from proxgpu.picture.templating import render_markup
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import plan_inventory, shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import ChangeSet, unified_diff
+from proxgpu.rendering.templating import render_markup
 
 
 @dataclass(frozen=True)

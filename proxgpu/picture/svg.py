@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.picture.layout import Picture, lay_out
-from proxgpu.picture.templating import render_markup
 from proxgpu.picture.topology import Assignment
+from proxgpu.rendering.templating import render_markup
 
 
 def render_svg(picture: Picture, *, standalone: bool = True) -> str:

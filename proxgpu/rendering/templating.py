@@ -1,4 +1,8 @@
-"""The Jinja2 templates of the files proxgpu owns (``templates/`` in the source tree).
+"""The Jinja2 templates in ``templates/``: the files proxgpu owns, and the picture's markup.
+
+One loader serves both; they differ in escaping. Config files and shell are rendered as they are
+(:func:`render_template`); SVG and HTML escape every value (:func:`render_markup`), so that host
+data (a model name, a guest config) never becomes markup.
 
 >>> render_template("driverctl-override.j2", driver="vfio-pci")
 'vfio-pci\\n'
@@ -22,7 +26,7 @@ def _templates() -> Traversable:
 
 
 @cache
-def _environment() -> jinja2.Environment:
+def _environment(markup: bool) -> jinja2.Environment:
     def load(name: str) -> str:
         return _templates().joinpath(name).read_text(encoding="utf-8")
 
@@ -30,16 +34,26 @@ def _environment() -> jinja2.Environment:
         loader=jinja2.FunctionLoader(load),
         trim_blocks=True,
         lstrip_blocks=True,
-        keep_trailing_newline=True,
+        # A config file ends as its template does; markup's last newline does not matter.
+        keep_trailing_newline=not markup,
         undefined=jinja2.StrictUndefined,
-        autoescape=False,  # plain config files and shell, never HTML
+        autoescape=markup,
     )
 
 
 def render_template(name: str, **values: object) -> str:
-    """Render one template from ``templates/`` with ``values``.
+    """Render one config or shell template from ``templates/`` with ``values``, unescaped.
 
     >>> render_template("driverctl-override.j2", driver="vfio-pci")
     'vfio-pci\\n'
     """
-    return _environment().get_template(name).render(**values)
+    return _environment(markup=False).get_template(name).render(**values)
+
+
+def render_markup(name: str, **values: object) -> str:
+    """Render an SVG or HTML template with ``values``, escaping each for XML and HTML.
+
+    >>> render_markup("picture.css.j2").startswith("/*")
+    True
+    """
+    return _environment(markup=True).get_template(name).render(**values)

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.tools import require_tool
+from tests.support.ansible import ansible_playbook
 from tests.support.trees import REPO, copy_example, tree_bytes
 
 
 def run_playbook(tmp_path: Path, root: Path, *flags: str) -> dict[str, object]:
-    ansible = require_tool("ansible-playbook", "ansible-core (pip install ansible-core)")
     playbook = tmp_path / "play.yml"
     playbook.write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
@@ -25,31 +21,8 @@ def run_playbook(tmp_path: Path, root: Path, *flags: str) -> dict[str, object]:
         f"        dest: {tmp_path}/result.json\n"
         "      check_mode: false\n"
     )
-    env = {
-        **os.environ,
-        "ANSIBLE_LIBRARY": str(REPO / "examples/ansible/library"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PYTHONPATH": str(REPO),
-    }
-    completed = subprocess.run(
-        [
-            ansible,
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(playbook),
-            *flags,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    library = REPO / "examples/ansible/library"
+    completed = ansible_playbook(playbook, tmp_path, *flags, library=library)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     result: dict[str, object] = json.loads((tmp_path / "result.json").read_text())
     return result

@@ -16,7 +16,7 @@ from proxgpu.apply import history, rollback
 from proxgpu.host import DirectoryHost
 from proxgpu.pipeline import split_host
 from proxgpu.planning import SplitPolicy
-from tests.support.tools import require_tool
+from tests.support.ansible import ansible_playbook
 from tests.support.trees import EXAMPLES, REPO, copy_example
 
 PLAYBOOK = EXAMPLES.parent / "ansible" / "split.yml"
@@ -24,36 +24,11 @@ PLAYBOOK = EXAMPLES.parent / "ansible" / "split.yml"
 
 def play(tmp_path: Path, *args: str, library: Path | None = None) -> str:
     """Run split.yml on localhost; its whole output (stdout and stderr)."""
-    ansible = require_tool("ansible-playbook", "ansible-core (pip install ansible-core)")
-    env = {
-        **os.environ,
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_DEPRECATION_WARNINGS": "1",
-        "PYTHONPATH": str(REPO),
-    }
-    if library is not None:
-        env["ANSIBLE_LIBRARY"] = str(library)
-    completed = subprocess.run(
-        [
-            ansible,
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            # The tests run as whoever runs them; become would need sudo.
-            "-e",
-            "ansible_become=false",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            *args,
-            str(PLAYBOOK),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
+    completed = ansible_playbook(
+        PLAYBOOK,
+        tmp_path,
+        *args,
+        library=library,
         # Not the playbook's directory: the module must come from library/ beside the playbook
         # or from ANSIBLE_LIBRARY, not from the working directory.
         cwd=tmp_path,
@@ -97,41 +72,15 @@ def test_packaged_module_is_found_through_ansible_library(tmp_path: Path) -> Non
     playbook = tmp_path / "split.yml"
     playbook.write_text(PLAYBOOK.read_text())
     root = copy_example(tmp_path)
-    ansible = require_tool("ansible-playbook", "ansible-core (pip install ansible-core)")
-    env = {
-        **os.environ,
-        "ANSIBLE_LIBRARY": subprocess.run(
-            [sys.executable, "-m", "proxgpu.ansible"],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        ).stdout.strip(),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "PYTHONPATH": str(REPO),
-    }
-    assert Path(env["ANSIBLE_LIBRARY"]) == LIBRARY
-    completed = subprocess.run(
-        [
-            ansible,
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            "ansible_become=false",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-e",
-            f"proxgpu_root={root}",
-            str(playbook),
-        ],
+    library = subprocess.run(
+        [sys.executable, "-m", "proxgpu.ansible"],
         capture_output=True,
         text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout.strip()
+    assert Path(library) == LIBRARY
+    completed = ansible_playbook(playbook, tmp_path, "-e", f"proxgpu_root={root}", library=library)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "hostpci0:" in (root / "etc/pve/qemu-server/300.conf").read_text()
 
