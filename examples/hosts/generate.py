@@ -187,6 +187,7 @@ def ct200() -> HostSpec:
         efi=True,
         nvidia_minors={address: i for i, (address, *_rest) in enumerate(layout)},
         model="NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        bar1_gib=128,
         char_devices=NVIDIA_CHARS,
         pci_ids=PCI_IDS_COMMON + "10de  NVIDIA Corporation\n"
         "\t22e8  GB202 High Definition Audio Controller\n"

@@ -52,6 +52,8 @@ class HostSpec:
     # No display: nvidia-modeset never loads, so /dev/nvidia-modeset does not exist.
     headless: bool = False
     mig: bool = False
+    #: The size of the GPUs' large BAR (BAR1, the VRAM aperture) in GiB; None: no resource file.
+    bar1_gib: int | None = None
     tools: tuple[str, ...] = (
         "usr/sbin/update-initramfs",
         "usr/sbin/proxmox-boot-tool",
@@ -117,6 +119,8 @@ def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
     write(root, f"{base}/driver_override", "(null)\n")
     if dev.cls.startswith("0300"):
         write(root, f"{base}/boot_vga", "1\n" if dev.boot_vga else "0\n")
+    if dev.cls.startswith("03") and spec.bar1_gib:
+        write(root, f"{base}/resource", gpu_resource(dev, spec.bar1_gib))
     # Relative to the device's own directory, as the kernel makes them.
     up = "../" * (base.count("/") - 1)
     if dev.driver:
@@ -125,6 +129,29 @@ def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
         link(root, f"{base}/iommu_group", f"{up}kernel/iommu_groups/{dev.group}")
     if dev.bridge:
         mark_dir(root, f"{base}/pci_bus")
+
+
+def gpu_resource(dev: Dev, bar1_gib: int) -> str:
+    """A GPU's sysfs ``resource``: BAR0 registers (32-bit), BAR1 VRAM and BAR3 (64-bit,
+    prefetchable), BAR5 I/O ports, then the ROM and the unused slots, as the kernel prints them."""
+    bus = int(dev.address[5:7], 16)
+    bar1 = (0x200 + bus * 4) << 32
+    regions = [
+        (0x8000_0000 + (bus >> 4) * (64 << 20), 64 << 20, 0x40200),
+        (bar1, bar1_gib << 30, 0x14220C),
+        (0, 0, 0),
+        (bar1 + (bar1_gib << 30), 32 << 20, 0x14220C),
+        (0, 0, 0),
+        (0x1000 + bus * 0x100, 128, 0x40101),
+        (0, 0, 0),
+    ]
+    lines = [
+        f"0x{start:016x} 0x{start + size - 1 if size else 0:016x} 0x{flags:016x}"
+        for start, size, flags in regions
+    ]
+    return (
+        "\n".join(lines + ["0x0000000000000000 0x0000000000000000 0x0000000000000000"] * 6) + "\n"
+    )
 
 
 def write_device_nodes(root: Path, spec: HostSpec) -> None:

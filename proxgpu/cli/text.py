@@ -58,9 +58,19 @@ def _gpu_details(gpu: Gpu) -> str:
         f"local CPUs {gpu.local_cpus or '?'}",
         f"driver_override {gpu.driver_override or '-'}",
     ]
+    if gpu.bar_bytes:
+        facts.append(f"largest BAR {_size(max(gpu.bar_bytes))}")
+    if gpu.drm_nodes:
+        facts.append(" ".join(f"/dev/dri/{node}" for node in gpu.drm_nodes))
     if gpu.nvidia_uuid:
         facts.append(gpu.nvidia_uuid)
+    if gpu.bmc_display:
+        facts.append("BMC display (the board's remote console): never planned unless named")
     return f"    {gpu.address}  " + ", ".join(facts)
+
+
+def _size(size: int) -> str:
+    return f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
 
 
 def render_inventory(inv: Inventory) -> str:
@@ -87,6 +97,10 @@ def render_inventory(inv: Inventory) -> str:
     if uvm is not None:
         lines.append(
             f"nvidia-uvm major {uvm}, nvidia-caps major {inv.char_majors.get('nvidia-caps', '-')}"
+        )
+    if inv.nvswitches:
+        lines.append(
+            f"NVSwitches (one NVLink fabric): {', '.join(f.address for f in inv.nvswitches)}"
         )
     lines.append(f"Guest configs: {len(inv.guest_configs)}, host files read: {len(inv.host_files)}")
     if inv.warnings:

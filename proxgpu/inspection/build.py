@@ -19,9 +19,11 @@ from dataclasses import dataclass
 
 from proxgpu.errors import SysfsError
 from proxgpu.inspection.capture import Capture
+from proxgpu.inspection.hardware import drm_nodes, gpu_bars, is_nvswitch
 from proxgpu.inspection.inventory import BootLoader, Gpu, Inventory, NumaNode, PciFunction
 from proxgpu.inspection.validate import validate
 from proxgpu.paths import GUEST_FILE_PREFIXES, NVIDIA_GPUS, PCI_DEVICES, PCI_IDS
+from proxgpu.pci import is_bmc_display
 
 _ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HEX4 = re.compile(r"^0x[0-9a-f]{4}$")
@@ -82,6 +84,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         numa_nodes=numa_nodes,
         gpus=gpus,
         nics=_nics(functions, gpus),
+        nvswitches=[f for f in functions.values() if is_nvswitch(f)],
         char_majors=_char_majors(capture),
         cpu_vendor=_cpu_vendor(capture),
         driver_modules=_driver_modules(capture),
@@ -278,6 +281,9 @@ def _gpu(
         nvidia_minor=_int_or_none(info.get("Device Minor")),
         nvidia_uuid=info.get("GPU UUID"),
         pci_path=main.pci_path,
+        bar_bytes=gpu_bars(capture, main.address),
+        drm_nodes=drm_nodes(capture, main.address),
+        bmc_display=is_bmc_display(main.vendor_id, main.device_id),
     )
 
 

@@ -71,6 +71,9 @@ class Gpu(FrozenModel):
     ``functions`` lists the slot's addresses, the GPU's own first. ``iommu_group_peers`` lists
     every *other* device in the GPU's IOMMU group, bridges marked, since all of them must move
     together. ``pci_path`` is the GPU function's parent chain (see :class:`PciFunction`).
+    ``bar_bytes`` lists the sizes of its memory BARs (empty: not read), ``drm_nodes`` its
+    ``/dev/dri`` nodes (``card1``, ``renderD129``), and ``bmc_display`` marks a server BMC's
+    display controller (its remote console), which is never planned unless named by address.
     """
 
     address: str
@@ -92,6 +95,9 @@ class Gpu(FrozenModel):
     nvidia_minor: int | None = None
     nvidia_uuid: str | None = None
     pci_path: list[str] | None = None
+    bar_bytes: list[int] = Field(default_factory=list)
+    drm_nodes: list[str] = Field(default_factory=list)
+    bmc_display: bool = False
 
     @property
     def host_driver(self) -> str | None:
@@ -114,7 +120,8 @@ class Inventory(FrozenModel):
     drivers have none. ``commands`` lists the tools found on the host (``driverctl``, ...), and
     ``device_nodes`` the nvidia device nodes present (empty when the capture did not look).
     ``nics`` are the network functions under the same root port as a GPU (behind one PCIe
-    switch with it: the GPU's GPUDirect RDMA peers).
+    switch with it: the GPU's GPUDirect RDMA peers). ``nvswitches`` are NVIDIA's NVLink switches
+    (HGX boards): the GPUs they join form one fabric that Fabric Manager manages as a whole.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -128,6 +135,7 @@ class Inventory(FrozenModel):
     numa_nodes: list[NumaNode] = Field(default_factory=list)
     gpus: list[Gpu] = Field(default_factory=list)
     nics: list[PciFunction] = Field(default_factory=list)
+    nvswitches: list[PciFunction] = Field(default_factory=list)
     char_majors: dict[str, int] = Field(default_factory=dict)
     cpu_vendor: str | None = None
     driver_modules: dict[str, str] = Field(default_factory=dict)

@@ -49,6 +49,7 @@ from proxgpu.planning.model import (
     parse_vm_spec,
 )
 from proxgpu.planning.packing import build_groups
+from proxgpu.planning.passthrough import advise_passthrough, check_fabric
 from proxgpu.planning.roles import assign_roles
 
 
@@ -92,6 +93,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     groups = build_groups(ctx, roles)
     check_slots(ctx, roles)
     check_iommu_groups(ctx, roles)
+    check_fabric(ctx, roles)
     check_claims(ctx, groups)
     check_vfio_iommu_groups(ctx, groups)
     enable_iommu = check_iommu_on(ctx, groups)
@@ -99,6 +101,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     check_memory_fit(ctx, groups)
     ctx.raise_problems()
     warn_about_shape(ctx, groups)
+    advise_passthrough(ctx, groups)
     host = next((group for group in groups if group.role == "host"), None)
     return Plan(
         groups=groups,

@@ -28,6 +28,7 @@ ProblemCode = Literal[
     "mapping",
     "memory",
     "no-fit",
+    "fabric-split",
 ]
 
 #: The VMIDs Proxmox accepts (pve-common's ``pve-vmid`` format: 3 to 9 digits, no leading 0).

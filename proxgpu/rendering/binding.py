@@ -75,6 +75,39 @@ def refuse_conflicting_binding(ctx: RenderContext) -> None:
             )
 
 
+def refuse_shadowed_hook(ctx: RenderContext, modules: list[str]) -> None:
+    """kmod runs only the first ``install`` command for a module, taking modprobe.d files in the
+    order of their names: an earlier ``install vfio-pci`` would run instead of our hook, so the
+    overrides would never be written. An ``install`` line for a driver that the softdep puts
+    vfio-pci before still runs, but it is reported: it may load the driver in its own way."""
+    ours = MODPROBE_CONF.rsplit("/", 1)[1]
+    problems = []
+    for path, text in sorted(ctx.inventory.host_files.items()):
+        if not path.startswith("/etc/modprobe.d/") or path == MODPROBE_CONF:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            words = line.split("#", 1)[0].split()
+            if len(words) < 3 or words[0] != "install":
+                continue
+            module = words[1].replace("-", "_")
+            where = f"{path}:{number}: {line.strip()}"
+            if module == "vfio_pci" and path.rsplit("/", 1)[1] < ours:
+                problems.append(f"  - {where}: runs instead of proxgpu's hook in {MODPROBE_CONF}")
+            elif module == "vfio_pci":
+                ctx.warnings.append(f"{where}: no longer runs (proxgpu's hook comes first)")
+            elif module in {m.replace("-", "_") for m in modules}:
+                ctx.warnings.append(
+                    f"{where}: runs whenever {words[1]} loads; vfio-pci still loads before it, "
+                    "but check that the command does not bind the vfio GPUs itself"
+                )
+    if problems:
+        raise RenderError(
+            f"{ctx.inventory.source}: an install command for vfio-pci comes before proxgpu's, so "
+            "the GPUs would never be marked for vfio-pci; remove it or use --bind-method "
+            "driverctl:\n" + "\n".join(problems)
+        )
+
+
 def _softdep_modules(ctx: RenderContext, functions: list[PciFunction]) -> list[str]:
     modules: set[str] = set()
     for function in functions:
@@ -99,13 +132,16 @@ def render_binding(ctx: RenderContext) -> None:
     functions = role_functions(ctx, "vfio")
     addresses = [f.address for f in functions]
     modprobe = bool(functions) and ctx.options.bind_method == "modprobe"
+    modules = _softdep_modules(ctx, functions) if modprobe else []
+    if modprobe:
+        refuse_shadowed_hook(ctx, modules)
     ctx.file(
         MODPROBE_CONF,
         render_template(
             "modprobe-vfio.conf.j2",
             functions=addresses,
             bind_script=BIND_SCRIPT,
-            modules=_softdep_modules(ctx, functions),
+            modules=modules,
         )
         if modprobe
         else None,
@@ -128,6 +164,7 @@ def render_binding(ctx: RenderContext) -> None:
         render_template(
             "initramfs-hook.sh.j2",
             bind_script=BIND_SCRIPT,
+            modules=_vfio_modules(ctx.inventory.kernel),
         )
         if modprobe
         else None,

@@ -11,6 +11,7 @@ from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.planning.model import PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
 from proxgpu.pve.config import GuestConfig, format_property_string, parse_property_string
+from proxgpu.pve.versions import DEV_ENTRIES, pve_at_least
 from proxgpu.rendering.context import RenderContext, guest_config_of
 from proxgpu.rendering.nodes import render_nodes_unit
 from proxgpu.rendering.templating import render_template
@@ -26,18 +27,15 @@ class _DeviceNode:
     minor: int | None
 
 
-def _supports_dev_entries(pve_version: str | None) -> bool:
-    """``devN:`` entries exist from pve-container 5.0.7, which is Proxmox VE 8.1."""
-    match = re.match(r"(\d+)\.(\d+)", pve_version or "")
-    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (8, 1)  # type: ignore[union-attr]
-
-
 def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
     """``/dev/nvidiaN`` for each GPU that is on nvidia after the plan.
 
-    The driver hands out minors in probe order, so they hold only while the same GPUs stay on
-    nvidia; once others go to vfio-pci, the next boot numbers the remaining ones 0, 1, ... in PCI
-    order.
+    The driver hands out minors in probe order, lowest free number first, so they hold only while
+    the same GPUs are probed. With the modprobe binding the vfio GPUs carry their override before
+    nvidia loads, so the next boot numbers the kept ones 0, 1, ... in PCI order. driverctl sets
+    its override from a udev rule that runs after udev has loaded nvidia for the first GPU, and
+    nvidia probes every GPU it matches at once: each keeps the minor of its rank among all of
+    them, and the vfio ones' numbers are left free.
     """
     kept = [ctx.inventory.gpu(a) for g in ctx.plan.groups if g.role == "host" for a in g.gpus]
     planned = sorted(g.address for g in kept if g.host_driver == "nvidia")
@@ -45,7 +43,10 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
     minors = {g.address: g.nvidia_minor for g in ctx.inventory.gpus}
     if planned == current and all(minors[a] is not None for a in planned):
         return {a: m for a, m in minors.items() if a in planned and m is not None}
-    ranks = {address: rank for rank, address in enumerate(planned)}
+    probed = planned
+    if ctx.options.bind_method == "driverctl":
+        probed = sorted(g.address for g in ctx.inventory.gpus if g.host_driver == "nvidia")
+    ranks = {address: probed.index(address) for address in planned}
     moved = [a for a in planned if minors[a] != ranks[a]]
     if moved:
         ctx.warnings.append(
@@ -159,7 +160,7 @@ def _lxc_entries(
 def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> None:
     config = guest_config_of(ctx, path, "container")
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
-    dev_mode = _supports_dev_entries(ctx.inventory.pve_version)
+    dev_mode = pve_at_least(ctx.inventory.pve_version, DEV_ENTRIES)
     nodes = _device_nodes(ctx, gpus)
     wanted = _lxc_entries(ctx, group, nodes, dev_mode)
     if ctx.options.nvidia_nodes_unit:

@@ -17,6 +17,7 @@ from proxgpu.pve.config import (
 )
 from proxgpu.pve.mapping import PciMappingConfig
 from proxgpu.pve.resources import hotplugs_memory, memory_mib
+from proxgpu.pve.versions import VM_AFFINITY, pve_at_least
 from proxgpu.rendering.context import RenderContext, guest_config_of
 
 
@@ -44,7 +45,13 @@ def render_vm(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> Non
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
     _sync_hostpci(ctx, config, gpus, q35)
     config.set("numa", "1")
-    config.set("affinity", group.cpus)
+    if pve_at_least(ctx.inventory.pve_version, VM_AFFINITY):
+        config.set("affinity", group.cpus)
+    else:
+        ctx.warnings.append(
+            f"VM {vmid}: Proxmox VE {ctx.inventory.pve_version or '(version unknown)'} has no "
+            f"affinity option (7.3 and later): its vCPUs are not pinned to CPUs {group.cpus}"
+        )
     _vnuma(ctx, config, group, vmid)
     ctx.file(path, config.render(), f"VM {vmid}: its GPUs and NUMA pinning", mode=None)
 

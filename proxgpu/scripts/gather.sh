@@ -39,7 +39,7 @@ grep -H -s -Z '' \
     sys/bus/pci/devices/*/subsystem_vendor sys/bus/pci/devices/*/subsystem_device \
     sys/bus/pci/devices/*/numa_node sys/bus/pci/devices/*/local_cpulist \
     sys/bus/pci/devices/*/driver_override sys/bus/pci/devices/*/boot_vga \
-    usr/share/perl5/PVE/pvecfg.pm
+    sys/bus/pci/devices/*/resource usr/share/perl5/PVE/pvecfg.pm
 grep -m 1 -H -s -Z '^vendor_id' proc/cpuinfo
 if [ -n "$pciids" ]; then
     # Only the vendor and device lines of devices present: the whole file is over a megabyte.
@@ -59,6 +59,10 @@ rec section links
 set -- sys/bus/pci/devices/*/
 [ -e "$1" ] && find "$@" -maxdepth 1 \( -name driver -o -name iommu_group -o -name pci_bus \) \
     -printf '%y\0%p\0%l\n' 2>/dev/null
+# A function's DRM nodes (drm/card1, drm/renderD129): /dev/dri/card1 and renderD129 are its own.
+set -- sys/bus/pci/devices/*/drm/
+[ -e "$1" ] && find "$@" -mindepth 1 -maxdepth 1 \( -name 'card*' -o -name 'renderD*' \) \
+    -printf '%y\0%p\0%l\n' 2>/dev/null
 # Driver names are not module names (bochs-drm lives in bochs.ko); the module link tells.
 set -- sys/bus/pci/drivers/*/
 [ -e "$1" ] && find "$@" -maxdepth 1 -name module -printf '%y\0%p\0%l\n' 2>/dev/null
@@ -69,8 +73,9 @@ for f in usr/sbin/driverctl usr/sbin/update-initramfs usr/sbin/proxmox-boot-tool
     usr/sbin/update-grub usr/bin/pvesh bin/fuser usr/bin/fuser usr/bin/nvidia-modprobe; do
     [ -e "$f" ] && printf 'f\0%s\0\n' "$f"
 done
-# The nvidia device nodes a container can be given (a snapshot holds them as empty files).
-for f in dev/nvidia* dev/nvidia-caps/*; do
+# The nvidia and amdkfd device nodes a container can be given (a snapshot holds them as empty
+# files).
+for f in dev/nvidia* dev/nvidia-caps/* dev/kfd; do
     { [ -c "$f" ] || [ -f "$f" ]; } && printf 'f\0%s\0\n' "$f"
 done
 

@@ -1,0 +1,60 @@
+"""What a GPU's sysfs entry says beyond its IDs: its memory BARs, its DRM nodes, and the NVSwitch
+bridges that tie GPUs into one NVLink fabric.
+
+>>> bar_sizes(["0x00000000f0000000 0x00000000f3ffffff 0x0000000000040200",
+...            "0x0000020000000000 0x0000021fffffffff 0x000000000014220c",
+...            "0x0000000000000000 0x0000000000000000 0x0000000000000000"])
+[67108864, 137438953472]
+>>> is_nvswitch(PciFunction(address="0000:05:00.0", class_code="0x068000",
+...                         vendor_id="10de", device_id="22a3"))
+True
+"""
+
+from __future__ import annotations
+
+from proxgpu.inspection.capture import Capture
+from proxgpu.inspection.inventory import PciFunction
+from proxgpu.paths import PCI_DEVICES
+
+#: ``IORESOURCE_MEM`` in a sysfs ``resource`` line's flags: a memory (not I/O port) region.
+_IORESOURCE_MEM = 0x200
+#: Lines 0-5 of ``resource`` are the six BARs; the ROM and bridge windows follow.
+_BARS = 6
+
+
+def bar_sizes(lines: list[str]) -> list[int]:
+    """The sizes in bytes of a function's memory BARs, from its sysfs ``resource`` lines
+    (``start end flags`` in hex, one line per resource; unused ones are all zero)."""
+    sizes = []
+    for line in lines[:_BARS]:
+        fields = line.split()
+        if len(fields) != 3:
+            continue
+        try:
+            start, end, flags = (int(field, 16) for field in fields)
+        except ValueError:
+            continue
+        if flags & _IORESOURCE_MEM and end > start:
+            sizes.append(end - start + 1)
+    return sizes
+
+
+def gpu_bars(capture: Capture, address: str) -> list[int]:
+    """The GPU's memory BAR sizes (empty when the capture did not read ``resource``)."""
+    return bar_sizes(capture.lines.get(f"{PCI_DEVICES}{address}/resource", []))
+
+
+def drm_nodes(capture: Capture, address: str) -> list[str]:
+    """The function's DRM nodes by their ``/dev/dri`` names (``card1``, ``renderD129``)."""
+    prefix = f"{PCI_DEVICES}{address}/drm/"
+    return sorted(
+        path[len(prefix) :]
+        for path in capture.dirs
+        if path.startswith(prefix) and "/" not in path[len(prefix) :]
+    )
+
+
+def is_nvswitch(function: PciFunction) -> bool:
+    """An NVIDIA NVSwitch: a bridge of class "other" (``0x0680``) by NVIDIA, the crossbar of an
+    HGX board's NVLink fabric, which NVIDIA's Fabric Manager programs for every GPU on it."""
+    return function.vendor_id == "10de" and function.class_code.startswith("0x0680")

@@ -1,0 +1,179 @@
+"""What a real host does that proxgpu must predict: minors per bind method, kmod's first install
+command, the Proxmox release an option needs, what inspection reads of BARs, DRM nodes and
+NVSwitches (from example trees with those sysfs files added), and the advice Proxmox accepts."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from proxgpu.errors import RenderError
+from proxgpu.host.local import DirectoryHost
+from proxgpu.inspection import inspect
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.paths import INITRAMFS_HOOK
+from proxgpu.planning import SplitPolicy, plan_split
+from proxgpu.pve.config import GuestConfig
+from proxgpu.rendering import RenderOptions, render
+from proxgpu.rendering.changes import ChangeSet
+from tests.support.pvevalidate import assert_all_ok, validate_tree, write_tree
+from tests.support.trees import copy_example
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hosts"
+CT_200 = "/etc/pve/lxc/200.conf"
+VM_300 = "/etc/pve/qemu-server/300.conf"
+NODE_1 = ["0000:81:00.0", "0000:91:00.0", "0000:e1:00.0", "0000:f1:00.0"]
+
+
+@cache
+def ct200() -> Inventory:
+    return inspect(DirectoryHost(str(EXAMPLES / "ct200")))
+
+
+def rendered(inventory: Inventory, policy: SplitPolicy, bind_method: str = "modprobe") -> ChangeSet:
+    options = RenderOptions.model_validate({"bind_method": bind_method})
+    return render(inventory, plan_split(inventory, policy), options)
+
+
+def after(changes: ChangeSet, path: str) -> str:
+    (text,) = [f.after for f in changes.files if f.path == path]
+    assert text is not None
+    return text
+
+
+def container_nvidia_nodes(changes: ChangeSet) -> list[str]:
+    config = GuestConfig.parse(after(changes, CT_200))
+    values = [value.split(",")[0] for key, value in config.entries() if key.startswith("dev")]
+    return [value for value in values if re.fullmatch(r"/dev/nvidia\d+", value)]
+
+
+# --- Device Minors after the reboot, per bind method ---------------------------------------------
+
+
+def test_modprobe_binding_renumbers_the_kept_gpus_from_zero() -> None:
+    changes = rendered(ct200(), SplitPolicy(lxc=200, host_gpus=NODE_1))
+    assert container_nvidia_nodes(changes) == [f"/dev/nvidia{n}" for n in range(4)]
+    assert any("becomes /dev/nvidia0" in warning for warning in changes.warnings)
+
+
+def test_driverctl_binding_keeps_the_minors_nvidia_gave_at_probe() -> None:
+    # driverctl's udev rule runs after nvidia has probed every GPU, so node 1 keeps 4-7.
+    changes = rendered(ct200(), SplitPolicy(lxc=200, host_gpus=NODE_1), "driverctl")
+    assert container_nvidia_nodes(changes) == [f"/dev/nvidia{n}" for n in range(4, 8)]
+    assert not any("numbers its GPUs anew" in warning for warning in changes.warnings)
+
+
+def test_driverctl_numbers_a_gpu_back_from_vfio_among_all_it_probes() -> None:
+    # 0000:01:00.0 sits on vfio-pci today; with driverctl nvidia probes all eight at boot.
+    gpus = [
+        gpu.model_copy(update={"driver": "vfio-pci", "nvidia_minor": None})
+        if gpu.address == "0000:01:00.0"
+        else gpu
+        for gpu in ct200().gpus
+    ]
+    inventory = ct200().model_copy(update={"gpus": gpus})
+    policy = SplitPolicy(lxc=200, host_gpus=["0000:01:00.0", "0000:11:00.0"])
+    changes = rendered(inventory, policy, "driverctl")
+    assert container_nvidia_nodes(changes) == ["/dev/nvidia0", "/dev/nvidia1"]
+
+
+# --- kmod runs only the first install command for a module ----------------------------------------
+
+
+def with_modprobe_file(name: str, text: str) -> Inventory:
+    files = {**ct200().host_files, f"/etc/modprobe.d/{name}": text}
+    return ct200().model_copy(update={"host_files": files})
+
+
+def test_an_earlier_install_command_for_vfio_pci_is_refused() -> None:
+    inventory = with_modprobe_file("local.conf", "install vfio_pci /bin/true\n")
+    with pytest.raises(RenderError) as refused:
+        rendered(inventory, SplitPolicy(lxc=200))
+    assert "/etc/modprobe.d/local.conf:1: install vfio_pci /bin/true" in str(refused.value)
+
+
+def test_a_later_install_command_for_vfio_pci_is_reported_as_dead() -> None:
+    inventory = with_modprobe_file("zz-local.conf", "install vfio-pci /bin/true\n")
+    changes = rendered(inventory, SplitPolicy(lxc=200))
+    assert any("zz-local.conf:1" in w and "no longer runs" in w for w in changes.warnings)
+
+
+def test_driverctl_binding_does_not_care_about_install_commands() -> None:
+    inventory = with_modprobe_file("local.conf", "install vfio_pci /bin/true\n")
+    assert rendered(inventory, SplitPolicy(lxc=200), "driverctl").changed
+
+
+def test_an_install_command_for_nvidia_is_reported() -> None:
+    inventory = with_modprobe_file("nv.conf", "install nvidia /sbin/modprobe -i nvidia; true\n")
+    changes = rendered(inventory, SplitPolicy(lxc=200))
+    assert any(w.startswith("/etc/modprobe.d/nv.conf:1:") for w in changes.warnings)
+
+
+def test_the_initramfs_hook_carries_the_vfio_modules() -> None:
+    hook = after(rendered(ct200(), SplitPolicy(lxc=200)), INITRAMFS_HOOK)
+    assert "manual_add_modules vfio_pci" in hook.splitlines()
+
+
+# --- options by Proxmox VE release ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("pve", "affinity"), [("7.2-3", False), ("7.3-1", True), ("8.4.1", True)])
+def test_vm_affinity_only_where_proxmox_has_it(pve: str, affinity: bool) -> None:
+    inventory = ct200().model_copy(update={"pve_version": pve})
+    changes = rendered(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
+    config = GuestConfig.parse(after(changes, VM_300))
+    assert (config.get("affinity") is not None) is affinity
+    assert any("no affinity option" in w for w in changes.warnings) is not affinity
+
+
+# --- what inspection reads -----------------------------------------------------------------------
+
+
+def test_inspection_reads_bars_drm_nodes_and_nvswitches(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    gpu_dir = (root / "sys/bus/pci/devices/0000:81:00.0").resolve()
+    for node in ("card1", "renderD129"):
+        (gpu_dir / "drm" / node).mkdir(parents=True)
+    switch = root / "sys/devices/pci0000:00/0000:00:05.0"
+    switch.mkdir(parents=True)
+    for name, value in (("class", "0x068000"), ("vendor", "0x10de"), ("device", "0x22a3")):
+        (switch / name).write_text(value + "\n")
+    (root / "sys/bus/pci/devices/0000:00:05.0").symlink_to(
+        "../../../devices/pci0000:00/0000:00:05.0"
+    )
+    inventory = inspect(DirectoryHost(str(root)))
+    gpu = inventory.gpu("0000:81:00.0")
+    assert max(gpu.bar_bytes) == 128 << 30
+    assert gpu.drm_nodes == ["card1", "renderD129"]
+    assert [f.address for f in inventory.nvswitches] == ["0000:00:05.0"]
+
+
+# --- advice Proxmox accepts ----------------------------------------------------------------------
+
+
+def vm_300_advice(inventory: Inventory) -> str:
+    plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
+    return " ".join(w for w in plan.warnings if w.startswith("VM 300"))
+
+
+def with_vm_300(inventory: Inventory, config: str) -> Inventory:
+    return inventory.model_copy(
+        update={"guest_configs": {**inventory.guest_configs, VM_300: config}}
+    )
+
+
+def test_the_advised_cpu_and_bios_are_what_qemu_server_starts(tmp_path: Path) -> None:
+    config = ct200().guest_configs[VM_300]
+    inventory = with_vm_300(
+        ct200(), config.replace("bios: ovmf\n", "").replace("cpu: host", "cpu: kvm64")
+    )
+    advice = vm_300_advice(inventory)
+    cpu = re.search(r"--cpu (\S+)`", advice)
+    assert cpu is not None and "--bios ovmf" in advice
+    changes = rendered(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
+    fixed = after(changes, VM_300).replace("cpu: kvm64\n", f"cpu: {cpu[1]}\nbios: ovmf\n")
+    assert_all_ok(validate_tree(write_tree(tmp_path / "host", {VM_300: fixed}), "ct200"))
+    assert vm_300_advice(with_vm_300(inventory, fixed)) == ""
