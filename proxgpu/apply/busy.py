@@ -9,6 +9,7 @@ first, with ``scripts/busy.sh`` (one command, whatever the number of functions).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from proxgpu.errors import DeviceBusyError, HostUnreachableError
 from proxgpu.host.base import Host
@@ -50,6 +51,7 @@ def _busy_from(records: Sequence[Record], addresses: Sequence[str]) -> list[Busy
     drivers: dict[str, str | None] = {}
     reasons: dict[str, list[str]] = {a: [] for a in addresses}
     smi_rc, smi_lines = None, []
+    kernel = _KernelClients.of(records)
     for record in records:
         word, fields = record.kind, record.fields
         if word == "fn":
@@ -68,12 +70,47 @@ def _busy_from(records: Sequence[Record], addresses: Sequence[str]) -> list[Busy
     persistence = _persistence(smi_lines) if smi_rc == 0 else {}
     for address, driver in drivers.items():
         if driver == "nvidia":
+            reasons[address] += kernel.reasons(address)
             mode = persistence.get(address)
             if mode != "Disabled":
                 reasons[address].append(_persistence_reason(mode, smi_rc, smi_lines))
     return [
         BusyDevice(address=a, driver=drivers.get(a), reasons=r) for a, r in reasons.items() if r
     ]
+
+
+@dataclass(frozen=True)
+class _KernelClients:
+    """What holds nvidia GPUs inside the kernel, where fuser cannot see it: a framebuffer on the
+    GPU (nvidia_drm's fbdev, which the console may be bound to), or nvidia_drm loaded with
+    ``modeset=Y fbdev=Y``, which gives every GPU one. nvidia's unbind waits for them forever."""
+
+    framebuffers: dict[str, list[str]]
+    console: bool
+    nvidia_drm: tuple[str, str] | None
+
+    @classmethod
+    def of(cls, records: Sequence[Record]) -> _KernelClients:
+        framebuffers: dict[str, list[str]] = {}
+        for record in records:
+            if record.kind == "fb":
+                framebuffers.setdefault(record.fields[0], []).append(record.fields[1])
+        params = next((tuple(r.fields[:2]) for r in records if r.kind == "nvdrm"), None)
+        return cls(
+            framebuffers=framebuffers,
+            console=any(record.kind == "fbcon" for record in records),
+            nvidia_drm=(params[0], params[1]) if params else None,
+        )
+
+    def reasons(self, address: str) -> list[str]:
+        found = [
+            f"{name} sits on it{' with the console bound to it (fbcon)' if self.console else ''}"
+            ", an in-kernel client fuser cannot see"
+            for name in self.framebuffers.get(address, [])
+        ]
+        if not found and self.nvidia_drm == ("Y", "Y"):
+            found.append("nvidia_drm runs with modeset=Y fbdev=Y, whose framebuffer holds it")
+        return found
 
 
 def _persistence(lines: list[str]) -> dict[str, str]:
@@ -104,10 +141,17 @@ def check_not_busy(host: Host, addresses: Sequence[str]) -> None:
     busy = find_busy(host, addresses)
     if busy:
         described = "; ".join(f"{b.address} ({b.driver}): {', '.join(b.reasons)}" for b in busy)
+        kernel = any("in-kernel" in r or "nvidia_drm" in r for b in busy for r in b.reasons)
         raise DeviceBusyError(
             host.name,
             [b.address for b in busy],
-            f"in use, so unbinding could block the kernel: {described}; stop the processes "
-            "(and the containers) using these GPUs and turn persistence off "
-            "(nvidia-smi -i <address> -pm 0, or stop nvidia-persistenced), then retry",
+            f"in use, so unbinding could block the kernel: {described}; "
+            + (
+                "apply without --live and reboot (or load nvidia_drm with modeset=0 and unbind "
+                "the console: echo 0 > /sys/class/vtconsole/vtcon1/bind)"
+                if kernel
+                else "stop the processes (and the containers) using these GPUs and turn "
+                "persistence off (nvidia-smi -i <address> -pm 0, or stop nvidia-persistenced), "
+                "then retry"
+            ),
         )

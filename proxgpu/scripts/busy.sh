@@ -2,7 +2,11 @@
 # proxgpu busy: who holds each function's device nodes, and nvidia persistence mode.
 # Usage: busy.sh ROOT ADDRESS...   Records:
 #   fn ADDR DRIVER | holder ADDR PID NODE COMM | nominor ADDR | nofuser ADDR NODE
+#   fb ADDR FBNAME (a framebuffer sits on it) | fbcon (the console is bound to a framebuffer)
+#   nvdrm MODESET FBDEV (nvidia_drm's parameters, when it is loaded)
 #   smi RC, then smiline TEXT per line nvidia-smi printed
+# In-kernel clients (the framebuffer console, nvidia_drm's fbdev) hold a GPU where fuser cannot
+# see them, and nvidia's unbind waits for them forever: the fb, fbcon and nvdrm records tell.
 root=$1; shift
 command -v fuser >/dev/null 2>&1 && have_fuser=1 || have_fuser=0
 holders() {  # ADDR NODE: who has the device node open
@@ -19,9 +23,17 @@ for F; do
     link=$(readlink "$d/driver" 2>/dev/null) || link=
     drv=${link##*/}
     rec fn "$F" "${drv:--}"
+    for fb in "$root"/sys/class/graphics/fb*; do
+        target=$(readlink "$fb/device" 2>/dev/null) || continue
+        [ "${target##*/}" = "$F" ] && rec fb "$F" "${fb##*/}"
+    done
     case $drv in
     nvidia)
         nvidia=1
+        # nvidia_drm's nodes (modeset=1): a compositor or Xorg holds the GPU through them.
+        for node in "$d"/drm/card* "$d"/drm/renderD*; do
+            [ -e "$node" ] && holders "$F" "$root/dev/dri/${node##*/}"
+        done
         info=$root/proc/driver/nvidia/gpus/$F/information
         minor=$(sed -n 's/^Device Minor:[[:space:]]*//p' "$info" 2>/dev/null)
         if [ -n "$minor" ]; then holders "$F" "$root/dev/nvidia$minor"
@@ -35,6 +47,14 @@ for F; do
         holders "$F" "$root/dev/dri/by-path/pci-$F-render" ;;
     esac
 done
+for con in "$root"/sys/class/vtconsole/vtcon*; do
+    { read -r name <"$con/name" && read -r bound <"$con/bind"; } 2>/dev/null || continue
+    case $name in *"frame buffer"*) [ "$bound" = 1 ] && rec fbcon ;; esac
+done
+params=$root/sys/module/nvidia_drm/parameters
+if [ -d "$params" ]; then
+    rec nvdrm "$(cat "$params/modeset" 2>/dev/null || echo -)" "$(cat "$params/fbdev" 2>/dev/null || echo -)"
+fi
 if [ "$nvidia" = 1 ]; then
     out=$(timeout 30 nvidia-smi --query-gpu=pci.bus_id,persistence_mode --format=csv,noheader 2>&1)
     rec smi "$?"

@@ -71,3 +71,69 @@ def test_a_vfio_function_is_busy_while_its_group_is_open(root: Path) -> None:
     with held_open(root / "dev/vfio/60"):
         [busy] = find_busy(LocalHost(str(root)), [GPU])
     assert f"{root}/dev/vfio/60 is held" in busy.reasons[0]
+
+
+def framebuffer_on(root: Path, address: str, name: str = "fb0") -> None:
+    """``/sys/class/graphics/fbN``, its ``device`` link pointing at the GPU, as the kernel has it."""
+    fb = root / "sys/class/graphics" / name
+    fb.mkdir(parents=True)
+    (fb / "device").symlink_to(f"../../../bus/pci/devices/{address}")
+
+
+def console(root: Path, name: str, bound: bool) -> None:
+    con = root / "sys/class/vtconsole/vtcon1"
+    con.mkdir(parents=True)
+    (con / "name").write_text(f"{name}\n")
+    (con / "bind").write_text("1\n" if bound else "0\n")
+
+
+def nvidia_drm(root: Path, modeset: str, fbdev: str) -> None:
+    params = root / "sys/module/nvidia_drm/parameters"
+    params.mkdir(parents=True)
+    (params / "modeset").write_text(f"{modeset}\n")
+    (params / "fbdev").write_text(f"{fbdev}\n")
+
+
+def test_a_framebuffer_console_on_an_nvidia_gpu_refuses_the_live_unbind(
+    root: Path, gpu_tools: Path
+) -> None:
+    framebuffer_on(root, GPU)
+    console(root, "(M) frame buffer device", bound=True)
+    with pytest.raises(DeviceBusyError) as err:
+        check_not_busy(LocalHost(str(root)), [GPU, AUDIO])
+    message = str(err.value)
+    assert f"{GPU} (nvidia): fb0 sits on it with the console bound to it (fbcon)" in message
+    assert "apply without --live and reboot" in message and err.value.addresses == [GPU]
+
+
+def test_nvidia_drm_fbdev_refuses_the_live_unbind_without_a_visible_framebuffer(
+    root: Path, gpu_tools: Path
+) -> None:
+    nvidia_drm(root, "Y", "Y")
+    [busy] = find_busy(LocalHost(str(root)), [GPU])
+    assert busy.reasons == ["nvidia_drm runs with modeset=Y fbdev=Y, whose framebuffer holds it"]
+
+
+def test_nvidia_drm_without_fbdev_and_no_framebuffer_is_not_busy(
+    root: Path, gpu_tools: Path
+) -> None:
+    nvidia_drm(root, "Y", "N")
+    console(root, "(S) dummy device", bound=True)
+    assert find_busy(LocalHost(str(root)), [GPU]) == []
+
+
+def test_a_process_on_nvidia_drms_card_node_makes_the_gpu_busy(root: Path, gpu_tools: Path) -> None:
+    (devices(root) / GPU / "drm" / "card1").mkdir(parents=True)
+    # Stands in for /dev/dri/card1, which a compositor holds open through nvidia_drm.
+    with held_open(root / "dev/dri/card1"):
+        [busy] = find_busy(LocalHost(str(root)), [GPU])
+    assert f"{root}/dev/dri/card1 is held by pid {os.getpid()}" in busy.reasons[0]
+
+
+def test_a_framebuffer_on_another_drivers_gpu_does_not_block(root: Path) -> None:
+    # In-tree DRM drivers let their fbdev client go on unbind; only nvidia's unbind waits.
+    (devices(root) / GPU / "driver").unlink()
+    (devices(root) / GPU / "driver").symlink_to("../../drivers/amdgpu")
+    framebuffer_on(root, GPU)
+    console(root, "(M) frame buffer device", bound=True)
+    assert find_busy(LocalHost(str(root)), [GPU]) == []
