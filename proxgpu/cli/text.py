@@ -129,9 +129,10 @@ def render_plan(plan: Plan, inv: Inventory) -> str:
             rows.append([address, gpu.model or "?", gpu.driver or "-", str(len(gpu.functions))])
         lines.append(table(rows, indent="    "))
     if plan.tensor_parallel:
+        first = plan.tensor_parallel[0]
         lines.append(
-            "  NUMA-local CUDA_VISIBLE_DEVICES for the host group "
-            "(CUDA_DEVICE_ORDER=PCI_BUS_ID, numbered as the container sees them):"
+            f"  NUMA-local {first.variable} for the host group "
+            f"({first.ordering}, numbered as the container sees them):"
         )
     for advice in plan.tensor_parallel:
         lines.append(f"    TP={advice.size}: " + " | ".join(advice.device_sets))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from proxgpu.errors import UsageError
 from proxgpu.inspection.inventory import Gpu, Inventory
@@ -10,6 +10,7 @@ from proxgpu.pci import normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context, GpuIndex
 from proxgpu.planning.model import (
+    DEVICE_VARIABLES,
     TP_SIZES,
     GpuPlacement,
     GpuSetCheck,
@@ -120,11 +121,13 @@ def tensor_parallel(ctx: Context, host: PlanGroup | None) -> list[TensorParallel
     if host is None:
         return []
     gpus = [ctx.index.get(address) for address in host.gpus]
+    vendors = Counter(gpu.vendor_id for gpu in gpus)
+    variable = DEVICE_VARIABLES.get(vendors.most_common(1)[0][0], DEVICE_VARIABLES["10de"])[0]
     advice = []
     for size in TP_SIZES:
         sets = [",".join(map(str, chunk)) for chunk in _local_sets(gpus, size)]
         if sets:
-            advice.append(TensorParallelAdvice(size=size, device_sets=sets))
+            advice.append(TensorParallelAdvice(size=size, device_sets=sets, variable=variable))
     return advice
 
 

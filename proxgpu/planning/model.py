@@ -123,11 +123,22 @@ class PlanGroup(FrozenModel):
     guest: GuestRef | None = None
 
 
-class TensorParallelAdvice(FrozenModel):
-    """NUMA-local device sets of one tensor-parallel size, as ``CUDA_VISIBLE_DEVICES`` values.
+#: The variable that selects GPUs in each vendor's runtime (CUDA, ROCm's HIP, oneAPI Level Zero),
+#: and how to make it number the GPUs in PCI order, as the device sets do.
+DEVICE_VARIABLES = {
+    "10de": ("CUDA_VISIBLE_DEVICES", "with CUDA_DEVICE_ORDER=PCI_BUS_ID"),
+    "1002": ("HIP_VISIBLE_DEVICES", "or ROCR_VISIBLE_DEVICES; check the numbering with rocm-smi"),
+    "8086": ("ZE_AFFINITY_MASK", "with ZE_ENABLE_PCI_ID_DEVICE_ORDER=1"),
+}
 
-    The numbers are the indices the container sees under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: the
-    position of each GPU among the host group's GPUs sorted by PCI address.
+
+class TensorParallelAdvice(FrozenModel):
+    """NUMA-local device sets of one tensor-parallel size, as values of ``variable``
+    (``CUDA_VISIBLE_DEVICES`` for NVIDIA, ``HIP_VISIBLE_DEVICES`` for AMD, ``ZE_AFFINITY_MASK``
+    for Intel: see :data:`DEVICE_VARIABLES`).
+
+    The numbers are the indices the container sees with its runtime numbering GPUs in PCI order:
+    the position of each GPU among the host group's GPUs sorted by PCI address.
 
     >>> TensorParallelAdvice(size=2, device_sets=["0,1", "2,3"]).device_sets[1]
     '2,3'
@@ -135,6 +146,16 @@ class TensorParallelAdvice(FrozenModel):
 
     size: int
     device_sets: list[str]
+    variable: str = "CUDA_VISIBLE_DEVICES"
+
+    @property
+    def ordering(self) -> str:
+        """How to make the runtime number GPUs in PCI order.
+
+        >>> TensorParallelAdvice(size=1, device_sets=["0"], variable="ZE_AFFINITY_MASK").ordering
+        'with ZE_ENABLE_PCI_ID_DEVICE_ORDER=1'
+        """
+        return next((o for v, o in DEVICE_VARIABLES.values() if v == self.variable), "")
 
 
 class Plan(FrozenModel):

@@ -13,18 +13,12 @@ from proxgpu.pve.claims import NVIDIA_MAJOR
 from proxgpu.pve.config import GuestConfig, format_property_string, parse_property_string
 from proxgpu.pve.versions import DEV_ENTRIES, pve_at_least
 from proxgpu.rendering.context import RenderContext, guest_config_of
+from proxgpu.rendering.dri import KFD, DeviceNode, dri_nodes, drm_device_nodes, managed_dri_paths
 from proxgpu.rendering.nodes import render_nodes_unit
 from proxgpu.rendering.templating import render_template
 
 #: The mode the nvidia driver gives its nodes on the host (its NVreg_DeviceFileMode default).
 NVIDIA_NODE_MODE = "0666"
-
-
-@dataclass(frozen=True)
-class _DeviceNode:
-    path: str
-    major: int | None
-    minor: int | None
 
 
 def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
@@ -57,13 +51,13 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
     return ranks
 
 
-def _control_nodes(ctx: RenderContext) -> list[_DeviceNode]:
+def _control_nodes(ctx: RenderContext) -> list[DeviceNode]:
     uvm = ctx.inventory.char_majors.get("nvidia-uvm")
     nodes = [
-        _DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
-        _DeviceNode("/dev/nvidia-modeset", NVIDIA_MAJOR, 254),
-        _DeviceNode("/dev/nvidia-uvm", uvm, 0),
-        _DeviceNode("/dev/nvidia-uvm-tools", uvm, 1),
+        DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
+        DeviceNode("/dev/nvidia-modeset", NVIDIA_MAJOR, 254),
+        DeviceNode("/dev/nvidia-uvm", uvm, 0),
+        DeviceNode("/dev/nvidia-uvm-tools", uvm, 1),
     ]
     present = set(ctx.inventory.device_nodes)
     if not present:
@@ -79,7 +73,7 @@ def _control_nodes(ctx: RenderContext) -> list[_DeviceNode]:
     return [n for n in nodes if n.path in present]
 
 
-def _capability_nodes(ctx: RenderContext, present: set[str]) -> list[_DeviceNode]:
+def _capability_nodes(ctx: RenderContext, present: set[str]) -> list[DeviceNode]:
     """The MIG capability nodes the host has (``/dev/nvidia-caps/nvidia-capN``, minor N)."""
     major = ctx.inventory.char_majors.get("nvidia-caps")
     caps = sorted(
@@ -87,25 +81,20 @@ def _capability_nodes(ctx: RenderContext, present: set[str]) -> list[_DeviceNode
         for path in present
         if (m := re.fullmatch(r"/dev/nvidia-caps/nvidia-cap(\d+)", path))
     )
-    return [_DeviceNode(path, major, minor) for minor, path in caps] if major is not None else []
+    return [DeviceNode(path, major, minor) for minor, path in caps] if major is not None else []
 
 
-def _device_nodes(ctx: RenderContext, gpus: list[Gpu]) -> list[_DeviceNode]:
+def _device_nodes(ctx: RenderContext, gpus: list[Gpu]) -> list[DeviceNode]:
     nvidia = [g for g in gpus if g.host_driver == "nvidia"]
     minors = _nvidia_minors(ctx) if nvidia else {}
     nodes = [
-        _DeviceNode(f"/dev/nvidia{minors[g.address]}", NVIDIA_MAJOR, minors[g.address])
+        DeviceNode(f"/dev/nvidia{minors[g.address]}", NVIDIA_MAJOR, minors[g.address])
         for g in nvidia
     ]
     if nvidia:
         nodes += _control_nodes(ctx)
-    for gpu in gpus:
-        if gpu not in nvidia:
-            nodes += [
-                _DeviceNode(f"/dev/dri/by-path/pci-{gpu.address}-{kind}", None, None)
-                for kind in ("card", "render")
-            ]
-    return nodes
+    others = [gpu for gpu in gpus if gpu not in nvidia]
+    return nodes + (dri_nodes(ctx, others) if others else [])
 
 
 @dataclass(frozen=True)
@@ -118,27 +107,41 @@ class _Managed:
 
     majors: frozenset[int]
     gpu_addresses: frozenset[str]
+    dri: frozenset[str]
+    #: ``c MAJOR:MINOR`` of the DRM nodes and /dev/kfd above, for their cgroup rules.
+    dri_numbers: frozenset[str]
 
     @classmethod
     def of(cls, inventory: Inventory) -> _Managed:
         nvidia = {m for name, m in inventory.char_majors.items() if name.startswith("nvidia")}
-        return cls(frozenset({NVIDIA_MAJOR, *nvidia}), frozenset(g.address for g in inventory.gpus))
+        names = [name for gpu in inventory.gpus for name in gpu.drm_nodes]
+        numbers = {f"{n.major}:{n.minor}" for n in drm_device_nodes(names, inventory.char_majors)}
+        if "kfd" in inventory.char_majors:
+            numbers.add(f"{inventory.char_majors['kfd']}:0")
+        return cls(
+            frozenset({NVIDIA_MAJOR, *nvidia}),
+            frozenset(g.address for g in inventory.gpus),
+            managed_dri_paths(inventory),
+            frozenset(numbers),
+        )
 
     def node(self, path: str) -> bool:
-        if path.startswith("/dev/nvidia"):
+        if path.startswith("/dev/nvidia") or path in self.dri:
             return True
         match = re.fullmatch(r"/dev/dri/by-path/pci-(.+)-(card|render)", path)
         return match is not None and match.group(1) in self.gpu_addresses
 
     def raw(self, key: str, value: str) -> bool:
         if key in ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow"):
-            match = re.match(r"c\s+(\d+):", value)
-            return match is not None and int(match.group(1)) in self.majors
+            match = re.match(r"c\s+(\d+):(\S+)", value)
+            return match is not None and (
+                int(match.group(1)) in self.majors or f"{match[1]}:{match[2]}" in self.dri_numbers
+            )
         return key == "lxc.mount.entry" and self.node(value.split(" ", 1)[0])
 
 
 def _lxc_entries(
-    ctx: RenderContext, group: PlanGroup, nodes: list[_DeviceNode], dev_mode: bool
+    ctx: RenderContext, group: PlanGroup, nodes: list[DeviceNode], dev_mode: bool
 ) -> list[tuple[str, str]]:
     if not dev_mode and any(n.major is None for n in nodes):
         raise RenderError(
@@ -220,13 +223,16 @@ def _sync_dev_entries(config: GuestConfig, paths: list[str], managed: _Managed) 
 
 
 def _access_policy(path: str, props: dict[str, str]) -> dict[str, str]:
-    """``props`` with ``mode=0666`` on an nvidia node whose entry states no access policy.
+    """``props`` with ``mode=0666`` on a compute node (nvidia's, a render node, /dev/kfd) whose
+    entry states no access policy.
 
     pve-container creates a ``devN`` node 0660 root:root unless told otherwise, so the
     container's other users would lose the GPU the host gives everyone (its nvidia nodes are
-    0666); a ``mode=`` or ``gid=`` already there is the admin's choice and stays.
+    0666; its render nodes and kfd are the render group's, which the container does not share);
+    a ``mode=`` or ``gid=`` already there is the admin's choice and stays.
     """
-    if path.startswith("/dev/nvidia") and "mode" not in props and "gid" not in props:
+    compute = path.startswith(("/dev/nvidia", "/dev/dri/renderD")) or path == KFD
+    if compute and "mode" not in props and "gid" not in props:
         return {**props, "mode": NVIDIA_NODE_MODE}
     return props
 

@@ -74,7 +74,7 @@ def test_a_vfio_function_is_busy_while_its_group_is_open(root: Path) -> None:
 
 
 def framebuffer_on(root: Path, address: str, name: str = "fb0") -> None:
-    """``/sys/class/graphics/fbN``, its ``device`` link pointing at the GPU, as the kernel has it."""
+    """``/sys/class/graphics/fbN`` with its ``device`` link to the GPU, as the kernel has it."""
     fb = root / "sys/class/graphics" / name
     fb.mkdir(parents=True)
     (fb / "device").symlink_to(f"../../../bus/pci/devices/{address}")
