@@ -1,0 +1,144 @@
+"""Documentation of ``proxgpu.pve.gpu_split``; the work is done by the action plugin of the same
+name (``plugins/action/gpu_split.py``) on the controller, so this file never runs on a host."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_split
+short_description: Split a Proxmox VE host's GPUs between its host driver and vfio-pci
+version_added: "0.1.0"
+author: proxgpu contributors
+description:
+  - Inspects the host, plans a NUMA-aware split, renders the LXC, VM, modprobe and boot files,
+    and applies them with backups, a journal and rollback on failure (see proxgpu's README).
+  - proxgpu runs on the controller (C(pip install proxgpu) beside ansible-core) and reaches the
+    host through the task's connection, its SSH settings, C(become) and jump hosts; the host
+    needs only a POSIX shell, no Python.
+  - Supports the C(ssh) and C(local) connections, which give a command its stdin.
+  - The options and results are those of the C(proxgpu_split) module that proxgpu ships for
+    running on the host itself.
+options:
+  root:
+    description:
+      - Directory on the host laid out like a host's absolute paths (an image, a snapshot);
+        files are written there and follow-up actions are listed, not run. Default the host.
+    type: str
+  lxc:
+    description: Container that gets the GPUs kept on the host driver.
+    type: int
+  vms:
+    description: VMs that get vfio GPUs, as VMID or VMID:N.
+    type: list
+    elements: str
+    default: []
+  host_nodes:
+    description: NUMA nodes whose GPUs stay on the host driver.
+    type: list
+    elements: int
+    default: []
+  vfio_nodes:
+    description: NUMA nodes whose GPUs go to vfio-pci.
+    type: list
+    elements: int
+    default: []
+  host_gpus:
+    description: GPUs (PCI addresses) that stay on the host driver.
+    type: list
+    elements: str
+    default: []
+  vfio_gpus:
+    description: GPUs (PCI addresses) that go to vfio-pci.
+    type: list
+    elements: str
+    default: []
+  enable_iommu:
+    description: Turn the IOMMU on in the kernel command line if it is off.
+    type: bool
+    default: false
+  bind_method:
+    description: Boot-time binding by modprobe.d hook or driverctl overrides.
+    type: str
+    choices: [modprobe, driverctl]
+    default: modprobe
+  mapping:
+    description: Give VMs their GPUs through this cluster PCI mapping.
+    type: str
+  live:
+    description: Also rebind the vfio group now, without a reboot.
+    type: bool
+    default: false
+  gpu_vendor:
+    description: Only PCI functions of these vendor IDs (four hex digits) count as GPUs.
+    type: list
+    elements: str
+attributes:
+  check_mode:
+    description: Plans and diffs without writing anything.
+    support: full
+  diff_mode:
+    description: Returns every file change in before/after form.
+    support: full
+  action:
+    description: Runs on the controller as an action plugin.
+    support: full
+notes:
+  - Errors fail the task with proxgpu's one-line message and C(error), the class name of the
+    proxgpu error (C(PlanRefusedError), C(PreflightError)...); a lost connection makes the host
+    unreachable.
+seealso:
+  - module: proxgpu.pve.gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Review the split of every host (run the play with --check --diff)
+  proxgpu.pve.gpu_split:
+    lxc: 200
+    vms: ["300"]
+  register: split
+
+- name: Reboot into the new binding
+  ansible.builtin.reboot:
+  when: split.reboot_required and not ansible_check_mode
+
+- name: Try the split on a snapshot kept on the host
+  proxgpu.pve.gpu_split:
+    root: /srv/proxgpu/ct200
+    lxc: 200
+    vms: ["300:2"]
+"""
+
+RETURN = r"""
+changed:
+  description: Whether files changed (or, in check mode, would change).
+  returned: success
+  type: bool
+diff:
+  description: The file changes (secrets redacted), in diff mode.
+  returned: success
+  type: list
+  elements: dict
+plan:
+  description: The split, as C(proxgpu plan --json) prints it.
+  returned: success
+  type: dict
+actions:
+  description: Follow-up commands, run or (check mode, directory trees) listed.
+  returned: success
+  type: list
+  elements: list
+reboot_required:
+  description:
+    - Whether the host must reboot for the split to take effect, on this run or a later one
+      (an earlier apply that needed a reboot which has not happened yet).
+    - Always false with O(root), a directory that is not the machine that would reboot.
+  returned: success
+  type: bool
+journal_id:
+  description: The journal entry to roll back with C(proxgpu rollback --to).
+  returned: when files were written
+  type: str
+error:
+  description: The class of the proxgpu error that failed the task.
+  returned: failure
+  type: str
+"""
