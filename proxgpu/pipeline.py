@@ -22,14 +22,19 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from proxgpu.apply import ApplyResult, Progress, apply_changes
-from proxgpu.apply.remote import sha
-from proxgpu.errors import UsageError
+from proxgpu.apply.layout import Layout
+from proxgpu.apply.remote import read_files, sha
+from proxgpu.errors import SysfsError, UsageError
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, Inventory, inspect
+from proxgpu.paths import PCI_MAPPING, guest_config
 from proxgpu.planning import Plan, SplitPolicy, plan_split
+from proxgpu.pve.cluster import MEMBERS, ClusterMembers, parse_members
 from proxgpu.pve.config import redact_secrets
+from proxgpu.pve.mapping import PciMappingConfig, with_node_maps
 from proxgpu.rendering import RenderOptions, render
-from proxgpu.rendering.changes import ChangeSet
+from proxgpu.rendering.changes import ChangeSet, FileChange
+from proxgpu.rendering.vm import map_entries
 
 
 class Proposal(NamedTuple):
@@ -73,6 +78,78 @@ def plan_inventory(
         policy = policy.model_copy(update={"mapping": options.mapping})
     plan = plan_split(inventory, policy)
     return plan, render(inventory, plan, options)
+
+
+def read_members(host: Host) -> ClusterMembers:
+    """The cluster ``host`` belongs to, from its ``/etc/pve/.members`` (one command).
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> members = read_members(DirectoryHost("examples/hosts/cluster-3/pve1"))
+    >>> members.name, [m.name for m in members.online()]
+    ('gpu-lab', ['pve1', 'pve2', 'pve3'])
+
+    :raises SysfsError: when the file is missing or is not pmxcfs' member list.
+    """
+    (data,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
+    if data is None:
+        raise SysfsError(host.name, MEMBERS, "missing: is this a Proxmox VE cluster node?")
+    return parse_members(data.decode("utf-8", "replace"), host.name)
+
+
+def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:
+    """``policy`` for one node of a cluster: only the guests whose configs the node holds.
+
+    VMIDs are unique in a cluster, and each guest's config lives on its node
+    (``/etc/pve/nodes/NODE/...``, which the node's ``/etc/pve/lxc`` and ``qemu-server`` link to).
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> pve2 = inspect(DirectoryHost("examples/hosts/cluster-3/pve2"))
+    >>> node_policy(SplitPolicy(lxc=200, vms=[(300, None), (310, 1)]), pve2).vms
+    [(310, 1)]
+    """
+    held = inventory.guest_configs
+    lxc = policy.lxc if guest_config("lxc", policy.lxc or 0) in held else None
+    vms = [(vmid, n) for vmid, n in policy.vms if guest_config("vm", vmid) in held]
+    return policy.model_copy(update={"lxc": lxc, "vms": vms})
+
+
+def pool_mapping(
+    proposals: dict[str, Proposal], name: str | None, first: str
+) -> tuple[dict[str, Proposal], FileChange | None]:
+    """One cluster mapping for every node's vfio GPUs: each proposal without its own
+    ``pci.cfg`` change, and the one change of the shared file (as ``first``, the node the member
+    list was read from, reads it) that holds a ``map`` line for every node's vfio GPUs. Lines
+    of the nodes not planned (offline) and the mapping's other keys stay as they are.
+
+    :raises RenderError: when the shared file holds lines Proxmox cannot read.
+    """
+    if name is None or first not in proposals:
+        return proposals, None
+    before = proposals[first].inventory.guest_configs.get(PCI_MAPPING)
+    mapping = PciMappingConfig.parse(before or "")
+    existing = mapping.entries(name) if name in mapping.ids() else []
+    merged = list(existing)
+    for node, (inventory, plan, _) in proposals.items():
+        gpus = [inventory.gpu(a) for g in plan.groups if g.role == "vfio" for a in g.gpus]
+        if gpus:
+            merged = with_node_maps(merged, map_entries(gpus, node), node)
+    if merged != existing:
+        mapping.set_entries(name, merged)
+    own = {
+        node: Proposal(p.inventory, p.plan, _without(p.changes, PCI_MAPPING))
+        for node, p in proposals.items()
+    }
+    why = f"PCI mapping {name}: every node's vfio GPUs"
+    return own, FileChange(path=PCI_MAPPING, before=before, after=mapping.render(), why=why)
+
+
+def _without(changes: ChangeSet, path: str) -> ChangeSet:
+    return changes.model_copy(update={"files": [f for f in changes.files if f.path != path]})
+
+
+def with_change(changes: ChangeSet, change: FileChange) -> ChangeSet:
+    """``changes`` with ``change`` first (a mapping before the VM configs that name it)."""
+    return changes.model_copy(update={"files": [change, *_without(changes, change.path).files]})
 
 
 @dataclass(frozen=True)

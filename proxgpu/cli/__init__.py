@@ -34,6 +34,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.use_color = wants_color(color, tty=sys.stdout.isatty(), environ=os.environ)
     args.json = getattr(args, "json", False)
     hosts = expand_hosts(getattr(args, "host", None))
+    if getattr(args, "cluster", False):
+        # Every online node of the cluster, as a fleet keyed by node name (see .cluster).
+        args.hosts, args.host = hosts, hosts[0] if hosts else None
+        args.node_handler, args.handler = args.handler, "cluster:cmd_cluster"
+        args.run_node = lambda one: _run(one, detailed)
+        return _run(args, detailed)
     if len(hosts) > 1 and getattr(args, "fleet", "read") != "self":
         return run_fleet(args, hosts, lambda one: _run(one, detailed))
     args.hosts = hosts

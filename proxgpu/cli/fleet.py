@@ -22,8 +22,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TextIO
+from dataclasses import dataclass, field
+from typing import Any, TextIO
 
 #: How many hosts are read at once by default, as Ansible's forks.
 FORKS = 5
@@ -77,8 +77,24 @@ def _captured(stream: _PerThread) -> Iterator[io.StringIO]:
 Runner = Callable[[argparse.Namespace], int]
 
 
-def run_fleet(args: argparse.Namespace, hosts: list[str], one: Runner) -> int:
-    """Run ``one`` for each host; print the results in order; return the worst exit code."""
+@dataclass(frozen=True)
+class Cluster:
+    """What a run over a cluster's nodes adds to a fleet's: each node's own options (its SSH
+    target or tree), what is said once for the whole cluster (first in the text, ``"cluster"``
+    in the JSON document), the members not run with why, and an exit code of its own."""
+
+    options: dict[str, dict[str, Any]]
+    text: str = ""
+    document: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    code: int = 0
+
+
+def run_fleet(
+    args: argparse.Namespace, hosts: list[str], one: Runner, cluster: Cluster | None = None
+) -> int:
+    """Run ``one`` for each host (for a cluster, each node with its own options); print the
+    results in order; return the worst exit code."""
     # Commands that change hosts roll out one host at a time unless --parallel says otherwise.
     rolling = args.fleet == "rolling"
     if rolling and not (getattr(args, "yes", False) or getattr(args, "dry_run", False)):
@@ -88,29 +104,34 @@ def run_fleet(args: argparse.Namespace, hosts: list[str], one: Runner) -> int:
             file=sys.stderr,
         )
         return 2
-    fleet = _Fleet(args, one)
+    fleet = _Fleet(args, one, cluster.options if cluster else {})
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = fleet.out, fleet.err
     try:
         outcomes = fleet.run(hosts, max(1, args.parallel if rolling else args.forks), rolling)
     finally:
         sys.stdout, sys.stderr = saved
-    _print(args, hosts, outcomes)
-    return max((o.code for o in outcomes.values()), default=0)
+    _print(args, hosts, outcomes, cluster or Cluster({}))
+    codes = [o.code for o in outcomes.values()]
+    return max([*codes, cluster.code if cluster else 0], default=0)
 
 
 class _Fleet:
     """One run over many hosts: the command, and the streams each host's output is caught in."""
 
-    def __init__(self, args: argparse.Namespace, one: Runner) -> None:
+    def __init__(
+        self, args: argparse.Namespace, one: Runner, options: dict[str, dict[str, Any]]
+    ) -> None:
         self.args = args
         self.one = one
+        self.options = options
         self.out = _PerThread(sys.stdout)
         self.err = _PerThread(sys.stderr)
 
     def for_host(self, target: str) -> Outcome:
         with _captured(self.out) as stdout, _captured(self.err) as stderr:
-            own = argparse.Namespace(**{**vars(self.args), "host": target, "use_color": False})
+            mine = {"host": target, **self.options.get(target, {}), "use_color": False}
+            own = argparse.Namespace(**{**vars(self.args), **mine})
             code = self.one(own)
         return Outcome(target, code, stdout.getvalue(), stderr.getvalue())
 
@@ -128,11 +149,15 @@ class _Fleet:
         return outcomes
 
 
-def _print(args: argparse.Namespace, hosts: list[str], outcomes: dict[str, Outcome]) -> None:
+def _print(
+    args: argparse.Namespace, hosts: list[str], outcomes: dict[str, Outcome], cluster: Cluster
+) -> None:
     if args.json:
         documents = {t: _document(o) for t, o in outcomes.items()}
-        print(json.dumps({"hosts": documents}, indent=2))
+        extra = {"cluster": cluster.document} if cluster.document else {}
+        print(json.dumps({**extra, "hosts": documents}, indent=2))
     else:
+        print(cluster.text, end="")
         for target in hosts:
             if target in outcomes:
                 print(f"== {target} ==")
@@ -141,6 +166,8 @@ def _print(args: argparse.Namespace, hosts: list[str], outcomes: dict[str, Outco
         outcome = outcomes.get(target)
         sys.stderr.write("".join(f"{target}: {line}\n" for line in _lines(outcome)))
         print(f"{target}: {_summary(outcome)}", file=sys.stderr)
+    for name, why in cluster.skipped.items():
+        print(f"{name}: {why}", file=sys.stderr)
 
 
 def _document(outcome: Outcome) -> object:

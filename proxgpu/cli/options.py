@@ -16,6 +16,12 @@ def host_options(parser: argparse.ArgumentParser) -> None:
         help="a remote host, reached over SSH; repeat it (or give a comma list) for several",
     )
     where.add_argument(
+        "--cluster",
+        action="store_true",
+        help="every online node of the Proxmox VE cluster that --host (or --root, a cluster "
+        "snapshot) belongs to, from /etc/pve/.members; each node reached at its member address",
+    )
+    where.add_argument(
         "--forks",
         type=int,
         default=5,

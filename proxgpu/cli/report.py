@@ -18,6 +18,7 @@ from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import HostReport, plan_report
+from proxgpu.pipeline import node_policy
 from proxgpu.rendering import RenderOptions
 
 
@@ -45,9 +46,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write the plan of each host as one self-contained HTML report, a section per host; exit 9
     when a plan was refused (the report says why), or a host's error code when one could not be
     read (the others are still reported)."""
-    targets = getattr(args, "hosts", None) or [args.host]
+    # A cluster's nodes come with their own options (--cluster); hosts with their targets.
+    targets = getattr(args, "targets", None) or {
+        target: {"host": target} for target in getattr(args, "hosts", None) or [args.host]
+    }
     with ThreadPoolExecutor(max_workers=max(1, getattr(args, "forks", 1))) as pool:
-        results = list(pool.map(lambda target: _host_report(args, target), targets))
+        results = list(pool.map(lambda own: _host_report(args, own), targets.values()))
     sections = [section for _, section, _ in results if section is not None]
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     write_output(render_report(sections, generated=generated), args.output)
@@ -60,18 +64,21 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _host_report(
-    args: argparse.Namespace, target: str | None
+    args: argparse.Namespace, own: dict[str, object]
 ) -> tuple[dict[str, object], HostReport | None, int]:
     """One host's section, with a line about it for the summary and its exit code."""
-    one = argparse.Namespace(**{**vars(args), "host": target})
+    one = argparse.Namespace(**{**vars(args), **own})
     try:
         with open_host(one) as host:
             inventory = inspect(host, gpu_filter(one))
     except ProxgpuError as exc:
         print(f"proxgpu: {exc}", file=sys.stderr)
-        return {"host": target, "error": str(exc)}, None, exc.exit_code
+        return {"host": one.host or one.root, "error": str(exc)}, None, exc.exit_code
     options = RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
-    section = plan_report(inventory, split_policy(args), options)
+    policy = split_policy(args)
+    if getattr(args, "targets", None):
+        policy = node_policy(policy, inventory)  # a cluster's node: only the guests it holds
+    section = plan_report(inventory, policy, options)
     refused = bool(section.refusals or section.error)
     if refused:
         print(f"{host.name}: plan refused; the report says why", file=sys.stderr)

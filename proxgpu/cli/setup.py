@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from proxgpu.errors import ProxgpuError
 from proxgpu.host import connect
 from proxgpu.host.base import Host
 from proxgpu.host.ssh import SSHOptions
@@ -64,5 +65,11 @@ def split_policy(args: argparse.Namespace) -> SplitPolicy:
 
 
 def proposal(args: argparse.Namespace, host: Host) -> Proposal:
+    """What ``host`` needs; a cluster's node comes with it already planned (or its error)."""
+    planned = getattr(args, "proposal", None)
+    if isinstance(planned, ProxgpuError):
+        raise planned
+    if planned is not None:
+        return planned  # type: ignore[no-any-return]
     options = RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
     return propose(host, split_policy(args), options, gpu_filter(args))

@@ -15,13 +15,14 @@ from __future__ import annotations
 import base64
 import os
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from proxgpu.errors import CommandError, HostUnreachableError, SysfsError, UsageError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import run_script
-from proxgpu.paths import PCI_DEVICES
+from proxgpu.paths import LXC_CONFIG_DIR, PCI_DEVICES, PVE_DIR, VM_CONFIG_DIR
+from proxgpu.pve.cluster import MEMBERS, NODES_DIR
 from proxgpu.pve.config import redact_secrets
 
 KEEP = ".proxgpu-keep"
@@ -156,6 +157,38 @@ def write_tree(capture: Capture, directory: str) -> int:
         os.symlink(link, target)
         entries += 1
     return entries
+
+
+def as_cluster_node(
+    capture: Capture, node: str, guests: dict[str, dict[str, bytes]], members: bytes
+) -> Capture:
+    """``capture`` of cluster node ``node`` laid out as the node sees the cluster's ``/etc/pve``:
+    every node's guest configs (``guests``: by node, as :func:`guest_files` gives them) under
+    ``/etc/pve/nodes/NODE/``, ``/etc/pve/lxc`` and ``qemu-server`` links to the node's own
+    folder, and pmxcfs' member list ``members`` in ``/etc/pve/.members``.
+
+    >>> cap = Capture(raw={"/etc/pve/lxc/200.conf": b"arch: amd64\\n"})
+    >>> node = as_cluster_node(cap, "pve1", {"pve1": guest_files(cap)}, b"{}")
+    >>> sorted(node.raw), node.links["/etc/pve/lxc"]
+    (['/etc/pve/.members', '/etc/pve/nodes/pve1/lxc/200.conf'], 'nodes/pve1/lxc')
+    """
+    raw = {p: data for p, data in capture.raw.items() if not p.startswith(_GUEST_DIRS)}
+    for name, files in guests.items():
+        for path, data in files.items():
+            raw[f"{NODES_DIR}{name}/{path.removeprefix(PVE_DIR)}"] = data
+    raw[MEMBERS] = members
+    kinds = [d.removeprefix(PVE_DIR).rstrip("/") for d in _GUEST_DIRS]
+    links = {**capture.links, **{f"{PVE_DIR}{k}": f"nodes/{node}/{k}" for k in kinds}}
+    dirs = capture.dirs | {f"{NODES_DIR}{name}/{k}" for name in guests for k in kinds}
+    return replace(capture, raw=raw, links=links, dirs=dirs)
+
+
+def guest_files(capture: Capture) -> dict[str, bytes]:
+    """The guest configs a node's capture holds (its own: ``/etc/pve/lxc`` is its folder)."""
+    return {p: data for p, data in capture.raw.items() if p.startswith(_GUEST_DIRS)}
+
+
+_GUEST_DIRS = (LXC_CONFIG_DIR, VM_CONFIG_DIR)
 
 
 class _Placement:

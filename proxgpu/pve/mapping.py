@@ -11,11 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proxgpu.pve.config import KEY_RE, Line, LineFile, check_value
-
-_PENDING_NAMES = frozenset({"pending", "pve:pending"})
-_MAPPING_ID_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]+")
-
+from proxgpu.pve.config import KEY_RE, Line, LineFile, check_value, parse_property_string
 
 _MAPPING_ID_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]+")
 _MAPPING_PROP_RE = re.compile(r"\s+(?P<key>\S+)(?:\s+(?P<value>.*?))?\s*")
@@ -166,3 +162,37 @@ def _check_mapping(mapping_id: str, entries: Sequence[tuple[str, str]]) -> None:
         if not KEY_RE.fullmatch(key):
             raise ValueError(f"{key!r} is not a valid mapping key")
         check_value(value)
+
+
+def with_node_maps(
+    existing: Sequence[tuple[str, str]], ours: Sequence[tuple[str, str]], node: str
+) -> list[tuple[str, str]]:
+    """A mapping's lines with ``node``'s ``map`` lines replaced by ``ours``.
+
+    A mapping is cluster-wide: its description and the other nodes' ``map`` lines stay as they
+    are, and ours take the place of this node's first one (or go last).
+
+    >>> with_node_maps([("map", "node=a,path=0000:01:00"), ("map", "node=b,path=0000:02:00")],
+    ...                [("map", "node=a,path=0000:03:00")], "a")
+    [('map', 'node=a,path=0000:03:00'), ('map', 'node=b,path=0000:02:00')]
+    """
+
+    def this_node(key: str, value: str) -> bool:
+        return key == "map" and map_node(value) == node
+
+    at = next((i for i, (k, v) in enumerate(existing) if this_node(k, v)), len(existing))
+    others = [(k, v) for k, v in existing if not this_node(k, v)]
+    kept_before = sum(1 for k, v in existing[:at] if not this_node(k, v))
+    return [*others[:kept_before], *ours, *others[kept_before:]]
+
+
+def map_node(value: str) -> str | None:
+    """The ``node`` a ``map`` line is for (``None`` when the line cannot be read).
+
+    >>> map_node("id=10de:2330,node=pve2,path=0000:81:00"), map_node("=")
+    ('pve2', None)
+    """
+    try:
+        return parse_property_string(value).get("node")
+    except ValueError:
+        return None

@@ -13,9 +13,8 @@ from proxgpu.pve.config import (
     GuestConfig,
     format_property_string,
     hostpci_devices,
-    parse_property_string,
 )
-from proxgpu.pve.mapping import PciMappingConfig
+from proxgpu.pve.mapping import PciMappingConfig, with_node_maps
 from proxgpu.pve.resources import hotplugs_memory, memory_mib
 from proxgpu.pve.versions import VM_AFFINITY, pve_at_least
 from proxgpu.rendering.context import RenderContext, guest_config_of
@@ -120,6 +119,24 @@ def _sync_mapping(ctx: RenderContext, name: str, gpus: list[Gpu]) -> None:
             "Proxmox can read; fix or remove it, then plan again"
         )
     node = ctx.inventory.node_name
+    entries = map_entries(gpus, node)
+    existing = mapping.entries(name) if name in mapping.ids() else []
+    merged = with_node_maps(existing, entries, node)
+    if merged != existing:
+        mapping.set_entries(name, merged)
+    ctx.file(PCI_MAPPING, mapping.render(), f"PCI mapping {name}", mode=None)
+
+
+def map_entries(gpus: list[Gpu], node: str) -> list[tuple[str, str]]:
+    """The ``map`` lines of a PCI mapping for ``gpus`` on Proxmox node ``node``: each GPU's
+    slot, IDs, IOMMU group and subsystem IDs, as Proxmox checks them before a VM starts.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> gpu = inspect(DirectoryHost("examples/hosts/ct200")).gpus[0]
+    >>> map_entries([gpu], "pve1")
+    [('map', 'id=10de:2bb1,iommugroup=12,node=pve1,path=0000:01:00,subsystem-id=10de:204b')]
+    """
     entries = []
     for gpu in gpus:
         props = {
@@ -131,34 +148,7 @@ def _sync_mapping(ctx: RenderContext, name: str, gpus: list[Gpu]) -> None:
         if gpu.subsystem_vendor_id and gpu.subsystem_device_id:
             props["subsystem-id"] = f"{gpu.subsystem_vendor_id}:{gpu.subsystem_device_id}"
         entries.append(("map", format_property_string(props)))
-    existing = mapping.entries(name) if name in mapping.ids() else []
-    merged = _with_node_maps(existing, entries, node)
-    if merged != existing:
-        mapping.set_entries(name, merged)
-    ctx.file(PCI_MAPPING, mapping.render(), f"PCI mapping {name}", mode=None)
-
-
-def _with_node_maps(
-    existing: list[tuple[str, str]], ours: list[tuple[str, str]], node: str
-) -> list[tuple[str, str]]:
-    """A mapping's lines with this node's ``map`` lines replaced by ``ours``.
-
-    A mapping is cluster-wide: its description and the other nodes' ``map`` lines stay as they
-    are, and ours take the place of this node's first one (or go last).
-    """
-
-    def this_node(key: str, value: str) -> bool:
-        if key != "map":
-            return False
-        try:
-            return parse_property_string(value).get("node") == node
-        except ValueError:
-            return False
-
-    at = next((i for i, (k, v) in enumerate(existing) if this_node(k, v)), len(existing))
-    others = [(k, v) for k, v in existing if not this_node(k, v)]
-    kept_before = sum(1 for k, v in existing[:at] if not this_node(k, v))
-    return others[:kept_before] + ours + others[kept_before:]
+    return entries
 
 
 def _vnuma(ctx: RenderContext, config: GuestConfig, group: PlanGroup, vmid: int) -> None:

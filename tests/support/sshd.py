@@ -12,7 +12,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -64,9 +64,10 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 1
     raise RuntimeError("sshd did not start listening")
 
 
-def _config(work: Path, port: int) -> str:
+def _config(work: Path, port: int, addresses: Sequence[str]) -> str:
+    listen = "".join(f"ListenAddress {address}\n" for address in addresses)
     return (
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {work}/host_key\nPidFile {work}/sshd.pid\n"
+        f"Port {port}\n{listen}HostKey {work}/host_key\nPidFile {work}/sshd.pid\n"
         f"AuthorizedKeysFile {work}/authorized_keys\nStrictModes no\nUsePAM no\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "PermitRootLogin prohibit-password\nAllowTcpForwarding yes\nLogLevel ERROR\n"
@@ -77,13 +78,16 @@ def _config(work: Path, port: int) -> str:
 
 
 @contextmanager
-def running_sshd(work: Path) -> Iterator[Sshd]:
-    """Start sshd with keys and config under ``work``; stop it on exit."""
+def running_sshd(work: Path, addresses: Sequence[str] = ("127.0.0.1",)) -> Iterator[Sshd]:
+    """Start sshd with keys and config under ``work``; stop it on exit. It listens on each of
+    ``addresses`` (loopback ones only: all of 127/8 is loopback, so several stand for the nodes
+    of a cluster), with the same port and host key on each."""
+    assert all(a.startswith("127.") for a in addresses), "loopback only"
     keygen(work / "host_key")
     keygen(work / "user_key")
     (work / "authorized_keys").write_text((work / "user_key.pub").read_text())
     port = free_port()
-    (work / "sshd_config").write_text(_config(work, port))
+    (work / "sshd_config").write_text(_config(work, port, addresses))
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     proc = subprocess.Popen(
@@ -92,7 +96,8 @@ def running_sshd(work: Path) -> Iterator[Sshd]:
     try:
         _wait_listening(port, proc)
         kind, key = (work / "host_key.pub").read_text().split()[:2]
-        (work / "known_hosts").write_text(f"[127.0.0.1]:{port} {kind} {key}\n")
+        known = "".join(f"[{address}]:{port} {kind} {key}\n" for address in addresses)
+        (work / "known_hosts").write_text(known)
         yield Sshd(
             port, getpass.getuser(), work / "user_key", work / "known_hosts", f"{kind} {key}", work
         )

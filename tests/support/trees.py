@@ -28,7 +28,8 @@ from proxgpu.rendering.changes import Action, ChangeSet, FileChange
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "hosts"
-EXAMPLE_HOSTS = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
+#: The single hosts (a cluster snapshot such as cluster-3 holds a tree per node instead).
+EXAMPLE_HOSTS = sorted(p.name for p in EXAMPLES.iterdir() if (p / "proc").is_dir())
 GOLDEN = REPO / "tests" / "golden"
 # Third-party AGPL test data: real Proxmox guest configs, read where they lie beside the checkout,
 # never copied into the project.

@@ -1,0 +1,72 @@
+"""``snapshot --cluster -o DIR``: one tree per online node under ``DIR/NODE/``, each with the
+cluster's shared ``/etc/pve`` as that node sees it (every node's guest configs under
+``etc/pve/nodes/``, ``.members``, ``mapping/``; ``etc/pve/lxc`` and ``qemu-server`` links to its
+own folder), so that ``--root DIR --cluster`` plans the cluster offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from proxgpu.apply.layout import Layout
+from proxgpu.apply.remote import read_files
+from proxgpu.cli.setup import open_host
+from proxgpu.errors import ProxgpuError, SysfsError, UsageError
+from proxgpu.inspection.capture import Capture, as_cluster_node, gather, guest_files, write_tree
+from proxgpu.pve.cluster import MEMBERS
+
+if TYPE_CHECKING:
+    from proxgpu.cli.cluster import Nodes
+
+
+def snapshot_cluster(args: argparse.Namespace, nodes: Nodes) -> int:
+    """Capture every online node, then write each one's tree; exit with the worst node's code
+    (a node that could not be read has no tree, and says why)."""
+    out = Path(args.output)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out}: exists and is not empty; choose a new directory")
+    with ThreadPoolExecutor(max_workers=max(1, args.forks)) as pool:
+        names = list(nodes.options)
+        read = dict(zip(names, pool.map(lambda n: _read(args, nodes, n), names), strict=True))
+    captured = {n: r for n, r in read.items() if not isinstance(r, ProxgpuError)}
+    guests = {n: guest_files(capture) for n, (capture, _) in captured.items()}
+    written: dict[str, Any] = {}
+    for name, (capture, members) in captured.items():
+        node = as_cluster_node(capture, name, guests, members)
+        written[name] = {"output": str(out / name), "entries": write_tree(node, str(out / name))}
+    failed = {n: r for n, r in read.items() if isinstance(r, ProxgpuError)}
+    for name, exc in failed.items():
+        print(f"proxgpu: {name}: {exc}", file=sys.stderr)
+        written[name] = {"error": {"code": exc.exit_code, "message": str(exc)}}
+    for name, why in nodes.skipped.items():
+        print(f"{name}: {why}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"cluster": nodes.members.name, "hosts": written}, indent=2))
+    else:
+        print(
+            f"cluster {nodes.members.name}: wrote {len(captured)} node trees to {out} "
+            f"({', '.join(captured) or 'none'}); read it back with: "
+            f"proxgpu plan --root {out} --cluster"
+        )
+    return max((exc.exit_code for exc in failed.values()), default=0)
+
+
+def _read(
+    args: argparse.Namespace, nodes: Nodes, name: str
+) -> tuple[Capture, bytes] | ProxgpuError:
+    """One node's capture and its own ``.members`` (it names the node), or why it failed."""
+    one = argparse.Namespace(**{**vars(args), **nodes.options[name]})
+    try:
+        with open_host(one) as host:
+            capture = gather(host)
+            (members,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
+    except ProxgpuError as exc:
+        return exc
+    if members is None:
+        return SysfsError(host.name, MEMBERS, "missing: is this node still in the cluster?")
+    return capture, members

@@ -1,0 +1,162 @@
+"""A Proxmox VE cluster's members, as pmxcfs lists them in ``/etc/pve/.members``.
+
+pmxcfs writes that file itself (``cfs_create_memberlist_msg`` in pve-cluster's
+``src/pmxcfs/status.c``): JSON with this node's ``nodename``, a ``version``, and on a node that
+is in a cluster also ``cluster`` (``name``, ``version``, ``nodes``, ``quorate``) and
+``nodelist``, each node with its ``id``, ``online`` (0 or 1) and, when pmxcfs knows it, ``ip``.
+A node that is in no cluster lists neither.
+
+>>> members = parse_members('{"nodename": "pve1", "version": 5, "cluster": {"name": "gpu", '
+...     '"version": 3, "nodes": 2, "quorate": 1}, "nodelist": {"pve1": {"id": 1, "online": 1, '
+...     '"ip": "10.0.0.1"}, "pve2": {"id": 2, "online": 0, "ip": "10.0.0.2"}}}', "pve1")
+>>> members.name, [m.name for m in members.online()], [m.name for m in members.offline()]
+('gpu', ['pve1'], ['pve2'])
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import Field
+
+from proxgpu.errors import PveApiError, SysfsError
+from proxgpu.host.base import Host
+from proxgpu.model import FrozenModel
+from proxgpu.pve.api import API_TIMEOUT, config_digest
+from proxgpu.pve.mapping import PciMappingConfig
+
+#: The member list pmxcfs keeps on every node.
+MEMBERS = "/etc/pve/.members"
+#: Each node's own guest configs (``/etc/pve/lxc`` links to ``nodes/<this node>/lxc``).
+NODES_DIR = "/etc/pve/nodes/"
+
+
+class Member(FrozenModel):
+    """One cluster node: its name, its corosync node id, whether it is online, its address."""
+
+    name: str
+    id: int
+    online: bool
+    ip: str | None = None
+
+
+class ClusterMembers(FrozenModel):
+    """The cluster as one node sees it: that node's name, the cluster's, and every member in
+    node-id order."""
+
+    nodename: str
+    name: str | None = None
+    quorate: bool = False
+    members: list[Member] = Field(default_factory=list)
+
+    def online(self) -> list[Member]:
+        """The members that are online, in node-id order."""
+        return [m for m in self.members if m.online]
+
+    def offline(self) -> list[Member]:
+        """The members that are not online, in node-id order."""
+        return [m for m in self.members if not m.online]
+
+    def member(self, name: str) -> Member | None:
+        """The member called ``name``, if there is one.
+
+        >>> ClusterMembers(nodename="a", members=[Member(name="a", id=1, online=True)]
+        ...                ).member("a").id
+        1
+        """
+        return next((m for m in self.members if m.name == name), None)
+
+
+def parse_members(text: str, host: str, path: str = MEMBERS) -> ClusterMembers:
+    """Read ``/etc/pve/.members``.
+
+    :raises SysfsError: when it is not the JSON pmxcfs writes, or lists no cluster (a node on its
+        own), naming ``host`` and ``path``.
+
+    >>> parse_members('{"nodename": "pve1", "version": 1}', "pve1")
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.SysfsError: pve1: /etc/pve/.members: lists no cluster: pve1 is a node on its \
+own; plan it without --cluster
+    """
+    try:
+        document = json.loads(text)
+        if not isinstance(document, dict):
+            raise TypeError("not a JSON object")
+        nodename = str(document["nodename"])
+        nodelist = document.get("nodelist")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SysfsError(host, path, f"not pmxcfs' member list ({_why(exc)})") from None
+    if not nodelist:
+        raise SysfsError(
+            host,
+            path,
+            f"lists no cluster: {nodename} is a node on its own; plan it without --cluster",
+        )
+    found = document.get("cluster")
+    cluster: dict[str, Any] = found if isinstance(found, dict) else {}
+    try:
+        members = [_member(name, fields) for name, fields in dict(nodelist).items()]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SysfsError(host, path, f"a node in nodelist is not readable ({_why(exc)})") from None
+    return ClusterMembers(
+        nodename=nodename,
+        name=str(cluster["name"]) if "name" in cluster else None,
+        quorate=bool(cluster.get("quorate")),
+        members=sorted(members, key=lambda m: (m.id, m.name)),
+    )
+
+
+def _member(name: str, fields: Any) -> Member:
+    if not isinstance(fields, dict) or not name:
+        raise TypeError(f"node {name!r} is not an object")
+    ip = fields.get("ip")
+    return Member(name=name, id=int(fields["id"]), online=bool(fields["online"]), ip=ip or None)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"no {exc.args[0]!r}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno}"
+    return str(exc)
+
+
+def mapping_call(name: str, before: str | None, after: str) -> list[str]:
+    """The ``pvesh`` command that turns mapping ``name`` in ``pci.cfg`` text ``before`` into
+    ``after``: ``set /cluster/mapping/pci/NAME`` with the file's ``digest`` (Proxmox refuses it
+    if the file changed since, and takes pmxcfs' lock for the write), or ``create`` for a new one.
+    ``map`` is a list: pvesh takes it as one ``--map`` per line.
+
+    >>> mapping_call("gpus", None, "gpus\\n\\tmap node=a,path=0000:01:00\\n")
+    ['pvesh', 'create', '/cluster/mapping/pci', '--id', 'gpus', '--map', 'node=a,path=0000:01:00']
+    """
+    options = [
+        arg
+        for key, value in PciMappingConfig.parse(after).entries(name)
+        for arg in (f"--{key}", value)
+    ]
+    if before is None or name not in PciMappingConfig.parse(before).ids():
+        return ["pvesh", "create", "/cluster/mapping/pci", "--id", name, *options]
+    path = f"/cluster/mapping/pci/{name}"
+    return ["pvesh", "set", path, *options, "--digest", config_digest(before)]
+
+
+def write_mapping(host: Host, name: str, before: str | None, after: str) -> None:
+    """Write cluster mapping ``name`` through the Proxmox API of ``host`` (one pvesh run over
+    its connection, as :mod:`proxgpu.pve.api` does), once for the whole cluster.
+
+    proxmoxer's command backend passes each parameter once, which cannot carry ``map``'s list,
+    so the pvesh command is made here.
+
+    :raises PveApiError: when Proxmox refuses (a changed file, a line it cannot read).
+    """
+    argv = mapping_call(name, before, after)
+    method, path = ("POST" if argv[1] == "create" else "PUT"), argv[2]
+    result = host.run(argv, timeout=API_TIMEOUT)
+    if not result.ok:
+        lines = [line.strip() for line in result.stderr_text.splitlines() if line.strip()]
+        detail = "; ".join(lines) or f"pvesh exited with {result.returncode}"
+        status = int(lines[0][:3]) if lines and lines[0][:3].isdigit() else 500
+        raise PveApiError(host.name, method, path, status, detail)

@@ -1,0 +1,90 @@
+"""pmxcfs' member list (``/etc/pve/.members``) as proxgpu reads it, and the pvesh command that
+writes a cluster PCI mapping once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxgpu.errors import SysfsError
+from proxgpu.pve.api import config_digest
+from proxgpu.pve.cluster import mapping_call, parse_members
+
+# Printed the way pmxcfs' cfs_create_memberlist_msg prints it: online as 0/1, an ip only where
+# pmxcfs knows one, nodes in hash-table order (not by id).
+MEMBERS = """{
+"nodename": "pve2",
+"version": 31,
+"cluster": { "name": "gpu-lab", "version": 7, "nodes": 4, "quorate": 1 },
+"nodelist": {
+  "pve3": { "id": 3, "online": 1, "ip": "10.0.0.13"},
+  "pve1": { "id": 1, "online": 1, "ip": "10.0.0.11"},
+  "pve4": { "id": 4, "online": 0},
+  "pve2": { "id": 2, "online": 1, "ip": "fd00::12"}
+  }
+}
+"""
+
+
+def test_members_are_in_node_id_order_with_offline_ones_apart() -> None:
+    members = parse_members(MEMBERS, "pve2")
+    assert (members.nodename, members.name, members.quorate) == ("pve2", "gpu-lab", True)
+    assert [m.name for m in members.online()] == ["pve1", "pve2", "pve3"]
+    assert [(m.name, m.ip) for m in members.offline()] == [("pve4", None)]
+    pve2 = members.member("pve2")
+    assert pve2 is not None and pve2.ip == "fd00::12"
+
+
+def test_a_cluster_without_quorum_says_so() -> None:
+    document = json.loads(MEMBERS)
+    document["cluster"]["quorate"] = 0
+    assert not parse_members(json.dumps(document), "pve2").quorate
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"nodename": "pve1", "nodelist": {', "not pmxcfs' member list (Expecting"),
+        ("[]", "not pmxcfs' member list (not a JSON object)"),
+        ('{"version": 3, "nodelist": {"a": {"id": 1, "online": 1}}}', "(no 'nodename')"),
+        ('{"nodename": "a", "nodelist": {"a": {"online": 1}}}', "not readable (no 'id')"),
+        ('{"nodename": "a", "nodelist": {"a": {"id": "x", "online": 1}}}', "not readable"),
+        ('{"nodename": "a", "nodelist": {"a": 1}}', "not readable (node 'a' is not an object)"),
+        ('{"nodename": "pve1", "version": 1}', "lists no cluster: pve1 is a node on its own"),
+    ],
+)
+def test_a_malformed_member_list_is_one_line_naming_host_and_path(text: str, why: str) -> None:
+    with pytest.raises(SysfsError) as caught:
+        parse_members(text, "root@pve1")
+    message = str(caught.value)
+    assert message.startswith("root@pve1: /etc/pve/.members: ")
+    assert why in message and "\n" not in message
+    assert caught.value.exit_code == 8
+
+
+def test_an_existing_mapping_is_set_with_the_files_digest_and_every_map_line() -> None:
+    before = "gpu-vfio\n\tdescription pool\n\tmap node=pve4,path=0000:31:00\n"
+    after = before + "\tmap node=pve1,path=0000:81:00\n"
+    argv = mapping_call("gpu-vfio", before, after)
+    assert argv[:3] == ["pvesh", "set", "/cluster/mapping/pci/gpu-vfio"]
+    assert argv[3:] == [
+        "--description",
+        "pool",
+        "--map",
+        "node=pve4,path=0000:31:00",
+        "--map",
+        "node=pve1,path=0000:81:00",
+        "--digest",
+        config_digest(before),
+    ]
+
+
+def test_a_new_mapping_is_created_beside_the_others() -> None:
+    before = "other\n\tmap node=pve1,path=0000:01:00\n"
+    after = before + "\ngpu-vfio\n\tmap node=pve1,path=0000:81:00\n"
+    argv = mapping_call("gpu-vfio", before, after)
+    assert argv == [
+        "pvesh", "create", "/cluster/mapping/pci", "--id", "gpu-vfio",
+        "--map", "node=pve1,path=0000:81:00",
+    ]  # fmt: skip
