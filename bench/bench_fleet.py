@@ -7,15 +7,22 @@ authentication, one command. Measured in the same run, each the median of a few 
 * one: ``proxgpu inspect --host gpu1 --root TREE --json`` as a child process;
 * fleet: the same with ``--host gpu1,...,gpu64`` and ``--forks N`` for a few N.
 
-The goal is 64 hosts in at most 3x the time of one. Run: python bench/bench_fleet.py
+The goal is 64 hosts in at most 3x the time of one. Where the time goes: each fleet run also
+reports the CPU time it used, proxgpu's own (its child's rusage) and the whole machine's (busy
+time in /proc/stat, which takes in sshd and the shell scripts on the "hosts", all on this
+machine), and the floor that CPU time sets: busy seconds divided by the cores. Run on a quiet
+machine: python bench/bench_fleet.py
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 
@@ -46,6 +53,31 @@ def inspect(config: Path, tree: Path, hosts: int, forks: int) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=600)
 
 
+def busy_seconds() -> float:
+    """CPU time the whole machine has spent busy (every state but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def client_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_report(config: Path, tree: Path, hosts: int, forks: int) -> str:
+    """One run's wall time, CPU time (proxgpu's, the machine's) and the floor the CPU sets."""
+    busy, client, start = busy_seconds(), client_seconds(), time.perf_counter()
+    inspect(config, tree, hosts, forks)
+    wall = time.perf_counter() - start
+    busy, client = busy_seconds() - busy, client_seconds() - client
+    cores = os.cpu_count() or 1
+    return (
+        f"wall {wall:.2f} s; CPU: proxgpu {client:.2f} s, whole machine {busy:.2f} s "
+        f"(sshd and the host scripts {busy - client:.2f} s); floor on {cores} cores "
+        f"{busy / cores:.2f} s"
+    )
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
@@ -57,9 +89,11 @@ def main() -> None:
             write_config(server, config)
             one = median_seconds(partial(inspect, config, tree, 1, 1), RUNS, warmups=1)
             print(f"1 host: {one:.2f} s")
+            print(f"  1 host: {cpu_report(config, tree, 1, 1)}")
             for forks in (5, 16, 64):
                 many = median_seconds(partial(inspect, config, tree, HOSTS, forks), RUNS, warmups=0)
                 print(f"{HOSTS} hosts, --forks {forks}: {many:.2f} s = {many / one:.1f}x one host")
+                print(f"  {cpu_report(config, tree, HOSTS, forks)}")
 
 
 if __name__ == "__main__":

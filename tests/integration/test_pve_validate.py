@@ -32,6 +32,7 @@ from tests.support.pvevalidate import (
     Verdict,
     assert_all_ok,
     files_in_tree,
+    require_shared,
     validate,
     validate_tree,
     write_tree,
@@ -228,10 +229,10 @@ def _split_edit(kind: str, text: str) -> str | None:
     return next(f.after for f in changes.files if f.path == path)
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus of real configs not present")
 def test_a_split_never_turns_an_accepted_corpus_config_into_a_rejected_one(
     tmp_path: Path,
 ) -> None:
+    require_shared(CORPUS)
     originals: list[tuple[Mode, Path]] = []
     edited: list[tuple[Mode, Path]] = []
     modes: dict[str, Mode] = {"qemu": "qemu", "lxc": "lxc"}

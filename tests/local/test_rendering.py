@@ -24,6 +24,7 @@ from proxgpu.planning.model import SplitPolicy
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
 from proxgpu.rendering.changes import ChangeSet
+from tests.support.pvevalidate import require_shared
 from tests.support.scenarios import SCENARIOS, scenario
 from tests.support.trees import CORPUS, EXAMPLES, GOLDEN, copy_example
 
@@ -224,9 +225,8 @@ def _render_with_lxc_config(tmp_path: Path, text: str) -> str:
     return next(f.after for f in changes.files if f.path == "/etc/pve/lxc/200.conf") or ""
 
 
-@pytest.mark.skipif(not CORPUS_LXC.is_dir(), reason="shared corpus of real configs not present")
 def test_real_container_configs_keep_every_unmanaged_byte(tmp_path: Path) -> None:
-    configs = sorted(CORPUS_LXC.glob("*.conf"))
+    configs = sorted(require_shared(CORPUS_LXC).glob("*.conf"))
     assert len(configs) > 100
     for path in configs:
         text = path.read_text()

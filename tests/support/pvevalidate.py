@@ -70,6 +70,13 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
+def require_shared(path: Path) -> Path:
+    """``path`` under ../shared (the corpus); skips without it, fails under CI, like the tools."""
+    if not path.is_dir():
+        _unavailable(f"{path} not found: check out ../shared beside the repo")
+    return path
+
+
 def pve_validate_command() -> list[str]:
     """``perl .../pve-validate``; skips (or fails under CI) when it or Perl is absent."""
     if not PVE_VALIDATE.is_file():
