@@ -16,7 +16,7 @@ shift 7
 uid=$(id -u)
 rec uid "$uid"
 rec node "$(uname -n)"
-boot=$(cat "${7%/}/proc/sys/kernel/random/boot_id" 2>/dev/null) || boot=-
+boot=$(cat "${root%/}/proc/sys/kernel/random/boot_id" 2>/dev/null) || boot=-
 rec boot "$boot"
 if command -v pvesh >/dev/null 2>&1; then rec pvesh; fi
 if [ "$need_root" = 1 ] && [ "$uid" != 0 ]; then rec notroot; exit 0; fi

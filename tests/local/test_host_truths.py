@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply.layout import Layout
+from proxgpu.apply.remote import probe
 from proxgpu.errors import RenderError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
@@ -177,3 +179,21 @@ def test_the_advised_cpu_and_bios_are_what_qemu_server_starts(tmp_path: Path) ->
     fixed = after(changes, VM_300).replace("cpu: kvm64\n", f"cpu: {cpu[1]}\nbios: ovmf\n")
     assert_all_ok(validate_tree(write_tree(tmp_path / "host", {VM_300: fixed}), "ct200"))
     assert vm_300_advice(with_vm_300(inventory, fixed)) == ""
+
+
+# --- the boot id that tells a pending reboot from drift ------------------------------------------
+
+
+@pytest.mark.parametrize("files", [1, 7, 12])
+def test_probe_reads_the_boot_id_of_the_hosts_root_whatever_the_number_of_files(
+    tmp_path: Path, files: int
+) -> None:
+    root = copy_example(tmp_path)
+    boot = root / "proc/sys/kernel/random/boot_id"
+    boot.parent.mkdir(parents=True)
+    boot.write_text("5c4e2f8a-0d1b-4f57-9a3e-6b2d8c1f0e74\n")
+    host = DirectoryHost(str(root))
+    layout = Layout.of(host)
+    paths = [layout.on_host(f"/etc/modprobe.d/file{n}.conf") for n in range(files)]
+    found = probe(host, layout, paths, lock_id=None)
+    assert found.boot_id == "5c4e2f8a-0d1b-4f57-9a3e-6b2d8c1f0e74"
