@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from proxgpu.inspection.inventory import Gpu, Inventory, PciFunction
-from proxgpu.picture.legend import header_shapes
+from proxgpu.picture.legend import header_shapes, legend_items
 from proxgpu.picture.shapes import SANS_PX, Line, Rect, Text, text_width, wrap, wrap_parts
 from proxgpu.picture.topology import Assignment, Column, TreeNode, build_topology, shared_groups
 
@@ -35,6 +35,8 @@ SMALL_ROW = 18
 GAP = 6
 FRAME_LABEL = 16
 MIN_WIDTH = 720
+#: Room around a column drawn alone, for its border.
+EDGE = 2
 
 
 @dataclass
@@ -67,7 +69,7 @@ def lay_out(inventory: Inventory, roles: dict[str, Assignment] | None = None) ->
     per_row = min(MAX_COLUMNS, max(1, len(columns)))
     width = max(MIN_WIDTH, 2 * MARGIN + per_row * COLUMN_WIDTH + (per_row - 1) * COLUMN_GAP)
     picture = Picture(width=width, height=0, title=host_title(inventory))
-    top = header_shapes(picture, inventory, roles is not None, MARGIN)
+    top = header_shapes(picture, legend_items(columns, roles), MARGIN)
     for start in range(0, len(columns), per_row):
         heights = [
             _column(picture, column, MARGIN + i * (COLUMN_WIDTH + COLUMN_GAP), top, roles)
@@ -76,6 +78,30 @@ def lay_out(inventory: Inventory, roles: dict[str, Assignment] | None = None) ->
         top += max(heights) + ROW_GAP
     picture.height = top - ROW_GAP + MARGIN
     return picture
+
+
+def lay_out_parts(
+    inventory: Inventory, roles: dict[str, Assignment] | None = None
+) -> tuple[Picture, list[Picture]]:
+    """The picture of ``inventory`` in pieces for a page to flow: the title with the legend (as
+    wide as two columns: an A4 or Letter page's width), then one picture per NUMA node, so a
+    printed page breaks between nodes, never through one.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> head, columns = lay_out_parts(inspect(DirectoryHost("examples/hosts/ct200")))
+    >>> head.width, [(c.width, sorted(c.node_boxes), len(c.gpu_boxes)) for c in columns]
+    (680, [(334, ['numa-0'], 4), (334, ['numa-1'], 4)])
+    """
+    columns = build_topology(inventory)
+    head = Picture(width=2 * COLUMN_WIDTH + COLUMN_GAP, height=0, title=host_title(inventory))
+    head.height = header_shapes(head, legend_items(columns, roles), EDGE) - PAD - 2
+    parts = []
+    for column in columns:
+        part = Picture(width=COLUMN_WIDTH + 2 * EDGE, height=0, title=column.title)
+        part.height = _column(part, column, EDGE, EDGE, roles) + 2 * EDGE
+        parts.append(part)
+    return head, parts
 
 
 def host_title(inventory: Inventory) -> str:

@@ -20,7 +20,8 @@ from markupsafe import Markup
 
 from proxgpu.errors import PlanRefusedError, RenderError
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.picture.svg import inventory_svg
+from proxgpu.picture.layout import lay_out_parts
+from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import plan_inventory, shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy
@@ -101,9 +102,11 @@ def _section(host: HostReport) -> dict[str, Any]:
         warnings += host.plan.warnings
     if changes is not None:
         warnings += changes.warnings
+    head, columns = lay_out_parts(inventory, roles)
     return {
         "host": inventory.hostname,
-        "svg": Markup(inventory_svg(inventory, roles, standalone=False)),
+        "legend": Markup(render_svg(head, standalone=False)),
+        "columns": [Markup(render_svg(column, standalone=False)) for column in columns],
         "planned": host.plan is not None,
         "summary": [_group_sentence(g) for g in host.plan.groups] if host.plan else [],
         "refusals": host.refusals,
@@ -152,10 +155,27 @@ def _diffs(changes: ChangeSet) -> list[dict[str, Any]]:
             else "removed"
             if change.after is None
             else "changed",
-            "lines": [(_line_css(line), line) for line in unified_diff(change).splitlines()],
+            "hunks": _hunks(unified_diff(change).splitlines()),
         }
         for change in changes.changed_files()
     ]
+
+
+def _hunks(lines: list[str]) -> list[list[tuple[str, str]]]:
+    """A diff's lines with their style, cut into hunks (a page breaks between them, never
+    through one); the file header goes with the first.
+
+    >>> diff = ["--- a", "+++ b", "@@ -1 +1 @@", "-x", "+y", "@@ -9 +9 @@", " z"]
+    >>> [len(hunk) for hunk in _hunks(diff)]
+    [5, 2]
+    """
+    hunks: list[list[tuple[str, str]]] = []
+    for line in lines:
+        css = _line_css(line)
+        if not hunks or (css == "hunk" and any(c != "head" for c, _ in hunks[-1])):
+            hunks.append([])
+        hunks[-1].append((css, line))
+    return hunks
 
 
 def _line_css(line: str) -> str:

@@ -16,8 +16,9 @@ from proxgpu.rendering.templating import render_markup
 
 
 def render_svg(picture: Picture, *, standalone: bool = True) -> str:
-    """``picture`` as SVG text; ``standalone`` adds the XML declaration and namespace a file
-    needs (HTML puts an inline ``<svg>`` in its namespace by itself).
+    """``picture`` as SVG text; ``standalone`` adds the XML declaration, namespace and style
+    sheet a file needs (an HTML page puts an inline ``<svg>`` in its namespace by itself and
+    holds the style sheet once for all its pictures).
 
     >>> from proxgpu.picture.layout import Picture
     >>> render_svg(Picture(width=10, height=10, title="a & b"), standalone=False)[:4]

@@ -12,6 +12,8 @@ import pytest
 from proxgpu.cli import main
 from proxgpu.host import DirectoryHost
 from proxgpu.inspection import inspect
+from proxgpu.picture import Assignment, inventory_svg
+from tests.support.factories import make_gpu, make_inventory
 from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES
 
 
@@ -82,3 +84,48 @@ def test_a_snapshot_keeps_each_devices_parent_chain(
     after = inspect(DirectoryHost(str(out)))
     assert [g.pci_path for g in after.gpus] == [g.pci_path for g in before.gpus]
     assert after.nics == before.nics and after.nics
+
+
+def _legend(svg: str) -> list[str]:
+    root = ET.fromstring(svg)
+    return [e.text or "" for e in root.iter() if e.attrib.get("class") == "pg-legend"]
+
+
+def test_the_legend_frames_a_shared_group_only_where_there_is_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    legends = {}
+    for host in ("ct200", "shared-iommu-group"):
+        code, svg = _run(capsys, "inspect", "--root", str(EXAMPLES / host), "--format", "svg")
+        assert code == 0
+        legends[host] = _legend(svg)
+    shared = "IOMMU group shared: moves as one"
+    assert shared in legends["shared-iommu-group"] and shared not in legends["ct200"]
+    # ct200 has no NIC, no BMC display and no device beside its GPUs: only its GPUs' entry.
+    assert legends["ct200"] == ["GPU (badge: its /dev/nvidiaN)"]
+
+
+def test_the_legend_names_the_roles_guests_and_muted_devices_the_picture_shows() -> None:
+    bmc = make_gpu("03", 0, model="ASPEED Graphics Family").model_copy(
+        update={"vendor_id": "1a03", "device_id": "2000", "driver": "ast"}
+    )
+    gpus = [make_gpu("41", 0, minor=0), make_gpu("c1", 1, minor=1)]
+    plain = _legend(inventory_svg(make_inventory(gpus)))
+    assert plain == ["GPU (badge: its /dev/nvidiaN)"]
+    with_bmc = _legend(inventory_svg(make_inventory([*gpus, bmc])))
+    assert with_bmc == ["GPU (badge: its /dev/nvidiaN)", "BMC display, GPU left as it is: muted"]
+    host_only = {gpus[0].address: Assignment(role="host", driver="nvidia", guest="CT 200")}
+    assert _legend(inventory_svg(make_inventory(gpus[:1]), host_only)) == [
+        "stays on the host driver (badge: its guest)"
+    ]
+    both = {
+        gpus[0].address: Assignment(role="host", driver="nvidia", guest=None),
+        gpus[1].address: Assignment(role="vfio", driver="vfio-pci", guest=None),
+    }
+    # No guest named: the badges say host / vfio, so the legend does not promise guests; the
+    # GPU the plan leaves out (the BMC's display) is muted.
+    assert _legend(inventory_svg(make_inventory([*gpus, bmc]), both)) == [
+        "stays on the host driver",
+        "goes to vfio-pci",
+        "BMC display, GPU left as it is: muted",
+    ]
