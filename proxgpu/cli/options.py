@@ -7,6 +7,25 @@ from __future__ import annotations
 import argparse
 
 
+class Once(argparse.Action):
+    """An option that takes one value: given twice, it is refused (argparse would keep the last
+    one silently)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(
+                f"{option_string} takes one {self.metavar}, given twice (a cluster snapshot of "
+                "several nodes: --cluster --root DIR)"
+            )
+        setattr(namespace, self.dest, values)
+
+
 def host_options(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("host (default: this machine)")
     where.add_argument(
@@ -37,6 +56,7 @@ def host_options(parser: argparse.ArgumentParser) -> None:
     )
     where.add_argument(
         "--root",
+        action=Once,
         metavar="DIR",
         help="a directory laid out like a host (a snapshot, an image): files only, no actions; "
         "with --host, such a directory on the remote host",

@@ -151,3 +151,9 @@ def test_progress_says_how_long_each_step_has_taken(tmp_path: Path) -> None:
     assert steps and all(
         line[1:].split("s]")[0].strip().replace(".", "").isdigit() for line in steps
     )
+
+
+def test_root_given_twice_is_refused_not_half_used(capsys: pytest.CaptureFixture[str]) -> None:
+    ct200, other = str(EXAMPLES / "ct200"), str(EXAMPLES / "single-socket")
+    assert main(["inspect", "--root", ct200, "--root", other]) == 2
+    assert "--root takes one DIR, given twice" in capsys.readouterr().err
