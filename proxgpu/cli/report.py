@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from proxgpu.cli.setup import gpu_filter, open_host, split_policy
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
 from proxgpu.inspection import Inventory, inspect
-from proxgpu.picture import inventory_svg, inventory_tree, render_report
+from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import HostReport, plan_report
 from proxgpu.pipeline import node_policy
 from proxgpu.rendering import RenderOptions
@@ -52,28 +52,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     }
     with ThreadPoolExecutor(max_workers=max(1, getattr(args, "forks", 1))) as pool:
         results = list(pool.map(lambda own: _host_report(args, own), targets.values()))
-    sections = [section for _, section, _ in results if section is not None]
+    sections = [section for _, section, _ in results]
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     write_output(render_report(sections, generated=generated), args.output)
     codes = [code for _, _, code in results]
     if args.json:
         print(json.dumps({"output": args.output, "hosts": [r[0] for r in results]}, indent=2))
     else:
-        print(f"wrote {args.output}: {len(sections)} of {len(targets)} hosts")
+        read = sum(isinstance(section, HostReport) for section in sections)
+        print(f"wrote {args.output}: {read} of {len(targets)} hosts read")
     return max(codes)
 
 
 def _host_report(
     args: argparse.Namespace, own: dict[str, object]
-) -> tuple[dict[str, object], HostReport | None, int]:
-    """One host's section, with a line about it for the summary and its exit code."""
+) -> tuple[dict[str, object], HostReport | UnreadHost, int]:
+    """One host's section (why it could not be read, for one that could not), with a line about
+    it for the summary and its exit code."""
     one = argparse.Namespace(**{**vars(args), **own})
     try:
         with open_host(one) as host:
             inventory = inspect(host, gpu_filter(one))
     except ProxgpuError as exc:
         print(f"proxgpu: {exc}", file=sys.stderr)
-        return {"host": one.host or one.root, "error": str(exc)}, None, exc.exit_code
+        name = str(one.host or one.root or "this machine")
+        return {"host": name, "error": str(exc)}, UnreadHost(name, str(exc)), exc.exit_code
     options = RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
     policy = split_policy(args)
     if getattr(args, "targets", None):

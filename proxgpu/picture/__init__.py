@@ -15,7 +15,7 @@ the follow-up actions into one HTML file that fetches nothing.
 
 from __future__ import annotations
 
-from proxgpu.picture.report import HostReport, render_report
+from proxgpu.picture.report import HostReport, UnreadHost, render_report
 from proxgpu.picture.svg import inventory_svg, render_svg
 from proxgpu.picture.topology import Assignment, assignments, build_topology
 from proxgpu.picture.tree import inventory_tree
@@ -23,6 +23,7 @@ from proxgpu.picture.tree import inventory_tree
 __all__ = [
     "Assignment",
     "HostReport",
+    "UnreadHost",
     "assignments",
     "build_topology",
     "inventory_svg",

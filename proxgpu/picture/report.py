@@ -13,6 +13,7 @@ section: the picture of the host as it is, and each refusal with what to do abou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,8 +78,20 @@ def plan_report(
     return HostReport(inventory, plan, changes)
 
 
+@dataclass(frozen=True)
+class UnreadHost:
+    """A host the report could not read (unreachable, refused its key...): its section says
+    why, so a report of a fleet never hides the hosts missing from it."""
+
+    name: str
+    error: str
+
+
 def render_report(
-    hosts: list[HostReport], *, title: str = "GPU split", generated: str | None = None
+    hosts: Sequence[HostReport | UnreadHost],
+    *,
+    title: str = "GPU split",
+    generated: str | None = None,
 ) -> str:
     """The HTML report of ``hosts``; secrets in guest configs are redacted in every diff.
 
@@ -89,7 +102,10 @@ def render_report(
     >>> "&lt;no IOMMU&gt;" in render_report([report])
     True
     """
-    sections = [_section(host) for host in hosts]
+    sections = [
+        {"host": h.name, "unread": h.error} if isinstance(h, UnreadHost) else _section(h)
+        for h in hosts
+    ]
     return render_markup("report.html.j2", title=title, generated=generated, sections=sections)
 
 
@@ -105,6 +121,7 @@ def _section(host: HostReport) -> dict[str, Any]:
     head, columns = lay_out_parts(inventory, roles)
     return {
         "host": inventory.hostname,
+        "unread": None,
         "legend": Markup(render_svg(head, standalone=False)),
         "columns": [Markup(render_svg(column, standalone=False)) for column in columns],
         "planned": host.plan is not None,

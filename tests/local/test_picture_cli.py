@@ -4,6 +4,7 @@ chains a snapshot keeps."""
 from __future__ import annotations
 
 import os
+import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 from proxgpu.cli import main
 from proxgpu.host import DirectoryHost
 from proxgpu.inspection import inspect
-from proxgpu.picture import Assignment, inventory_svg
+from proxgpu.picture import Assignment, UnreadHost, inventory_svg, render_report
+from proxgpu.picture.report import plan_report
 from tests.support.factories import make_gpu, make_inventory
 from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES
 
@@ -129,3 +131,32 @@ def test_the_legend_names_the_roles_guests_and_muted_devices_the_picture_shows()
         "goes to vfio-pci",
         "BMC display, GPU left as it is: muted",
     ]
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: bound, then closed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_host_that_cannot_be_read_gets_a_section_saying_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.html"
+    hosts = [f"127.0.0.1:{closed_port()}", f"127.0.0.2:{closed_port()}"]
+    code = main(["report", "--host", ",".join(hosts), "--lxc", "200", "-o", str(out)])
+    assert code == 3, "unreachable hosts keep their exit code"
+    html = out.read_text()
+    assert html.count("Host could not be read") == 2
+    assert all(f"<h2>{host}</h2>" in html for host in hosts)
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_a_fleet_report_shows_the_read_hosts_beside_the_unread_one() -> None:
+    inventory = inspect(DirectoryHost(str(EXAMPLES / "ct200")))
+    html = render_report([plan_report(inventory), UnreadHost("pve9", "pve9: connection refused")])
+    sections = html.split('<section class="host"')[1:]
+    assert len(sections) == 2
+    assert "<h2>ct200</h2>" in sections[0] and "Host could not be read" not in sections[0]
+    assert "pve9: connection refused" in sections[1]
