@@ -24,7 +24,9 @@ from proxgpu.apply.layout import Layout, Where, mode_and_umask
 from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import Record, ScriptArgs, run_script
+from proxgpu.paths import PCI_MAPPING
 from proxgpu.pve.api import same_config
+from proxgpu.pve.mapping import same_mapping
 from proxgpu.rendering.changes import FileChange
 
 #: Called with a step (``lock``, ``backup``, ``write``, ``action``, ...) and a line for people.
@@ -237,8 +239,9 @@ def with_hashes(entry: JournalEntry, hashes: Mapping[str, str]) -> JournalEntry:
 def recognise(
     host: Host, layout: Layout, entry: JournalEntry, paths: Iterable[str]
 ) -> JournalEntry:
-    """Read the VM configs in ``paths`` (one command) and take as ``entry``'s result each one that
-    says what the change set's ``after`` says, in whatever order Proxmox wrote it."""
+    """Read the files written through the API in ``paths`` (VM configs, the PCI mapping; one
+    command) and take as ``entry``'s result each one that says what the change set's ``after``
+    says, in whatever order Proxmox wrote it."""
     wanted = sorted(set(paths))
     planned = {f.path: f.after for f in entry.changeset.files}
     hashes = {}
@@ -251,7 +254,8 @@ def recognise(
             text = data.decode()
         except UnicodeDecodeError:
             continue
-        if same_config(text, after):
+        same = same_mapping if path == PCI_MAPPING else same_config
+        if same(text, after):
             hashes[path] = hashlib.sha256(data).hexdigest()
     return with_hashes(entry, hashes)
 

@@ -18,6 +18,7 @@ from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
 from proxgpu.apply.journal import JournalEntry, new_journal_id, read_journal, select_entry
 from proxgpu.apply.layout import Layout
+from proxgpu.apply.mapapi import put_back, through_api
 from proxgpu.apply.rebind import Binding, restore_drivers
 from proxgpu.apply.remote import (
     FileState,
@@ -34,6 +35,7 @@ from proxgpu.apply.restore import Merged, restore
 from proxgpu.errors import FileChangedError, RollbackError
 from proxgpu.host.base import Host
 from proxgpu.model import FrozenModel
+from proxgpu.paths import PCI_MAPPING
 
 
 class RollbackResult(FrozenModel):
@@ -193,6 +195,8 @@ class _Rollback:
         self.lock_id = new_journal_id()
         #: Files changed since the apply, to be written with only its entries undone.
         self.merged: dict[str, Merged] = {}
+        #: Whether the host has pvesh, for a PCI mapping an apply wrote through the API.
+        self.pvesh = False
 
     def locked_run(self, *, explicit: bool, known: set[str]) -> RollbackResult:
         """Take the lock (recovering a stale one), check the files, restore, release."""
@@ -205,6 +209,7 @@ class _Rollback:
                 host, layout, paths, self.lock_id, op="rollback", break_lock=self.options.break_lock
             )
             locked = True
+            self.pvesh = found.pvesh
             notes = [] if stale is None else [lock.broken_note(layout.lock, stale)]
             if stale is not None and _wrote_nothing(stale, known) and not explicit:
                 # The apply that held it never wrote its journal entry, so it wrote no file.
@@ -239,9 +244,12 @@ class _Rollback:
             check_not_busy(self.host, [b.address for b in moved])
             bindings = restore_drivers(self.host, moved)
         self.say("restore", f"restoring {len(self.entry.files)} files of {self.entry.id}")
-        restored, problems = restore(
-            self.host, self.layout, self.entry, force=force, merged=self.merged
+        keep, restored = self._mapping_back(force)
+        merged = {path: m for path, m in self.merged.items() if path not in keep}
+        done, problems = restore(
+            self.host, self.layout, self.entry, force=force, keep=keep, merged=merged
         )
+        restored += done
         if problems:
             raise RollbackError(
                 self.host.name, f"rollback of {self.entry.id} incomplete: {'; '.join(problems)}"
@@ -266,6 +274,27 @@ class _Rollback:
             ],
         )
         return result, entry
+
+    def _mapping_back(self, force: bool) -> tuple[frozenset[str], list[str]]:
+        """A PCI mapping the apply wrote through the Proxmox API goes back through it, before
+        any other file (a refusal then leaves everything as it is); the files restore must leave
+        alone, and those put back."""
+        entry = self.entry
+        assert entry is not None
+        if not (self.host.is_live and self.pvesh and through_api(entry)):
+            return frozenset(), []
+        f = next(f for f in entry.files if f.path == PCI_MAPPING)
+        change = next(c for c in entry.changeset.files if c.path == PCI_MAPPING)
+        merged = self.merged.get(PCI_MAPPING)
+        target = change.before or ""
+        expect: list[str] | None = [f.sha256_after or "", f.sha256_before or ""]
+        if force:
+            expect = None
+        elif merged is not None:
+            target, expect = (merged.content or b"").decode(), [merged.sha256_now]
+        self.say("api", "putting the PCI mapping back through the Proxmox API")
+        wrote = put_back(self.host, self.layout, entry, target, expect)
+        return frozenset({PCI_MAPPING}), [PCI_MAPPING] if wrote else []
 
     def _actions(self, run_actions: bool, messages: list[str]) -> list[list[str]]:
         assert self.entry is not None

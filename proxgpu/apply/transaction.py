@@ -6,10 +6,11 @@ journal entry, then replaces each file atomically (a temp file in the same direc
 it), then runs the post-actions and, when asked, the live rebind (the GPUs are checked for users
 once more right before it). On any failure it puts every file back from the backup.
 
-On a live host with pvesh, a VM config is changed through the Proxmox API instead
-(:mod:`~proxgpu.apply.vmapi`); container configs (the API cannot set raw ``lxc.*`` keys), the PCI
-mapping file and host files are written as files. Backups, the compare-and-swap checks, restore
-on failure and rollback treat both kinds alike.
+On a live host with pvesh, a VM config and the PCI mapping are changed through the Proxmox API
+instead (:mod:`~proxgpu.apply.vmapi`; the mapping is put back through it too,
+:mod:`~proxgpu.apply.mapapi`); container configs (the API cannot set raw ``lxc.*`` keys) and host
+files are written as files. Backups, the compare-and-swap checks, restore on failure and
+rollback treat both kinds alike.
 
 The commands it sends do not grow with the number of files: one locks and reads every file's
 state (``scripts/probe.sh``), one stages backups and temp files (``stage.sh``), one renames them
@@ -31,6 +32,7 @@ from proxgpu.apply.actions import ACTION_TIMEOUT, run_actions
 from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.journal import JournalEntry, Status, new_journal_id
 from proxgpu.apply.layout import Layout, where
+from proxgpu.apply.mapapi import undo_mapping
 from proxgpu.apply.preflight import check_guests, files_to_write, refuse_locked_guests
 from proxgpu.apply.rebind import Binding, bind_to_vfio, restore_drivers, vfio_functions
 from proxgpu.apply.remote import (
@@ -66,6 +68,7 @@ from proxgpu.errors import (
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import Record, run_script
 from proxgpu.inspection.inventory import Inventory
+from proxgpu.paths import PCI_MAPPING
 from proxgpu.planning.model import Plan
 from proxgpu.rendering.changes import ChangeSet
 
@@ -350,7 +353,7 @@ class _Apply:
             path = self.changes[index].path
             try:
                 self.vm_api.write(path)
-            except PveApiError:
+            except (PveApiError, FileChangedError):
                 raise  # refused before writing: the file may now be someone else's edit
             except BaseException:
                 self.not_written -= {path}  # the call may or may not have landed
@@ -474,6 +477,9 @@ class _Apply:
                 unconfirmed = self.vm_api.unconfirmed
                 self.entry = recognise(self.host, self.layout, self.entry, unconfirmed)
             keep = self.not_written
+            if self.vm_api.covers(PCI_MAPPING) and PCI_MAPPING not in keep:
+                keep |= {PCI_MAPPING}  # written through the API: put back through it
+                problems += undo_mapping(self.host, self.layout, self.entry)
             problems += restore(self.host, self.layout, self.entry, force=False, keep=keep)[1]
         except ProxgpuError as exc:
             return [*problems, f"restoring the files failed: {describe(exc)}"]

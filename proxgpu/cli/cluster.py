@@ -8,9 +8,10 @@ guests it holds (VMIDs are unique in a cluster).
 
 ``plan`` and ``apply`` plan every node before anything is written: a node that cannot be
 planned stops an apply before any node changes. With ``--mapping NAME``, one cluster PCI
-mapping holds every node's vfio GPUs; it is shown once, and written once: through the Proxmox
-API (``/cluster/mapping/pci/NAME`` with the file's digest) on a live cluster, or in a snapshot
-as the file in the first node's tree, with that node's apply (and journal).
+mapping holds every node's vfio GPUs; it is shown once, and written once, with the first node's
+apply (its journal entry keeps it, its rollback puts it back): through the Proxmox API
+(``/cluster/mapping/pci/NAME`` with the file's digest) on a live cluster, as the file in the
+first node's tree in a snapshot.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from proxgpu.pipeline import (
     with_change,
 )
 from proxgpu.pve.cluster import MEMBERS, ClusterMembers
-from proxgpu.pve.cluster import write_mapping as write_mapping_through_api
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import FileChange, unified_diff
 
@@ -192,7 +192,8 @@ def _planned(args: argparse.Namespace, nodes: Nodes, view: Cluster) -> Cluster:
         options = {n: {**o, **shown} for n, o in options.items()}
         code = max(code, 1)
     elif applying and mapping is not None and mapping.changed:
-        code = max(code, _write_mapping(args, nodes, mapping, options))
+        _with_mapping(nodes, mapping, options)
+        return Cluster(options, text, document, view.skipped, code, lead=nodes.first)
     return Cluster(options, text, document, view.skipped, code)
 
 
@@ -239,7 +240,7 @@ def _check_guests(args: argparse.Namespace, nodes: Nodes, found: Mapping[str, ob
 def _mapping_text(
     args: argparse.Namespace, nodes: Nodes, mapping: FileChange, applying: bool
 ) -> str:
-    how = "through the Proxmox API" if nodes.live else f"with {nodes.first}'s apply"
+    how = f"with {nodes.first}'s apply" + (", through the Proxmox API" if nodes.live else "")
     head = f"PCI mapping {args.mapping} ({mapping.path}), one for the whole cluster"
     if not mapping.changed:
         return f"{head}: no change.\n\n"
@@ -258,29 +259,14 @@ def _mapping_document(name: str, mapping: FileChange) -> dict[str, Any]:
     }
 
 
-def _write_mapping(
-    args: argparse.Namespace, nodes: Nodes, mapping: FileChange, options: dict[str, Any]
-) -> int:
-    """Write the mapping once: in a snapshot with the first node's apply (its journal keeps it);
-    on a live cluster through the API before any node changes, so the VM configs that name it
-    can be written. A failure stops the rollout before any node."""
+def _with_mapping(nodes: Nodes, mapping: FileChange, options: dict[str, Any]) -> None:
+    """The mapping goes first in the first node's change set, so that one transaction holds it:
+    its journal entry and backup, its restore if that apply fails, its rollback. On a live
+    cluster that apply writes it through the Proxmox API (``/cluster/mapping/pci/NAME`` with
+    the file's digest), before the VM configs that name it; the first node is applied alone,
+    before any other (:attr:`Cluster.lead`), so none names a mapping not written yet."""
     first = options.get(nodes.first)
     if first is None:
         raise UsageError(f"{nodes.first}, which holds the mapping, is not among the nodes run")
-    if args.dry_run:
-        return 0
-    if not nodes.live:
-        proposal = first["proposal"]
-        first["proposal"] = proposal._replace(changes=with_change(proposal.changes, mapping))
-        return 0
-    if not (args.yes or args.dry_run):
-        return 0  # the fleet refuses without --yes, before anything
-    one = argparse.Namespace(**{**vars(args), **first})
-    assert mapping.after is not None  # a pooled mapping always has text
-    with open_host(one) as host:
-        write_mapping_through_api(host, args.mapping, mapping.before, mapping.after)
-    print(
-        f"{nodes.first}: PCI mapping {args.mapping} written through the Proxmox API",
-        file=sys.stderr,
-    )
-    return 0
+    proposal = first["proposal"]
+    first["proposal"] = proposal._replace(changes=with_change(proposal.changes, mapping))

@@ -81,13 +81,15 @@ Runner = Callable[[argparse.Namespace], int]
 class Cluster:
     """What a run over a cluster's nodes adds to a fleet's: each node's own options (its SSH
     target or tree), what is said once for the whole cluster (first in the text, ``"cluster"``
-    in the JSON document), the members not run with why, and an exit code of its own."""
+    in the JSON document), the members not run with why, an exit code of its own, and the node
+    a rollout runs alone before any other (the one whose apply writes the cluster's mapping)."""
 
     options: dict[str, dict[str, Any]]
     text: str = ""
     document: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     code: int = 0
+    lead: str | None = None
 
 
 def run_fleet(
@@ -107,8 +109,9 @@ def run_fleet(
     fleet = _Fleet(args, one, cluster.options if cluster else {})
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = fleet.out, fleet.err
+    workers = max(1, args.parallel if rolling else args.forks)
     try:
-        outcomes = fleet.run(hosts, max(1, args.parallel if rolling else args.forks), rolling)
+        outcomes = fleet.run(hosts, workers, rolling, cluster.lead if cluster else None)
     finally:
         sys.stdout, sys.stderr = saved
     _print(args, hosts, outcomes, cluster or Cluster({}))
@@ -135,14 +138,18 @@ class _Fleet:
             code = self.one(own)
         return Outcome(target, code, stdout.getvalue(), stderr.getvalue())
 
-    def run(self, hosts: list[str], workers: int, rolling: bool) -> dict[str, Outcome]:
+    def run(
+        self, hosts: list[str], workers: int, rolling: bool, lead: str | None = None
+    ) -> dict[str, Outcome]:
         outcomes: dict[str, Outcome] = {}
         with ThreadPoolExecutor(max_workers=workers) as pool:
             if not rolling:
                 return dict(zip(hosts, pool.map(self.for_host, hosts), strict=True))
+            rest = [h for h in hosts if h != lead]
+            batches = [[lead]] if lead in hosts else []
+            batches += [rest[start : start + workers] for start in range(0, len(rest), workers)]
             # A rollout stops at the first failure: the hosts after it are not touched.
-            for start in range(0, len(hosts), workers):
-                batch = hosts[start : start + workers]
+            for batch in batches:
                 outcomes.update(zip(batch, pool.map(self.for_host, batch), strict=True))
                 if any(outcomes[h].code != 0 for h in batch):
                     break

@@ -24,7 +24,7 @@ from proxgpu.errors import PveApiError, SysfsError
 from proxgpu.host.base import Host
 from proxgpu.model import FrozenModel
 from proxgpu.pve.api import API_TIMEOUT, config_digest
-from proxgpu.pve.mapping import PciMappingConfig
+from proxgpu.pve.mapping import mapping_lines
 
 #: The member list pmxcfs keeps on every node.
 MEMBERS = "/etc/pve/.members"
@@ -123,24 +123,35 @@ def _why(exc: BaseException) -> str:
     return str(exc)
 
 
+class MappingChangedError(PveApiError):
+    """Proxmox refused a mapping write: the file changed since it was read (the digest), or the
+    mapping to create was made meanwhile."""
+
+
 def mapping_call(name: str, before: str | None, after: str) -> list[str]:
-    """The ``pvesh`` command that turns mapping ``name`` in ``pci.cfg`` text ``before`` into
-    ``after``: ``set /cluster/mapping/pci/NAME`` with the file's ``digest`` (Proxmox refuses it
-    if the file changed since, and takes pmxcfs' lock for the write), or ``create`` for a new one.
-    ``map`` is a list: pvesh takes it as one ``--map`` per line.
+    """The ``pvesh`` command that turns mapping ``name`` in ``pci.cfg`` text ``before`` into what
+    ``after`` says of it (Proxmox's ``/cluster/mapping/pci`` API, pve-manager's
+    ``PVE/API2/Cluster/Mapping/PCI.pm``): ``set`` with the file's ``digest`` (Proxmox refuses it
+    if the file changed since, and takes pmxcfs' lock on the file for the write), ``delete`` for
+    keys that go; ``create`` for a new id (refused if it exists by then); ``delete`` of the id
+    when ``after`` has none. ``map`` is a list: pvesh takes it as one ``--map`` per line.
 
     >>> mapping_call("gpus", None, "gpus\\n\\tmap node=a,path=0000:01:00\\n")
     ['pvesh', 'create', '/cluster/mapping/pci', '--id', 'gpus', '--map', 'node=a,path=0000:01:00']
+    >>> before = "gpus\\n\\tdescription x\\n\\tmap node=a\\n"
+    >>> mapping_call("gpus", before, "gpus\\n\\tmap node=b\\n")[1:7]
+    ['set', '/cluster/mapping/pci/gpus', '--map', 'node=b', '--delete', 'description']
     """
-    options = [
-        arg
-        for key, value in PciMappingConfig.parse(after).entries(name)
-        for arg in (f"--{key}", value)
-    ]
-    if before is None or name not in PciMappingConfig.parse(before).ids():
-        return ["pvesh", "create", "/cluster/mapping/pci", "--id", name, *options]
-    path = f"/cluster/mapping/pci/{name}"
-    return ["pvesh", "set", path, *options, "--digest", config_digest(before)]
+    old, new = mapping_lines(before or ""), mapping_lines(after)
+    path = f"{MAPPING_API}/{name}"
+    if name not in new:
+        return ["pvesh", "delete", path]
+    options = [arg for key, value in new[name] for arg in (f"--{key}", value)]
+    if before is None or name not in old:
+        return ["pvesh", "create", MAPPING_API, "--id", name, *options]
+    gone = sorted({key for key, _ in old[name]} - {key for key, _ in new[name]})
+    delete = ["--delete", ",".join(gone)] if gone else []
+    return ["pvesh", "set", path, *options, *delete, "--digest", config_digest(before)]
 
 
 def write_mapping(host: Host, name: str, before: str | None, after: str) -> None:
@@ -150,13 +161,26 @@ def write_mapping(host: Host, name: str, before: str | None, after: str) -> None
     proxmoxer's command backend passes each parameter once, which cannot carry ``map``'s list,
     so the pvesh command is made here.
 
-    :raises PveApiError: when Proxmox refuses (a changed file, a line it cannot read).
+    :raises MappingChangedError: when Proxmox refused it because the file changed since
+        ``before`` was read (the digest), or the id it creates exists by now.
+    :raises PveApiError: when Proxmox refuses it otherwise (a line it cannot read).
     """
     argv = mapping_call(name, before, after)
-    method, path = ("POST" if argv[1] == "create" else "PUT"), argv[2]
+    method = {"create": "POST", "set": "PUT", "delete": "DELETE"}[argv[1]]
     result = host.run(argv, timeout=API_TIMEOUT)
-    if not result.ok:
-        lines = [line.strip() for line in result.stderr_text.splitlines() if line.strip()]
-        detail = "; ".join(lines) or f"pvesh exited with {result.returncode}"
-        status = int(lines[0][:3]) if lines and lines[0][:3].isdigit() else 500
-        raise PveApiError(host.name, method, path, status, detail)
+    if result.ok:
+        return
+    lines = [line.strip() for line in result.stderr_text.splitlines() if line.strip()]
+    detail = "; ".join(lines) or f"pvesh exited with {result.returncode}"
+    status = int(lines[0][:3]) if lines and lines[0][:3].isdigit() else 500
+    changed = any(why in detail for why in _CHANGED_SINCE)
+    raise (MappingChangedError if changed else PveApiError)(
+        host.name, method, argv[2], status, detail
+    )
+
+
+#: Where the cluster PCI mappings are in the Proxmox API.
+MAPPING_API = "/cluster/mapping/pci"
+#: What Proxmox says when the file changed since it was read (``assert_if_modified`` in
+#: pve-common) or the id to create exists (pve-manager's ``create``).
+_CHANGED_SINCE = ("detected modified configuration", "already defined")

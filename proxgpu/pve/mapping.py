@@ -196,3 +196,38 @@ def map_node(value: str) -> str | None:
         return parse_property_string(value).get("node")
     except ValueError:
         return None
+
+
+def mapping_lines(text: str) -> dict[str, list[tuple[str, str]]]:
+    """Each mapping id's ``(key, value)`` lines in a ``pci.cfg`` text as Proxmox reads them: a
+    value per key, ``map``'s lines in order. Proxmox writes the file in its own order (``map``
+    first, then the other keys sorted), so this is what a text proxgpu wrote and the one
+    Proxmox wrote from it share.
+
+    >>> mapping_lines("a1\\n\\tdescription x\\n\\tmap node=a\\n\\tmap node=b\\n\\nb1\\n")
+    {'a1': [('description', 'x'), ('map', 'node=a'), ('map', 'node=b')], 'b1': []}
+    """
+    config = PciMappingConfig.parse(text)
+    # A stable sort: the keys in order, each key's lines (map's) as they were.
+    return {i: sorted(config.entries(i), key=lambda entry: entry[0]) for i in config.ids()}
+
+
+def changed_ids(before: str, after: str) -> list[str]:
+    """The mapping ids whose lines differ between two ``pci.cfg`` texts, in order.
+
+    >>> changed_ids("a1\\n\\tmap node=a\\n", "a1\\n\\tmap node=a\\n\\nb1\\n\\tmap node=b\\n")
+    ['b1']
+    """
+    old, new = mapping_lines(before), mapping_lines(after)
+    return [i for i in dict.fromkeys([*old, *new]) if old.get(i) != new.get(i)]
+
+
+def same_mapping(a: str, b: str) -> bool:
+    """Whether two ``pci.cfg`` texts say the same thing, as Proxmox reads them (it rewrites the
+    file in its own order when it writes it through the API).
+
+    >>> ours = "g\\n\\tdescription x\\n\\tmap node=a\\n"
+    >>> same_mapping(ours, "g\\n\\tmap node=a\\n\\tdescription x\\n\\n")
+    True
+    """
+    return mapping_lines(a) == mapping_lines(b)

@@ -1,10 +1,17 @@
 """``--cluster`` over SSH: one OpenSSH server on three loopback addresses (all of 127/8 is
 loopback) stands for the three online nodes of the example cluster snapshot, whose ``.members``
 gives them 127.0.0.1-3; each node is reached at its member address with the first host's user,
-port and SSH options, and reads its own tree beside the first one's."""
+port and SSH options, and reads its own tree beside the first one's.
+
+The ``live`` tests make each node's tree a live node (as ``tests/sshd/conftest.py`` does for one
+host): the cluster's PCI mapping then goes through the Proxmox API, answered by the stand-in
+pvesh of :mod:`tests.support.standins` (Proxmox VE cannot run here), and the post-actions by
+stand-ins that only log, found first on the PATH of each node's commands."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import shutil
 from collections.abc import Iterator
@@ -12,9 +19,18 @@ from pathlib import Path
 
 import pytest
 
+import proxgpu.cli.setup
+from proxgpu.apply.journal import history
 from proxgpu.cli import main
-from tests.conftest import require_tool
+from proxgpu.host import DirectoryHost, connect
+from proxgpu.host.base import CommandResult
+from proxgpu.host.ssh import SSHHost, SSHOptions
+from proxgpu.paths import PCI_MAPPING
+from proxgpu.pve.mapping import mapping_lines
+from tests.support.pvevalidate import assert_all_ok, validate
 from tests.support.sshd import SSHD, Sshd, running_sshd
+from tests.support.standins import fake_pvesh, fake_tool, pvesh_calls
+from tests.support.tools import require_tool
 from tests.support.trees import EXAMPLES
 
 pytestmark = pytest.mark.sshd
@@ -117,3 +133,168 @@ def test_snapshot_over_ssh_is_a_tree_per_node_that_plans_the_same(
         assert main(["plan", "--root", str(root), "--cluster", *GUESTS, "--json"]) == 0
         plans.append(json.loads(capsys.readouterr().out)["cluster"]["mapping"])
     assert plans[0] == plans[1]
+
+
+NODES = ("pve1", "pve2", "pve3")
+#: What sshd gives root's commands; the stand-ins go first.
+REMOTE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class LiveNode(SSHHost):
+    """A node's tree over SSH taken as a live node, its commands finding ``tools`` first."""
+
+    def __init__(self, target: str, options: SSHOptions | None, root: str, tools: Path) -> None:
+        super().__init__(target, options, root=root, live=True)
+        self.tools = tools
+
+    def _run(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
+    ) -> CommandResult:
+        return super()._run(("env", f"PATH={self.tools}:{REMOTE_PATH}", *argv), stdin, timeout)
+
+
+@pytest.fixture
+def live(cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each node's tree a live node with pvesh; returns the directory of each node's tools."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    log = 'echo "$(basename "$0") $*" >> "$(dirname "$0")/actions.log"\n'
+    for node in NODES:
+        fake_pvesh(tools / node, root=cluster / node)
+        for name in ("update-initramfs", "proxmox-boot-tool", "systemctl"):
+            fake_tool(tools / node, name, log)
+        (cluster / node / "usr/bin").mkdir(exist_ok=True)
+        (cluster / node / "usr/bin/pvesh").touch()  # inspection finds pvesh
+
+    def live_connect(host: str | None, root: str | None, options: SSHOptions | None) -> object:
+        if host is None or root is None:
+            return connect(host, root, options)
+        return LiveNode(host, options, root, tools / Path(root).name)
+
+    monkeypatch.setattr(proxgpu.cli.setup, "connect", live_connect)
+    return tools
+
+
+def mapping_calls(tools: Path) -> dict[str, list[list[str]]]:
+    """Each node's pvesh calls on /cluster/mapping/pci."""
+    calls = {node: pvesh_calls(tools / node) for node in NODES}
+    return {
+        n: [c for c in cs if c[1].startswith("/cluster/mapping/pci")] for n, cs in calls.items()
+    }
+
+
+def option(call: list[str], name: str) -> list[str]:
+    return [value for key, value in itertools.pairwise(call) if key == name]
+
+
+def sha1(path: Path) -> str:
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+def test_live_apply_writes_the_mapping_once_through_the_api_and_rollback_puts_it_back(
+    nodes_sshd: Sshd, tmp_path: Path, cluster: Path, live: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ssh = ssh_argv(nodes_sshd, tmp_path, cluster)
+    written = cluster / "pve1/etc/pve/mapping/pci.cfg"
+    original, digest = written.read_text(), sha1(written)
+    assert main(["apply", *ssh, *GUESTS, "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "with pve1's apply, through the Proxmox API" in out
+    [call] = mapping_calls(live)["pve1"]
+    assert call[:2] == ["set", "/cluster/mapping/pci/gpu-vfio"]
+    assert option(call, "--digest") == [digest], "Proxmox checks the file is as planned"
+    nodes = [v.split("node=")[1].split(",")[0] for v in option(call, "--map")]
+    assert nodes == ["pve4"] + ["pve1"] * 4 + ["pve2"] * 2 + ["pve3"] * 3
+    assert not mapping_calls(live)["pve2"] and not mapping_calls(live)["pve3"], "written once"
+    # Proxmox rewrote the file in its own order; its parser reads every node's lines.
+    assert [k for k, _ in mapping_lines(written.read_text())["gpu-vfio"]].count("map") == 10
+    assert_all_ok(validate([("pci-mapping", written.resolve())]))
+    [entry] = history(DirectoryHost(str(cluster / "pve1")))
+    [record] = [f for f in entry.files if f.path == PCI_MAPPING]
+    assert (
+        record.via == "api"
+        and record.sha256_after == hashlib.sha256(written.read_bytes()).hexdigest()
+    ), "journaled with the hash of the file Proxmox wrote"
+    assert main(["verify", *ssh]) == 0
+    capsys.readouterr()
+
+    # Someone adds a mapping of their own: it is no drift, and the rollback keeps it.
+    theirs = "other-gpus\n\tmap id=10de:2230,node=pve2,path=0000:83:00\n"
+    written.write_text(written.read_text() + theirs)
+    applied = sha1(written)
+    assert main(["rollback", *ssh, "--yes"]) == 0
+    capsys.readouterr()
+    [_, back] = mapping_calls(live)["pve1"]
+    assert back[:2] == ["set", "/cluster/mapping/pci/gpu-vfio"]
+    assert option(back, "--digest") == [applied]
+    now = mapping_lines(written.read_text())
+    assert now == {**mapping_lines(original), "other-gpus": mapping_lines(theirs)["other-gpus"]}
+    vm = cluster / "pve1/etc/pve/nodes/pve1/qemu-server/300.conf"
+    assert "hostpci" not in vm.read_text()
+
+
+def test_verify_reports_drift_of_the_mapping_and_rollback_refuses_naming_it(
+    nodes_sshd: Sshd, tmp_path: Path, cluster: Path, live: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ssh = ssh_argv(nodes_sshd, tmp_path, cluster)
+    assert main(["apply", *ssh, *GUESTS, "--yes"]) == 0
+    capsys.readouterr()
+    written = cluster / "pve1/etc/pve/mapping/pci.cfg"
+    # An admin takes pve2's GPUs out of the mapping.
+    kept = [line for line in written.read_text().splitlines() if "node=pve2" not in line]
+    written.write_text("\n".join(kept) + "\n")
+    assert main(["verify", *ssh]) == 17
+    captured = capsys.readouterr()
+    drift = [line for line in captured.out.splitlines() if PCI_MAPPING in line]
+    assert len(drift) == 2 and all("node=pve2" in line and "is gone" in line for line in drift)
+    assert main(["rollback", *ssh, "--yes"]) == 10
+    err = capsys.readouterr().err
+    assert f"{PCI_MAPPING}: changed since apply" in err and "pve1: failed (exit 10)" in err
+    assert len(mapping_calls(live)["pve1"]) == 1, "only the apply's write"
+    assert written.read_text() == "\n".join(kept) + "\n"
+    vm = cluster / "pve1/etc/pve/nodes/pve1/qemu-server/300.conf"
+    assert "hostpci0: mapping=gpu-vfio" in vm.read_text(), "nothing was rolled back"
+
+
+def test_a_concurrent_change_of_the_mapping_makes_the_apply_refuse(
+    nodes_sshd: Sshd, tmp_path: Path, cluster: Path, live: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    written = cluster / "pve1/etc/pve/mapping/pci.cfg"
+    theirs = "\nother-gpus\n\tmap id=10de:2230,node=pve2,path=0000:83:00\n"
+    # Between proxgpu's own check of the file and Proxmox's lock, another write lands.
+    (live / "pve1/mapping-race").write_text(theirs)
+    expected = written.read_text() + theirs
+    ssh = ssh_argv(nodes_sshd, tmp_path, cluster)
+    assert main(["apply", *ssh, *GUESTS, "--yes"]) == 10
+    err = capsys.readouterr().err
+    assert f"{PCI_MAPPING}: changed while being applied: Proxmox refused mapping gpu-vfio" in err
+    assert "detected modified configuration" in err
+    assert "pve2: not touched" in err and "pve3: not touched" in err
+    assert written.read_text() == expected, "the other write stands, nothing of proxgpu's"
+    vm = cluster / "pve1/etc/pve/nodes/pve1/qemu-server/300.conf"
+    assert "hostpci" not in vm.read_text()
+    [entry] = history(DirectoryHost(str(cluster / "pve1")))
+    assert entry.status == "failed"
+
+
+def test_a_failure_after_the_mapping_write_puts_it_back_through_the_api(
+    nodes_sshd: Sshd, tmp_path: Path, cluster: Path, live: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_tool(live / "pve1", "update-initramfs", "echo 'no space left' >&2; exit 1\n")
+    written = cluster / "pve1/etc/pve/mapping/pci.cfg"
+    original, digest = written.read_text(), sha1(written)
+    ssh = ssh_argv(nodes_sshd, tmp_path, cluster)
+    assert main(["apply", *ssh, *GUESTS, "--yes"]) != 0
+    err = capsys.readouterr().err
+    assert "every file was restored" in err and "pve2: not touched" in err
+    [wrote, back] = mapping_calls(live)["pve1"]
+    assert option(wrote, "--digest") == [digest]
+    assert back[:2] == ["set", "/cluster/mapping/pci/gpu-vfio"]
+    # Back through the API, with the digest of the file the apply had written.
+    assert option(back, "--map") == [
+        v for k, v in mapping_lines(original)["gpu-vfio"] if k == "map"
+    ]
+    assert option(back, "--digest") != [digest]
+    assert mapping_lines(written.read_text()) == mapping_lines(original)
+    [entry] = history(DirectoryHost(str(cluster / "pve1")))
+    assert entry.status == "failed"

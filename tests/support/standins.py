@@ -29,15 +29,98 @@ import hashlib, json, os, sys
 from pathlib import Path
 
 here = Path(__file__).resolve().parent
+
+
+def sections(text):
+    # pci.cfg as PVE::Mapping::PCI (a SectionConfig) reads it: {id: {key: value, map: [...]}}.
+    found, current = {}, None
+    for line in text.split("\n"):
+        if not line.strip():
+            current = None
+        elif current is None and not line[0].isspace() and not line.startswith("#"):
+            current = found.setdefault(line.strip(), {"map": []})
+        elif current is not None and line[0].isspace():
+            key, _, value = line.strip().partition(" ")
+            if key == "map":
+                current["map"].append(value.strip())
+            else:
+                current[key] = value.strip()
+    return found
+
+
+def written(found):
+    # As SectionConfig's write_config writes it: the id, the required map lines, then the
+    # optional keys sorted, a blank line after each id.
+    out = ""
+    for name, data in found.items():
+        out += name + "\n" + "".join(f"\tmap {m}\n" for m in data["map"])
+        out += "".join(f"\t{k} {v}\n" for k, v in sorted(data.items()) if k != "map")
+        out += "\n"
+    return out
+
+
+def mapping(verb, name, options, maps):
+    # /cluster/mapping/pci as pve-manager's PVE/API2/Cluster/Mapping/PCI.pm answers it.
+    cfg = root / "etc/pve/mapping/pci.cfg"
+    race = here / "mapping-race"
+    if verb != "get" and race.exists():
+        # Another admin's write lands just before this one takes pmxcfs' lock.
+        cfg.write_text(cfg.read_text() + race.read_text())
+        race.unlink()
+    data = cfg.read_bytes() if cfg.exists() else b""
+    found = sections(data.decode())
+    digest = hashlib.sha1(data).hexdigest()
+    bad = [m for m in maps if not {"node", "path", "id"} <= {p.split("=")[0] for p in m.split(",")}]
+    if bad:
+        sys.stderr.write(f"400 Parameter verification failed.\nmap: missing property - {bad[0]}\n")
+        return 255
+    if verb == "get":
+        if name not in found:
+            sys.stderr.write(f"mapping '{name}' not found\n")
+            return 255
+        print(json.dumps({**found[name], "type": "pci", "digest": digest}))
+        return 0
+    if verb == "create":
+        if name in found:
+            sys.stderr.write(f"create hardware mapping failed: pci ID '{name}' already defined\n")
+            return 255
+        found[name] = {**options, "map": maps}
+    elif verb == "set":
+        if options.get("digest", digest) != digest:
+            sys.stderr.write(
+                "update hardware mapping failed: detected modified configuration - file "
+                "changed by other user? Try again.\n"
+            )
+            return 255
+        if name not in found:
+            sys.stderr.write(f"update hardware mapping failed: pci ID '{name}' does not exist\n")
+            return 255
+        options.pop("digest", None)
+        for key in options.pop("delete", "").replace(";", ",").split(","):
+            found[name].pop(key, None)
+        found[name].update(options)
+        if maps:
+            found[name]["map"] = maps
+    elif verb == "delete":
+        found.pop(name, None)
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cfg.with_name(f"{cfg.name}.tmp.{os.getpid()}")
+    tmp.write_text(written(found))
+    tmp.rename(cfg)
+    return 0
+
 root = Path(ROOT)
 args = sys.argv[1:]
 with open(here / "pvesh.log", "a") as log:
     log.write(json.dumps(args) + "\n")
 verb, parts, rest = args[0], args[1].strip("/").split("/"), args[2:]
 options = {}
+maps = []  # an array parameter: pvesh takes one --map per item
 while rest:
     name, value, rest = rest[0], rest[1], rest[2:]
-    if name != "--output-format":
+    if name == "--map":
+        maps.append(value)
+    elif name != "--output-format":
         options[name.lstrip("-")] = value
 if verb == "get" and len(parts) == 6 and parts[4:] == ["status", "current"]:
     status = here / f"status-{parts[3]}"
@@ -66,6 +149,8 @@ if verb == "set" and len(parts) == 5 and parts[2] == "qemu" and parts[4] == "con
     tmp.write_text(out)
     tmp.rename(conf)
     sys.exit(0)
+if parts[:3] == ["cluster", "mapping", "pci"]:
+    sys.exit(mapping(verb, parts[3] if len(parts) == 4 else options.pop("id", ""), options, maps))
 sys.stderr.write(f"the stand-in pvesh does not answer {args}\n")
 sys.exit(2)
 """
@@ -76,8 +161,13 @@ def fake_pvesh(directory: Path, root: Path | None = None) -> Path:
 
     The status of a guest is ``stopped`` unless a file ``status-<vmid>`` next to it says
     otherwise; ``set`` rewrites the VM configs under ``root`` (default: the tree ``host`` next to
-    ``directory``, where the ``root`` fixture copies ct200). Every call is logged, one JSON
-    argument list a line, to ``pvesh.log`` next to it.
+    ``directory``, where the ``root`` fixture copies ct200). ``get``, ``set``, ``create`` and
+    ``delete`` of ``/cluster/mapping/pci/ID`` read and rewrite ``root``'s
+    ``etc/pve/mapping/pci.cfg`` as Proxmox does (the whole file in its own order; ``set``
+    refused unless ``--digest`` is the SHA-1 of the file); a file ``mapping-race`` next to it
+    is appended to the mapping file just before the next write, as another admin's edit that
+    lands first. Every call is logged, one JSON argument list a line, to ``pvesh.log`` next to
+    it.
     """
     directory.mkdir(exist_ok=True)
     where = root if root is not None else directory.parent / "host"

@@ -10,6 +10,7 @@ import pytest
 from proxgpu.errors import SysfsError
 from proxgpu.pve.api import config_digest
 from proxgpu.pve.cluster import mapping_call, parse_members
+from proxgpu.pve.mapping import changed_ids
 
 # Printed the way pmxcfs' cfs_create_memberlist_msg prints it: online as 0/1, an ip only where
 # pmxcfs knows one, nodes in hash-table order (not by id).
@@ -88,3 +89,20 @@ def test_a_new_mapping_is_created_beside_the_others() -> None:
         "pvesh", "create", "/cluster/mapping/pci", "--id", "gpu-vfio",
         "--map", "node=pve1,path=0000:81:00",
     ]  # fmt: skip
+
+
+def test_a_mapping_call_sets_creates_or_deletes_the_one_id_with_the_files_digest() -> None:
+    before = "gpus\n\tdescription GPUs\n\tmap id=10de:2330,node=a,path=0000:01:00\n\nkeep\n"
+    after = "gpus\n\tmap id=10de:2330,node=a,path=0000:01:00\n\tmap node=b\n\nkeep\n"
+    assert changed_ids(before, after) == ["gpus"]
+    call = mapping_call("gpus", before, after)
+    assert call[:3] == ["pvesh", "set", "/cluster/mapping/pci/gpus"]
+    assert call[3:] == [
+        "--map", "id=10de:2330,node=a,path=0000:01:00", "--map", "node=b",
+        "--delete", "description", "--digest", config_digest(before),
+    ]  # fmt: skip
+    # Rolling back a mapping proxgpu created removes it; there is no digest to give then.
+    assert mapping_call("gpus", after, "keep\n") == ["pvesh", "delete", "/cluster/mapping/pci/gpus"]
+    # Proxmox's rewrite of the same lines in its own order is no change.
+    assert not changed_ids(after, "keep\n\ngpus\n\tmap id=10de:2330,node=a,path=0000:01:00\n"
+                           "\tmap node=b\n\n")  # fmt: skip
