@@ -24,6 +24,10 @@ LXC_CONFIG_DIR = "/etc/pve/lxc/"
 VM_CONFIG_DIR = "/etc/pve/qemu-server/"
 MAPPING_DIR = "/etc/pve/mapping/"
 PCI_MAPPING = "/etc/pve/mapping/pci.cfg"
+#: The member list pmxcfs keeps on every node (names, IPs, online).
+MEMBERS = "/etc/pve/.members"
+#: Each node's own guest configs (``/etc/pve/lxc`` links to ``nodes/<this node>/lxc``).
+NODES_DIR = "/etc/pve/nodes/"
 GUEST_CONFIG = re.compile(r"^/etc/pve/(lxc|qemu-server)/(\d+)\.conf$")
 #: Where inspection finds the files that say which guest holds which device.
 GUEST_FILE_PREFIXES = (LXC_CONFIG_DIR, VM_CONFIG_DIR, MAPPING_DIR)

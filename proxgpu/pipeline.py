@@ -2,9 +2,10 @@
 
 :func:`split_host` inspects, plans, renders and applies (or only checks); Ansible-style scripts
 and the Ansible module use it. The command line runs the same steps through :func:`propose` so
-that it can show the plan before asking. The documents (:func:`inventory_document`,
-:func:`plan_document`, :func:`apply_document`) are the JSON contracts of ``--json`` and of the
-Ansible module; secrets in guest configs are redacted in every one of them (:func:`shown`).
+that it can show the plan before asking. The documents (:func:`plan_document`,
+:func:`apply_document`, and :func:`~proxgpu.inspection.document.inventory_document`, which lives
+with inspection so that ``inspect`` loads no planner) are the JSON contracts of ``--json`` and of
+the Ansible module; secrets in guest configs are redacted in every one of them (:func:`shown`).
 
 >>> from proxgpu.host import DirectoryHost
 >>> from proxgpu.planning import SplitPolicy
@@ -27,9 +28,9 @@ from proxgpu.apply.remote import read_files, sha
 from proxgpu.errors import SysfsError, UsageError
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, Inventory, inspect
-from proxgpu.paths import PCI_MAPPING, guest_config
+from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
 from proxgpu.planning import Plan, SplitPolicy, plan_split
-from proxgpu.pve.cluster import MEMBERS, ClusterMembers, parse_members
+from proxgpu.pve.cluster import ClusterMembers, parse_members
 from proxgpu.pve.config import redact_secrets
 from proxgpu.pve.mapping import PciMappingConfig, with_node_maps
 from proxgpu.rendering import RenderOptions, render
@@ -231,12 +232,6 @@ def shown(changes: ChangeSet) -> ChangeSet:
         for f in changes.files
     ]
     return changes.model_copy(update={"files": files})
-
-
-def inventory_document(inventory: Inventory) -> dict[str, Any]:
-    """The inventory as ``inspect --json`` prints it, guest configs redacted."""
-    configs = {p: redact_secrets(t) for p, t in inventory.guest_configs.items()}
-    return inventory.model_copy(update={"guest_configs": configs}).model_dump(mode="json")
 
 
 def plan_document(plan: Plan, changes: ChangeSet) -> dict[str, Any]:

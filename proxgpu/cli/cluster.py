@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from proxgpu.cli.fleet import Cluster, run_fleet
-from proxgpu.cli.setup import gpu_filter, open_host, split_policy
+from proxgpu.cli.proposing import split_policy
+from proxgpu.cli.setup import gpu_filter, open_host
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.host import Host
 from proxgpu.host.ssh import parse_target
 from proxgpu.inspection import inspect
+from proxgpu.paths import MEMBERS
 from proxgpu.pipeline import (
     Proposal,
     node_policy,
@@ -39,7 +41,7 @@ from proxgpu.pipeline import (
     read_members,
     with_change,
 )
-from proxgpu.pve.cluster import MEMBERS, ClusterMembers
+from proxgpu.pve.cluster import ClusterMembers
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import FileChange, unified_diff
 

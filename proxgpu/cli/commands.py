@@ -12,14 +12,12 @@ from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.verify import verify
 from proxgpu.cli.change import Progress, confirm
-from proxgpu.cli.report import picture_of, write_output
 from proxgpu.cli.setup import gpu_filter, open_host, read_inventory
-from proxgpu.cli.text import render_inventory, table
+from proxgpu.cli.text import table
 from proxgpu.errors import DriftError, UsageError
 from proxgpu.host.base import Host
 from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import gather, write_tree
-from proxgpu.pipeline import inventory_document
 from proxgpu.planning.advice import check_gpu_set
 
 #: check-gpus: the GPUs straddle NUMA nodes; a GPU's NUMA node is unknown (sysfs says -1).
@@ -100,21 +98,6 @@ def cmd_check_gpus(args: argparse.Namespace) -> int:
     if check.numa_local:
         return 0
     return UNKNOWN_NODE if any(p.numa_node is None for p in check.gpus) else STRADDLES
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    """Print the host's inventory."""
-    inventory = read_inventory(args)
-    if args.json and (args.tree or args.format != "text"):
-        raise UsageError("--json prints the inventory: leave out --tree and --format svg")
-    if args.json:
-        text = json.dumps(inventory_document(inventory), indent=2) + "\n"
-    elif args.tree or args.format == "svg":
-        text = picture_of(inventory, tree=args.tree)
-    else:
-        text = render_inventory(inventory) + "\n"
-    write_output(text, args.output)
-    return 0
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from proxgpu.errors import ProxgpuError
+from proxgpu.errors import ProxgpuError, UsageError
 
 
 def wants_color(choice: str, *, tty: bool, environ: Mapping[str, str]) -> bool:
@@ -69,3 +69,18 @@ def report_error(exc: ProxgpuError, as_json: bool) -> None:
     print(f"proxgpu: {exc}", file=sys.stderr)
     if as_json:
         print(json.dumps(error_document(exc), indent=2))
+
+
+def write_output(text: str, path: str | None) -> None:
+    """``text`` to ``path``, or to stdout without one.
+
+    :raises UsageError: when the file cannot be written.
+    """
+    if path is None:
+        sys.stdout.write(text)
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc.strerror}") from None

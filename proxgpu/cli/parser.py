@@ -5,7 +5,7 @@ Handlers are named, not imported: :func:`proxgpu.cli.main` imports
 so that ``--help`` and a usage error cost little more than starting Python.
 
 >>> build_parser().parse_args(["inspect", "--json"]).handler
-'commands:cmd_inspect'
+'inspecting:cmd_inspect'
 """
 
 from __future__ import annotations
@@ -65,7 +65,11 @@ def _command(
 
 def _inspect(sub: Commands) -> None:
     inspect = _command(
-        sub, "inspect", "show GPUs, NUMA nodes, IOMMU groups and drivers", "the inventory"
+        sub,
+        "inspect",
+        "show GPUs, NUMA nodes, IOMMU groups and drivers",
+        "the inventory",
+        module="inspecting",
     )
     inspect.add_argument(
         "--format",

@@ -13,8 +13,10 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from proxgpu.cli.setup import gpu_filter, open_host, split_policy
-from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
+from proxgpu.cli.console import write_output
+from proxgpu.cli.proposing import split_policy
+from proxgpu.cli.setup import gpu_filter, open_host
+from proxgpu.errors import PlanRefusedError, ProxgpuError
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import HostReport, plan_report
@@ -25,21 +27,6 @@ from proxgpu.rendering import RenderOptions
 def picture_of(inventory: Inventory, *, tree: bool) -> str:
     """The inventory as a text tree or as an SVG file's text."""
     return inventory_tree(inventory) if tree else inventory_svg(inventory)
-
-
-def write_output(text: str, path: str | None) -> None:
-    """``text`` to ``path``, or to stdout without one.
-
-    :raises UsageError: when the file cannot be written.
-    """
-    if path is None:
-        sys.stdout.write(text)
-        return
-    try:
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(text)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write: {exc.strerror}") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:

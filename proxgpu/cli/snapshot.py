@@ -18,7 +18,7 @@ from proxgpu.apply.remote import read_files
 from proxgpu.cli.setup import open_host
 from proxgpu.errors import ProxgpuError, SysfsError, UsageError
 from proxgpu.inspection.capture import Capture, as_cluster_node, gather, guest_files, write_tree
-from proxgpu.pve.cluster import MEMBERS
+from proxgpu.paths import MEMBERS
 
 if TYPE_CHECKING:
     from proxgpu.cli.cluster import Nodes

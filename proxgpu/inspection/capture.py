@@ -21,8 +21,7 @@ from pathlib import Path, PurePosixPath
 from proxgpu.errors import CommandError, HostUnreachableError, SysfsError, UsageError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import run_script
-from proxgpu.paths import LXC_CONFIG_DIR, PCI_DEVICES, PVE_DIR, VM_CONFIG_DIR
-from proxgpu.pve.cluster import MEMBERS, NODES_DIR
+from proxgpu.paths import LXC_CONFIG_DIR, MEMBERS, NODES_DIR, PCI_DEVICES, PVE_DIR, VM_CONFIG_DIR
 from proxgpu.pve.config import redact_secrets
 
 KEEP = ".proxgpu-keep"

@@ -23,13 +23,9 @@ from pydantic import Field
 from proxgpu.errors import PveApiError, SysfsError
 from proxgpu.host.base import Host
 from proxgpu.model import FrozenModel
+from proxgpu.paths import MEMBERS
 from proxgpu.pve.api import API_TIMEOUT, config_digest
 from proxgpu.pve.mapping import mapping_lines
-
-#: The member list pmxcfs keeps on every node.
-MEMBERS = "/etc/pve/.members"
-#: Each node's own guest configs (``/etc/pve/lxc`` links to ``nodes/<this node>/lxc``).
-NODES_DIR = "/etc/pve/nodes/"
 
 
 class Member(FrozenModel):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxgpu.cli.text import render_changes
+from proxgpu.cli.plan_text import render_changes
 from proxgpu.errors import RenderError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect

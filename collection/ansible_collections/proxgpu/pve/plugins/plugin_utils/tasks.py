@@ -19,7 +19,8 @@ from proxgpu.ansible.proxgpu_split import ARGUMENTS
 from proxgpu.apply import history, verify
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, inspect
-from proxgpu.pipeline import SplitResult, inventory_document, split_host
+from proxgpu.inspection.document import inventory_document
+from proxgpu.pipeline import SplitResult, split_host
 from proxgpu.planning import SplitPolicy, parse_vm_spec
 from proxgpu.rendering import RenderOptions
 

@@ -1,0 +1,50 @@
+"""Human-readable text of a plan and its change set, as ``plan`` and ``apply`` print them."""
+
+from __future__ import annotations
+
+from proxgpu.cli.text import table
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.planning.model import Plan, PlanGroup
+from proxgpu.rendering.changes import ChangeSet, unified_diff
+
+
+def _group_title(group: PlanGroup) -> str:
+    node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
+    target = "no guest" if group.guest is None else f"{group.guest.type.upper()} {group.guest.vmid}"
+    role = "stays on the host driver" if group.role == "host" else "goes to vfio-pci"
+    return f"{node} -> {group.driver} ({role}), for {target}; CPUs {group.cpus}"
+
+
+def render_plan(plan: Plan, inv: Inventory) -> str:
+    """The split as a sysadmin reviews it: each group, its GPUs, pinning and target."""
+    lines = [f"Plan for {inv.hostname}:"]
+    for group in plan.groups:
+        lines.append(
+            f"  {_group_title(group)}, memory node(s) "
+            f"{','.join(str(n) for n in group.memory_nodes) or '-'}"
+        )
+        rows = [["GPU", "MODEL", "NOW", "FUNCTIONS"]]
+        for address in group.gpus:
+            gpu = inv.gpu(address)
+            rows.append([address, gpu.model or "?", gpu.driver or "-", str(len(gpu.functions))])
+        lines.append(table(rows, indent="    "))
+    if plan.tensor_parallel:
+        first = plan.tensor_parallel[0]
+        lines.append(
+            f"  NUMA-local {first.variable} for the host group "
+            f"({first.ordering}, numbered as the container sees them):"
+        )
+    for advice in plan.tensor_parallel:
+        lines.append(f"    TP={advice.size}: " + " | ".join(advice.device_sets))
+    if plan.enable_iommu:
+        lines.append("  The kernel command line gets the IOMMU turned on.")
+    lines += [f"  warning: {w}" for w in plan.warnings]
+    return "\n".join(lines)
+
+
+def render_changes(changes: ChangeSet, color: bool = False) -> str:
+    """Every changed file as a unified diff, then the actions and a one-line summary."""
+    diffs = "\n".join(unified_diff(change, color) for change in changes.changed_files())
+    notes = [f"warning: {w}\n" for w in changes.warnings]
+    notes += [f"then run: {' '.join(a.argv)}  ({a.why})\n" for a in changes.actions]
+    return (diffs + "\n" if diffs else "") + "".join(notes) + changes.summary() + "\n"
