@@ -7,7 +7,9 @@ authentication, one command. Measured in the same run, each the median of a few 
 * one: ``proxgpu inspect --host gpu1 --root TREE --json`` as a child process;
 * fleet: the same with ``--host gpu1,...,gpu64`` and ``--forks N`` for a few N.
 
-The goal is 64 hosts in at most 3x the time of one. Where the time goes: each fleet run also
+The goal is 64 hosts in at most 3x the time of one. The floor of the fleet is OpenSSH's own
+``ssh NAME true`` to the same 64 names with the same concurrency: every connection's key exchange
+runs on this machine, client and server side alike. Where the time goes: each fleet run also
 reports the CPU time it used, proxgpu's own (its child's rusage) and the whole machine's (busy
 time in /proc/stat, which takes in sshd and the shell scripts on the "hosts", all on this
 machine), and the floor that CPU time sets: busy seconds divided by the cores. Run on a quiet
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -51,6 +54,16 @@ def inspect(config: Path, tree: Path, hosts: int, forks: int) -> None:
     argv = [sys.executable, "-m", "proxgpu", "inspect", "--host", names, "--root", str(tree)]
     argv += ["--ssh-config", str(config), "--forks", str(forks), "--json"]
     subprocess.run(argv, check=True, capture_output=True, timeout=600)
+
+
+def ssh_fleet(config: Path, hosts: int, forks: int) -> None:
+    """The floor: OpenSSH's own ``ssh NAME true`` to the same names, ``forks`` at a time."""
+
+    def one(n: int) -> None:
+        subprocess.run(["ssh", "-F", str(config), f"gpu{n}", "true"], check=True, timeout=120)
+
+    with ThreadPoolExecutor(max_workers=forks) as pool:
+        list(pool.map(one, range(1, hosts + 1)))
 
 
 def busy_seconds() -> float:
@@ -92,7 +105,12 @@ def main() -> None:
             print(f"  1 host: {cpu_report(config, tree, 1, 1)}")
             for forks in (5, 16, 64):
                 many = median_seconds(partial(inspect, config, tree, HOSTS, forks), RUNS, warmups=0)
-                print(f"{HOSTS} hosts, --forks {forks}: {many:.2f} s = {many / one:.1f}x one host")
+                floor = median_seconds(partial(ssh_fleet, config, HOSTS, forks), RUNS, warmups=0)
+                print(
+                    f"{HOSTS} hosts, --forks {forks}: {many:.2f} s = {many / one:.1f}x one host; "
+                    f"ssh true to the {HOSTS} names, {forks} at a time: {floor:.2f} s "
+                    f"(proxgpu = {many / floor:.2f}x that)"
+                )
                 print(f"  {cpu_report(config, tree, HOSTS, forks)}")
 
 

@@ -74,6 +74,28 @@ def test_inspect_sees_eight_gpus_four_per_node(testhost: QemuTestHost, tmp_path:
     assert inventory["driver_modules"]["bochs-drm"] == "bochs"
 
 
+def test_inspect_reads_the_kernels_bars_and_drm_nodes(
+    testhost: QemuTestHost, tmp_path: Path
+) -> None:
+    # bochs-display's BAR0 is its 16 MiB framebuffer; bochs-drm makes a card node, no render node.
+    gpus = json_of(proxgpu(testhost, tmp_path, "inspect", "--json"))["gpus"]
+    assert all(16 << 20 in gpu["bar_bytes"] for gpu in gpus), [g["bar_bytes"] for g in gpus]
+    cards = [gpu["drm_nodes"] for gpu in gpus]
+    assert all(len(nodes) == 1 and nodes[0].startswith("card") for nodes in cards), cards
+    assert len({nodes[0] for nodes in cards}) == len(gpus), "each GPU has its own card"
+
+
+def test_the_busy_check_finds_the_kernels_framebuffers(testhost: QemuTestHost) -> None:
+    # bochs-drm's fbdev emulation gives each GPU a framebuffer whose device link names it: the
+    # record the live rebind refuses an nvidia GPU on. Run as proxgpu runs it: prelude + script.
+    scripts = Path(__file__).resolve().parents[2] / "proxgpu" / "scripts"
+    script = (scripts / "prelude.sh").read_text() + (scripts / "busy.sh").read_text()
+    rc, out, err = testhost.ssh(["sh", "-c", script, "busy", "/", *NODE0, *NODE1])
+    assert rc == 0, err
+    framebuffers = [line.split("\t")[1] for line in out.splitlines() if line.startswith("#fb\t")]
+    assert sorted(framebuffers) == NODE0 + NODE1, out
+
+
 def test_inspect_table_groups_by_node(testhost: QemuTestHost, tmp_path: Path) -> None:
     result = proxgpu(testhost, tmp_path, "inspect")
     assert result.returncode == 0, result.stderr
