@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from proxgpu.apply import ApplyResult, Progress, apply_changes
+from proxgpu.apply import ApplyResult, Progress, apply_changes, history, verify
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import read_files, sha
 from proxgpu.errors import SysfsError, UsageError
@@ -211,6 +211,26 @@ def split_host(
         skip_guest_check=skip_guest_check,
     )
     return SplitResult(proposal.inventory, proposal.plan, proposal.changes, applied)
+
+
+def reboot_awaited(host: Host, result: SplitResult) -> bool:
+    """Whether ``host`` must still reboot for the split to take effect: this run's change needs
+    it, or the last apply did and the host has not booted since (its boot id is the one the
+    apply recorded) while a function is not on its planned driver yet. So a play that stopped
+    before its reboot is finished by the next run, and a rebooted host is not asked again; a
+    rolled-back apply awaits nothing.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> tree = DirectoryHost("examples/hosts/ct200")
+    >>> reboot_awaited(tree, split_host(tree, SplitPolicy(lxc=200), check=True))
+    True
+    """
+    if result.changed:
+        return result.changes.reboot_required
+    entries = history(host)
+    if not entries or entries[-1].status != "applied":
+        return False
+    return bool(verify(host, entries[-1], inventory=result.inventory).pending_reboot)
 
 
 def shown(changes: ChangeSet) -> ChangeSet:

@@ -94,16 +94,9 @@ journal_id:
   type: str
 """
 
-import re
-from collections.abc import Sequence
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-
-if TYPE_CHECKING:
-    from proxgpu.apply import JournalEntry
 
 ARGUMENTS: dict[str, Any] = {
     "root": {"type": "path"},
@@ -121,44 +114,12 @@ ARGUMENTS: dict[str, Any] = {
 }
 
 
-def boot_time(proc_stat: str) -> datetime:
-    r"""When the running kernel booted, from the ``btime`` line of ``/proc/stat``.
-
-    >>> boot_time("cpu  1 2 3\nbtime 1764500000\n").isoformat()
-    '2025-11-30T10:53:20+00:00'
-    """
-    match = re.search(r"^btime (\d+)$", proc_stat, re.MULTILINE)
-    if match is None:
-        raise ValueError("/proc/stat has no btime line")
-    return datetime.fromtimestamp(int(match[1]), UTC)
-
-
-def reboot_pending(entries: Sequence[JournalEntry], booted: datetime) -> bool:
-    """Whether the host's last apply needs a reboot that has not happened since it finished.
-
-    ``entries`` is the host's journal, oldest first. Only the last entry counts: once it is
-    rolled back (or failed and restored) the running kernel matches the boot files again. The
-    journal's times are the clock of the machine that applied, here the host itself.
-
-    >>> reboot_pending([], datetime.now(UTC))
-    False
-    """
-    if not entries:
-        return False
-    last = entries[-1]
-    if last.status != "applied" or not last.changeset.reboot_required:
-        return False
-    finished = datetime.fromisoformat(last.finished or last.started)
-    return finished > booted
-
-
 def main() -> None:
     """Run the module: plan (check mode) or apply the split, and say whether to reboot."""
     module = AnsibleModule(argument_spec=ARGUMENTS, supports_check_mode=True)
     try:
         import proxgpu
-        from proxgpu.apply import history
-        from proxgpu.pipeline import split_host
+        from proxgpu.pipeline import reboot_awaited, split_host
         from proxgpu.planning import SplitPolicy, parse_vm_spec
         from proxgpu.rendering import RenderOptions
     except ImportError as exc:
@@ -187,12 +148,7 @@ def main() -> None:
             # A directory tree is not the machine this module runs on: its boot is not ours to
             # ask for. On the host itself, a change that needs a reboot asks for one, and so does
             # every later run until the host has rebooted after the last apply.
-            reboot = False
-            if host.is_live:
-                reboot = result.changed and result.changes.reboot_required
-                if not reboot:
-                    booted = boot_time(Path("/proc/stat").read_text())
-                    reboot = reboot_pending(history(host), booted)
+            reboot = host.is_live and reboot_awaited(host, result)
     except proxgpu.ProxgpuError as exc:
         module.fail_json(msg=str(exc), error=type(exc).__name__)
     # module.warn, not exit_json(warnings=...), which ansible-core 2.19 deprecates.

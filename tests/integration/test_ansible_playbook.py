@@ -7,15 +7,9 @@ import os
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from proxgpu.ansible import LIBRARY
-from proxgpu.ansible.proxgpu_split import boot_time, reboot_pending
-from proxgpu.apply import history, rollback
-from proxgpu.host import DirectoryHost
-from proxgpu.pipeline import split_host
-from proxgpu.planning import SplitPolicy
 from tests.support.ansible import ansible_playbook
 from tests.support.trees import EXAMPLES, REPO, copy_example
 
@@ -83,27 +77,3 @@ def test_packaged_module_is_found_through_ansible_library(tmp_path: Path) -> Non
     completed = ansible_playbook(playbook, tmp_path, "-e", f"proxgpu_root={root}", library=library)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "hostpci0:" in (root / "etc/pve/qemu-server/300.conf").read_text()
-
-
-def test_a_pending_reboot_is_reported_until_the_host_has_booted_after_the_apply(
-    tmp_path: Path,
-) -> None:
-    root = copy_example(tmp_path)
-    host = DirectoryHost(str(root))
-    result = split_host(host, SplitPolicy(lxc=200, vms=[(300, None)]), check=False)
-    assert result.changed and result.changes.reboot_required
-    entries = history(host)
-    finished = datetime.fromisoformat(entries[-1].finished or "")
-    # Booted before the apply finished: the new binding is not running yet, on this run and any
-    # later one.
-    assert reboot_pending(entries, finished - timedelta(hours=1)) is True
-    # Booted since: the reboot happened.
-    assert reboot_pending(entries, finished + timedelta(seconds=1)) is False
-    # Rolled back before any reboot: the running kernel matches the boot files again.
-    rollback(host, run_actions=False)
-    assert reboot_pending(history(host), finished - timedelta(hours=1)) is False
-
-
-def test_boot_time_is_read_from_proc_stat() -> None:
-    booted = boot_time(Path("/proc/stat").read_text())
-    assert booted < datetime.now(UTC)

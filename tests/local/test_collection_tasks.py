@@ -11,8 +11,9 @@ from types import ModuleType
 import pytest
 from ansible_collections.proxgpu.pve.plugins.plugin_utils import host, tasks
 
+from proxgpu.apply import rollback
 from proxgpu.host import DirectoryHost
-from proxgpu.pipeline import split_host
+from proxgpu.pipeline import reboot_awaited, split_host
 from proxgpu.planning import SplitPolicy
 from tests.support.trees import REPO, copy_example
 
@@ -23,10 +24,10 @@ def test_a_reboot_is_awaited_until_the_host_boots_after_the_apply(tmp_path: Path
     root = copy_example(tmp_path)
     tree = DirectoryHost(str(root))
     applied = split_host(tree, POLICY, check=False)
-    assert applied.changed and tasks.awaiting_reboot(tree, applied)
+    assert applied.changed and reboot_awaited(tree, applied)
     # A later run changes nothing, but the drivers are still the old ones on the same boot.
     again = split_host(tree, POLICY, check=True)
-    assert not again.changed and tasks.awaiting_reboot(tree, again)
+    assert not again.changed and reboot_awaited(tree, again)
     # A tree is never the machine that reboots.
     assert not tasks.reboot_required(tree, again)
     # The apply as if made in an earlier boot: whatever the drivers are now, another reboot
@@ -34,7 +35,17 @@ def test_a_reboot_is_awaited_until_the_host_boots_after_the_apply(tmp_path: Path
     entry = root / "var/lib/proxgpu/journal" / f"{applied.applied.journal_id}.json"
     record = json.loads(entry.read_text())
     entry.write_text(json.dumps({**record, "boot_id": "5f0c6a3e-0000-4000-8000-000000000001"}))
-    assert not tasks.awaiting_reboot(tree, split_host(tree, POLICY, check=True))
+    assert not reboot_awaited(tree, split_host(tree, POLICY, check=True))
+
+
+def test_a_rolled_back_apply_awaits_no_reboot(tmp_path: Path) -> None:
+    tree = DirectoryHost(str(copy_example(tmp_path)))
+    split_host(tree, POLICY, check=False)
+    unchanged = split_host(tree, POLICY, check=True)
+    assert not unchanged.changed and reboot_awaited(tree, unchanged)
+    rollback(tree, run_actions=False)
+    # The boot files are the running kernel's again: nothing to reboot for.
+    assert not reboot_awaited(tree, unchanged)
 
 
 @pytest.mark.parametrize("module", [host, tasks], ids=lambda m: m.__name__.rpartition(".")[2])

@@ -16,11 +16,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from proxgpu.ansible.proxgpu_split import ARGUMENTS
-from proxgpu.apply import history, verify
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, inspect
 from proxgpu.inspection.document import inventory_document
-from proxgpu.pipeline import SplitResult, split_host
+from proxgpu.pipeline import SplitResult, reboot_awaited, split_host
 from proxgpu.planning import SplitPolicy, parse_vm_spec
 from proxgpu.rendering import RenderOptions
 
@@ -92,22 +91,10 @@ def split(host: Host, params: dict[str, Any], *, check: bool) -> SplitResult:
 
 
 def reboot_required(host: Host, result: SplitResult) -> bool:
-    """Whether the host must reboot for the split to take effect (:func:`awaiting_reboot`);
-    never for a directory tree (``root``), which is not the machine that would reboot."""
-    return host.is_live and awaiting_reboot(host, result)
-
-
-def awaiting_reboot(host: Host, result: SplitResult) -> bool:
-    """Whether the split needs a reboot: this run's change needs one, or the last apply did and
-    the host has not booted since (its boot id is the one the apply recorded) while some
-    function is still not on its planned driver. So a play that stopped before its reboot task
-    is finished by the next run, and a host that rebooted is not asked to again."""
-    if result.changed:
-        return result.changes.reboot_required
-    entries = history(host)
-    if not entries or entries[-1].status != "applied":
-        return False
-    return bool(verify(host, entries[-1], inventory=result.inventory).pending_reboot)
+    """Whether the host must reboot for the split to take effect
+    (:func:`proxgpu.pipeline.reboot_awaited`); never for a directory tree (``root``), which is not
+    the machine that would reboot."""
+    return host.is_live and reboot_awaited(host, result)
 
 
 def split_document(host: Host, result: SplitResult, *, diff: bool) -> dict[str, Any]:
