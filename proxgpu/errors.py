@@ -116,6 +116,11 @@ class PveApiError(HostError):
         self.status = status
 
 
+class MappingChangedError(PveApiError):
+    """Proxmox refused a cluster PCI mapping write: the file changed since it was read (the
+    digest), or the mapping to create was made meanwhile."""
+
+
 class CommandTimeoutError(HostError):
     """A command on the host did not finish in time (the host itself still answers)."""
 

@@ -119,31 +119,21 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENTS, supports_check_mode=True)
     try:
         import proxgpu
+        from proxgpu.ansible.request import split_request
         from proxgpu.pipeline import reboot_awaited, split_host
-        from proxgpu.planning import SplitPolicy, parse_vm_spec
-        from proxgpu.rendering import RenderOptions
     except ImportError as exc:
         module.fail_json(msg=f"proxgpu is not installed for the Python running this module: {exc}")
     p = module.params
-    vendors = tuple(v.lower().removeprefix("0x") for v in p["gpu_vendor"] or []) or None
     try:
-        policy = SplitPolicy(
-            lxc=p["lxc"],
-            vms=[parse_vm_spec(spec) for spec in p["vms"]],
-            host_nodes=p["host_nodes"],
-            vfio_nodes=p["vfio_nodes"],
-            host_gpus=p["host_gpus"],
-            vfio_gpus=p["vfio_gpus"],
-            enable_iommu=p["enable_iommu"],
-        )
+        request = split_request(p)
         with proxgpu.connect(root=p["root"]) as host:
             result = split_host(
                 host,
-                policy,
-                RenderOptions(bind_method=p["bind_method"], mapping=p["mapping"]),
+                request.policy,
+                request.options,
                 check=module.check_mode,
                 live=p["live"],
-                gpu_filter=proxgpu.GpuFilter(vendors=vendors),
+                gpu_filter=request.gpu_filter,
             )
             # A directory tree is not the machine this module runs on: its boot is not ours to
             # ask for. On the host itself, a change that needs a reboot asks for one, and so does

@@ -19,7 +19,8 @@ from proxgpu.pci import normalize_pci_address
 
 
 class BusyDevice(FrozenModel):
-    """A function that is in use, and why: who holds its device nodes, persistence mode.
+    """A function that is in use, and why: who holds its device nodes, persistence mode;
+    ``in_kernel`` when something inside the kernel holds it (only a reboot frees it for sure).
 
     >>> BusyDevice(address="0000:81:00.0", driver="nvidia", reasons=["persistence is on"]).reasons
     ['persistence is on']
@@ -28,6 +29,7 @@ class BusyDevice(FrozenModel):
     address: str
     driver: str | None
     reasons: list[str]
+    in_kernel: bool = False
 
 
 def find_busy(host: Host, addresses: Sequence[str], timeout: float = 60.0) -> list[BusyDevice]:
@@ -52,6 +54,7 @@ def _busy_from(records: Sequence[Record], addresses: Sequence[str]) -> list[Busy
     reasons: dict[str, list[str]] = {a: [] for a in addresses}
     smi_rc, smi_lines = None, []
     kernel = _KernelClients.of(records)
+    in_kernel: set[str] = set()
     for record in records:
         word, fields = record.kind, record.fields
         if word == "fn":
@@ -70,12 +73,17 @@ def _busy_from(records: Sequence[Record], addresses: Sequence[str]) -> list[Busy
     persistence = _persistence(smi_lines) if smi_rc == 0 else {}
     for address, driver in drivers.items():
         if driver == "nvidia":
-            reasons[address] += kernel.reasons(address)
+            held_inside = kernel.reasons(address)
+            if held_inside:
+                in_kernel.add(address)
+            reasons[address] += held_inside
             mode = persistence.get(address)
             if mode != "Disabled":
                 reasons[address].append(_persistence_reason(mode, smi_rc, smi_lines))
     return [
-        BusyDevice(address=a, driver=drivers.get(a), reasons=r) for a, r in reasons.items() if r
+        BusyDevice(address=a, driver=drivers.get(a), reasons=r, in_kernel=a in in_kernel)
+        for a, r in reasons.items()
+        if r
     ]
 
 
@@ -95,11 +103,10 @@ class _KernelClients:
         for record in records:
             if record.kind == "fb":
                 framebuffers.setdefault(record.fields[0], []).append(record.fields[1])
-        params = next((tuple(r.fields[:2]) for r in records if r.kind == "nvdrm"), None)
         return cls(
             framebuffers=framebuffers,
             console=any(record.kind == "fbcon" for record in records),
-            nvidia_drm=(params[0], params[1]) if params else None,
+            nvidia_drm=next(((r[0], r[1]) for r in records if r.kind == "nvdrm"), None),
         )
 
     def reasons(self, address: str) -> list[str]:
@@ -141,7 +148,6 @@ def check_not_busy(host: Host, addresses: Sequence[str]) -> None:
     busy = find_busy(host, addresses)
     if busy:
         described = "; ".join(f"{b.address} ({b.driver}): {', '.join(b.reasons)}" for b in busy)
-        kernel = any("in-kernel" in r or "nvidia_drm" in r for b in busy for r in b.reasons)
         raise DeviceBusyError(
             host.name,
             [b.address for b in busy],
@@ -149,7 +155,7 @@ def check_not_busy(host: Host, addresses: Sequence[str]) -> None:
             + (
                 "apply without --live and reboot (or load nvidia_drm with modeset=0 and unbind "
                 "the console: echo 0 > /sys/class/vtconsole/vtcon1/bind)"
-                if kernel
+                if any(b.in_kernel for b in busy)
                 else "stop the processes (and the containers) using these GPUs and turn "
                 "persistence off (nvidia-smi -i <address> -pm 0, or stop nvidia-persistenced), "
                 "then retry"

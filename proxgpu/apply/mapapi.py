@@ -16,10 +16,10 @@ from collections.abc import Collection
 from proxgpu.apply.journal import JournalEntry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import describe, read_files
-from proxgpu.errors import FileChangedError, ProxgpuError
+from proxgpu.errors import FileChangedError, MappingChangedError, ProxgpuError
 from proxgpu.host.base import Host
 from proxgpu.paths import PCI_MAPPING
-from proxgpu.pve.cluster import MappingChangedError, write_mapping
+from proxgpu.pve.cluster import write_mapping
 from proxgpu.pve.mapping import changed_ids, mapping_lines
 
 

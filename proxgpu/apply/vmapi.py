@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from proxgpu.apply.remote import Progress
-from proxgpu.errors import FileChangedError, PveApiError
+from proxgpu.errors import FileChangedError, MappingChangedError, PveApiError
 from proxgpu.host.base import Host
 from proxgpu.paths import PCI_MAPPING, guest_of, is_vm_config
 from proxgpu.pve.api import PveResource, config_digest, config_update, proxmox_api, pvesh_warnings
-from proxgpu.pve.cluster import MappingChangedError, write_mapping
+from proxgpu.pve.cluster import MAPPING_API, write_mapping
 from proxgpu.pve.mapping import changed_ids
 from proxgpu.rendering.changes import FileChange
 
@@ -125,6 +125,6 @@ class VmApiWriter:
         )
         if self.mapping is not None and PCI_MAPPING in paths:
             lines.append(
-                f"through the Proxmox API (/cluster/mapping/pci/{self.mapping[1]}): {PCI_MAPPING}"
+                f"through the Proxmox API ({MAPPING_API}/{self.mapping[1]}): {PCI_MAPPING}"
             )
         return lines

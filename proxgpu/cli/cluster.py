@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from proxgpu.cli.fleet import Cluster, run_fleet
-from proxgpu.cli.proposing import split_policy
+from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.setup import gpu_filter, open_host
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.host import Host
@@ -42,7 +42,6 @@ from proxgpu.pipeline import (
     with_change,
 )
 from proxgpu.pve.cluster import ClusterMembers
-from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import FileChange, unified_diff
 
 #: The commands that plan every node first, so that the mapping is pooled and nothing changes
@@ -206,8 +205,7 @@ def _propose(args: argparse.Namespace, name: str, view: Cluster) -> Proposal | P
             inventory = inspect(host, gpu_filter(one))
             _same_name(host, inventory.node_name, name)
             policy = node_policy(split_policy(one), inventory)
-            options = RenderOptions(bind_method=one.bind_method, mapping=one.mapping)
-            return Proposal(inventory, *plan_inventory(inventory, policy, options))
+            return Proposal(inventory, *plan_inventory(inventory, policy, render_options(one)))
     except ProxgpuError as exc:
         return exc
 

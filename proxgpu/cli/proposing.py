@@ -42,5 +42,9 @@ def proposal(args: argparse.Namespace, host: Host) -> Proposal:
         raise planned
     if planned is not None:
         return planned  # type: ignore[no-any-return]
-    options = RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
-    return propose(host, split_policy(args), options, gpu_filter(args))
+    return propose(host, split_policy(args), render_options(args), gpu_filter(args))
+
+
+def render_options(args: argparse.Namespace) -> RenderOptions:
+    """``--bind-method`` and ``--mapping``."""
+    return RenderOptions(bind_method=args.bind_method, mapping=args.mapping)

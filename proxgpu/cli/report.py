@@ -14,14 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from proxgpu.cli.console import write_output
-from proxgpu.cli.proposing import split_policy
+from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.setup import gpu_filter, open_host
 from proxgpu.errors import PlanRefusedError, ProxgpuError
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import HostReport, plan_report
 from proxgpu.pipeline import node_policy
-from proxgpu.rendering import RenderOptions
 
 
 def picture_of(inventory: Inventory, *, tree: bool) -> str:
@@ -64,7 +63,7 @@ def _host_report(
         print(f"proxgpu: {exc}", file=sys.stderr)
         name = str(one.host or one.root or "this machine")
         return {"host": name, "error": str(exc)}, UnreadHost(name, str(exc)), exc.exit_code
-    options = RenderOptions(bind_method=args.bind_method, mapping=args.mapping)
+    options = render_options(args)
     policy = split_policy(args)
     if getattr(args, "targets", None):
         policy = node_policy(policy, inventory)  # a cluster's node: only the guests it holds

@@ -8,7 +8,7 @@ A node that is in no cluster lists neither.
 
 >>> members = parse_members('{"nodename": "pve1", "version": 5, "cluster": {"name": "gpu", '
 ...     '"version": 3, "nodes": 2, "quorate": 1}, "nodelist": {"pve1": {"id": 1, "online": 1, '
-...     '"ip": "10.0.0.1"}, "pve2": {"id": 2, "online": 0, "ip": "10.0.0.2"}}}', "pve1")
+...     '"ip": "127.0.0.1"}, "pve2": {"id": 2, "online": 0, "ip": "127.0.0.2"}}}', "pve1")
 >>> members.name, [m.name for m in members.online()], [m.name for m in members.offline()]
 ('gpu', ['pve1'], ['pve2'])
 """
@@ -20,12 +20,18 @@ from typing import Any
 
 from pydantic import Field
 
-from proxgpu.errors import PveApiError, SysfsError
+from proxgpu.errors import MappingChangedError, PveApiError, SysfsError
 from proxgpu.host.base import Host
 from proxgpu.model import FrozenModel
 from proxgpu.paths import MEMBERS
 from proxgpu.pve.api import API_TIMEOUT, config_digest
 from proxgpu.pve.mapping import mapping_lines
+
+#: Where the cluster PCI mappings are in the Proxmox API.
+MAPPING_API = "/cluster/mapping/pci"
+#: What Proxmox says when the file changed since it was read (``assert_if_modified`` in
+#: pve-common) or the id to create exists (pve-manager's ``create``).
+_CHANGED_SINCE = ("detected modified configuration", "already defined")
 
 
 class Member(FrozenModel):
@@ -119,11 +125,6 @@ def _why(exc: BaseException) -> str:
     return str(exc)
 
 
-class MappingChangedError(PveApiError):
-    """Proxmox refused a mapping write: the file changed since it was read (the digest), or the
-    mapping to create was made meanwhile."""
-
-
 def mapping_call(name: str, before: str | None, after: str) -> list[str]:
     """The ``pvesh`` command that turns mapping ``name`` in ``pci.cfg`` text ``before`` into what
     ``after`` says of it (Proxmox's ``/cluster/mapping/pci`` API, pve-manager's
@@ -173,10 +174,3 @@ def write_mapping(host: Host, name: str, before: str | None, after: str) -> None
     raise (MappingChangedError if changed else PveApiError)(
         host.name, method, argv[2], status, detail
     )
-
-
-#: Where the cluster PCI mappings are in the Proxmox API.
-MAPPING_API = "/cluster/mapping/pci"
-#: What Proxmox says when the file changed since it was read (``assert_if_modified`` in
-#: pve-common) or the id to create exists (pve-manager's ``create``).
-_CHANGED_SINCE = ("detected modified configuration", "already defined")

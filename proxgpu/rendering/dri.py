@@ -20,6 +20,8 @@ from proxgpu.rendering.context import RenderContext
 #: The DRM character major (fixed in the kernel, ``DRM_MAJOR``).
 DRM_MAJOR = 226
 KFD = "/dev/kfd"
+#: A DRM node's name: its kind and number (the minor): ``card1``, ``renderD129``.
+_DRM_NODE = re.compile(r"(card|renderD)(\d+)")
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,9 @@ def drm_device_nodes(names: list[str], majors: dict[str, int]) -> list[DeviceNod
     """``/dev/dri`` nodes by name (``card1``, ``renderD129``): the number is the minor."""
     major = majors.get("drm", DRM_MAJOR)
     return [
-        DeviceNode(f"/dev/dri/{name}", major, int(m[1]))
+        DeviceNode(f"/dev/dri/{name}", major, int(m[2]))
         for name in names
-        if (m := re.fullmatch(r"(?:card|renderD)(\d+)", name))
+        if (m := _DRM_NODE.fullmatch(name))
     ]
 
 
@@ -97,9 +99,7 @@ def _warn_about_renumbering(ctx: RenderContext, kept: list[Gpu]) -> None:
 
 def _nodes(gpu: Gpu) -> list[tuple[str, int]]:
     """The GPU's DRM nodes as (kind, number): ``("renderD", 129)``."""
-    return [
-        (m[1], int(m[2])) for n in gpu.drm_nodes if (m := re.fullmatch(r"(card|renderD)(\d+)", n))
-    ]
+    return [(m[1], int(m[2])) for n in gpu.drm_nodes if (m := _DRM_NODE.fullmatch(n))]
 
 
 def managed_dri_paths(inventory: Inventory) -> frozenset[str]:

@@ -17,15 +17,20 @@ holders() {  # ADDR NODE: who has the device node open
         rec holder "$1" "$pid" "$2" "$comm"
     done
 }
+# Each framebuffer's device, read once: "ADDR=fbN" words.
+framebuffers=
+for fb in "$root"/sys/class/graphics/fb*; do
+    target=$(readlink "$fb/device" 2>/dev/null) || continue
+    framebuffers="$framebuffers ${target##*/}=${fb##*/}"
+done
 nvidia=0
 for F; do
     d=$root/sys/bus/pci/devices/$F
     link=$(readlink "$d/driver" 2>/dev/null) || link=
     drv=${link##*/}
     rec fn "$F" "${drv:--}"
-    for fb in "$root"/sys/class/graphics/fb*; do
-        target=$(readlink "$fb/device" 2>/dev/null) || continue
-        [ "${target##*/}" = "$F" ] && rec fb "$F" "${fb##*/}"
+    for pair in $framebuffers; do
+        [ "${pair%%=*}" = "$F" ] && rec fb "$F" "${pair#*=}"
     done
     case $drv in
     nvidia)

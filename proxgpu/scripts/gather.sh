@@ -25,12 +25,18 @@ for f in usr/share/misc/pci.ids usr/share/hwdata/pci.ids; do
     if [ -f "$f" ]; then pciids=$f; break; fi
 done
 
-pairs=
+pairs='' resources=''
 for d in sys/bus/pci/devices/*; do
-    { read -r v <"$d/vendor" && read -r p <"$d/device"; } 2>/dev/null && pairs="$pairs ${v#0x}${p#0x}"
+    { read -r v <"$d/vendor" && read -r p <"$d/device"; } 2>/dev/null || continue
+    pairs="$pairs ${v#0x}${p#0x}"
+    # BAR sizes of display (03) and processing-accelerator (12) functions only: a host's other
+    # hundreds of functions would add their 17 lines each to every inspection.
+    { read -r c <"$d/class"; } 2>/dev/null || continue
+    case $c in 0x03* | 0x12*) resources="$resources $d/resource" ;; esac
 done
 
 rec section lines
+# shellcheck disable=SC2086 # $resources: one word per file, no spaces in sysfs device names
 grep -H -s -Z '' \
     proc/sys/kernel/hostname proc/sys/kernel/osrelease proc/cmdline proc/devices \
     proc/driver/nvidia/version proc/driver/nvidia/gpus/*/information \
@@ -39,7 +45,7 @@ grep -H -s -Z '' \
     sys/bus/pci/devices/*/subsystem_vendor sys/bus/pci/devices/*/subsystem_device \
     sys/bus/pci/devices/*/numa_node sys/bus/pci/devices/*/local_cpulist \
     sys/bus/pci/devices/*/driver_override sys/bus/pci/devices/*/boot_vga \
-    sys/bus/pci/devices/*/resource usr/share/perl5/PVE/pvecfg.pm
+    $resources usr/share/perl5/PVE/pvecfg.pm
 grep -m 1 -H -s -Z '^vendor_id' proc/cpuinfo
 if [ -n "$pciids" ]; then
     # Only the vendor and device lines of devices present: the whole file is over a megabyte.

@@ -185,7 +185,9 @@ def _policy(inventory: Inventory, vm_count: int, mapped: bool) -> SplitPolicy:
 def test_generated_hosts_get_configs_proxmox_accepts(tmp_path: Path) -> None:
     trees: list[tuple[Path, str]] = []
 
-    @settings(max_examples=25, deadline=None, database=None)
+    # The same examples every run (derandomize): one pve-validate process checks them all, and
+    # a run drawing too few VMs by chance would fail the count below without a finding.
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True)
     @given(random_hosts(), st.integers(1, 2), st.booleans(), st.booleans())
     def render_one(inventory: Inventory, vm_count: int, mapped: bool, hotplug: bool) -> None:
         inventory = inventory.model_copy(

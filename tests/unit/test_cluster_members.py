@@ -19,10 +19,10 @@ MEMBERS = """{
 "version": 31,
 "cluster": { "name": "gpu-lab", "version": 7, "nodes": 4, "quorate": 1 },
 "nodelist": {
-  "pve3": { "id": 3, "online": 1, "ip": "10.0.0.13"},
-  "pve1": { "id": 1, "online": 1, "ip": "10.0.0.11"},
+  "pve3": { "id": 3, "online": 1, "ip": "127.0.0.13"},
+  "pve1": { "id": 1, "online": 1, "ip": "127.0.0.11"},
   "pve4": { "id": 4, "online": 0},
-  "pve2": { "id": 2, "online": 1, "ip": "fd00::12"}
+  "pve2": { "id": 2, "online": 1, "ip": "::1"}
   }
 }
 """
@@ -34,7 +34,7 @@ def test_members_are_in_node_id_order_with_offline_ones_apart() -> None:
     assert [m.name for m in members.online()] == ["pve1", "pve2", "pve3"]
     assert [(m.name, m.ip) for m in members.offline()] == [("pve4", None)]
     pve2 = members.member("pve2")
-    assert pve2 is not None and pve2.ip == "fd00::12"
+    assert pve2 is not None and pve2.ip == "::1"
 
 
 def test_a_cluster_without_quorum_says_so() -> None:

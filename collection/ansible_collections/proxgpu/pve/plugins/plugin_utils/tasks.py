@@ -16,12 +16,11 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from proxgpu.ansible.proxgpu_split import ARGUMENTS
+from proxgpu.ansible.request import gpu_filter, split_request
 from proxgpu.host import Host
-from proxgpu.inspection import GpuFilter, inspect
+from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
 from proxgpu.pipeline import SplitResult, reboot_awaited, split_host
-from proxgpu.planning import SplitPolicy, parse_vm_spec
-from proxgpu.rendering import RenderOptions
 
 #: ``root`` is a directory on the managed host: not a controller path to expand.
 SPLIT_ARGUMENTS: dict[str, Any] = {**ARGUMENTS, "root": {"type": "str"}}
@@ -41,17 +40,6 @@ class Mode(NamedTuple):
 
 #: A module's work on a host: its result and the warnings to show.
 Task = Callable[[Host, dict[str, Any], Mode], tuple[dict[str, Any], list[str]]]
-
-
-def gpu_filter(params: dict[str, Any]) -> GpuFilter:
-    """The GPUs the options ask for: ``gpu_vendor`` and ``gpu_class`` as the CLI takes them.
-
-    >>> gpu_filter({"gpu_vendor": ["0x10DE"], "gpu_class": None})
-    GpuFilter(classes=('03',), vendors=('10de',))
-    """
-    vendors = tuple(v.lower().removeprefix("0x") for v in params.get("gpu_vendor") or [])
-    classes = tuple(c.lower().removeprefix("0x") for c in params.get("gpu_class") or ["03"])
-    return GpuFilter(classes=classes, vendors=vendors or None)
 
 
 def facts_task(host: Host, params: dict[str, Any], mode: Mode) -> tuple[dict[str, Any], list[str]]:
@@ -75,19 +63,8 @@ def split(host: Host, params: dict[str, Any], *, check: bool) -> SplitResult:
 
     :raises ProxgpuError: as :func:`proxgpu.pipeline.split_host` does.
     """
-    policy = SplitPolicy(
-        lxc=params["lxc"],
-        vms=[parse_vm_spec(spec) for spec in params["vms"]],
-        host_nodes=params["host_nodes"],
-        vfio_nodes=params["vfio_nodes"],
-        host_gpus=params["host_gpus"],
-        vfio_gpus=params["vfio_gpus"],
-        enable_iommu=params["enable_iommu"],
-    )
-    options = RenderOptions(bind_method=params["bind_method"], mapping=params["mapping"])
-    return split_host(
-        host, policy, options, check=check, live=params["live"], gpu_filter=gpu_filter(params)
-    )
+    policy, options, gpus = split_request(params)
+    return split_host(host, policy, options, check=check, live=params["live"], gpu_filter=gpus)
 
 
 def reboot_required(host: Host, result: SplitResult) -> bool:

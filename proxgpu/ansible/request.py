@@ -1,0 +1,55 @@
+"""What gpu_split's options ask for, read the same way by both Ansible front ends: the module
+proxgpu ships for running on the host (:mod:`proxgpu.ansible.proxgpu_split`) and the
+``proxgpu.pve`` collection's action plugin, which runs on the controller.
+
+>>> request = split_request({"lxc": 200, "vms": ["300:2"], "host_nodes": [], "vfio_nodes": [],
+...     "host_gpus": [], "vfio_gpus": [], "enable_iommu": False, "bind_method": "driverctl",
+...     "mapping": None, "gpu_vendor": ["0x10DE"]})
+>>> request.policy.vms, request.options.bind_method, request.gpu_filter.vendors
+([(300, 2)], 'driverctl', ('10de',))
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from proxgpu.inspection import GpuFilter
+from proxgpu.planning import SplitPolicy, parse_vm_spec
+from proxgpu.rendering import RenderOptions
+
+
+class SplitRequest(NamedTuple):
+    """The split, the rendering choices and the GPUs the options ask for."""
+
+    policy: SplitPolicy
+    options: RenderOptions
+    gpu_filter: GpuFilter
+
+
+def gpu_filter(params: dict[str, Any]) -> GpuFilter:
+    """The GPUs the options ask for: ``gpu_vendor`` and ``gpu_class`` as the CLI takes them.
+
+    >>> gpu_filter({"gpu_vendor": ["0x10DE"], "gpu_class": None})
+    GpuFilter(classes=('03',), vendors=('10de',))
+    """
+    vendors = tuple(v.lower().removeprefix("0x") for v in params.get("gpu_vendor") or [])
+    classes = tuple(c.lower().removeprefix("0x") for c in params.get("gpu_class") or ["03"])
+    return GpuFilter(classes=classes, vendors=vendors or None)
+
+
+def split_request(params: dict[str, Any]) -> SplitRequest:
+    """The options (validated as the modules' ``ARGUMENTS`` say) as a request.
+
+    :raises UsageError: for a VM spec or policy that cannot be.
+    """
+    policy = SplitPolicy(
+        lxc=params["lxc"],
+        vms=[parse_vm_spec(spec) for spec in params["vms"]],
+        host_nodes=params["host_nodes"],
+        vfio_nodes=params["vfio_nodes"],
+        host_gpus=params["host_gpus"],
+        vfio_gpus=params["vfio_gpus"],
+        enable_iommu=params["enable_iommu"],
+    )
+    options = RenderOptions(bind_method=params["bind_method"], mapping=params["mapping"])
+    return SplitRequest(policy, options, gpu_filter(params))
