@@ -15,6 +15,7 @@ from importlib import import_module
 
 from proxgpu.cli.console import report_error, setup_logging, wants_color
 from proxgpu.cli.fleet import expand_hosts, run_fleet
+from proxgpu.cli.hosts import close_unused, open_early
 from proxgpu.cli.parser import build_parser
 from proxgpu.errors import ProxgpuError
 
@@ -50,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, detailed: bool) -> int:
     """Run the command for one host (or none): its exit code, every failure on one line."""
     try:
+        # The SSH handshake then overlaps the command's imports (see .hosts).
+        open_early(args)
         # Imported once a command runs: it brings pydantic, paramiko and jinja2 along.
         module, _, handler = args.handler.partition(":")
         return int(getattr(import_module(f"proxgpu.cli.{module}"), handler)(args))
@@ -73,6 +76,8 @@ def _run(args: argparse.Namespace, detailed: bool) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        close_unused(args)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ import time
 
 from proxgpu.apply import ApplyResult, apply_changes
 from proxgpu.apply.verify import driver_drift
+from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes, render_plan
 from proxgpu.cli.proposing import proposal
-from proxgpu.cli.setup import open_host
 from proxgpu.errors import UsageError
 from proxgpu.host.base import Host
 from proxgpu.inspection import Inventory

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from proxgpu.cli.fleet import Cluster, run_fleet
+from proxgpu.cli.hosts import open_host
 from proxgpu.cli.proposing import render_options, split_policy
-from proxgpu.cli.setup import gpu_filter, open_host
+from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.host import Host
 from proxgpu.host.ssh import parse_target

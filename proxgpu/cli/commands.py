@@ -12,7 +12,8 @@ from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.verify import verify
 from proxgpu.cli.change import Progress, confirm
-from proxgpu.cli.setup import gpu_filter, open_host, read_inventory
+from proxgpu.cli.hosts import open_host
+from proxgpu.cli.setup import gpu_filter, read_inventory
 from proxgpu.cli.text import table
 from proxgpu.errors import DriftError, UsageError
 from proxgpu.host.base import Host

@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from proxgpu.cli.console import write_output
+from proxgpu.cli.hosts import open_host
 from proxgpu.cli.proposing import render_options, split_policy
-from proxgpu.cli.setup import gpu_filter, open_host
+from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import PlanRefusedError, ProxgpuError
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report

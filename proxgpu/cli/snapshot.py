@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import read_files
-from proxgpu.cli.setup import open_host
+from proxgpu.cli.hosts import open_host
 from proxgpu.errors import ProxgpuError, SysfsError, UsageError
 from proxgpu.inspection.capture import Capture, as_cluster_node, gather, guest_files, write_tree
 from proxgpu.paths import MEMBERS

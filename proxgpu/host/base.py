@@ -89,6 +89,10 @@ class Host(ABC):
         self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
     ) -> CommandResult: ...
 
+    def open_in_background(self) -> None:  # noqa: B027 - most hosts have nothing to open
+        """Start opening the host on a thread of its own, so that the caller's own work overlaps
+        it; the first command waits for it. Hosts that open instantly ignore this."""
+
     def close(self) -> None:  # noqa: B027 - most hosts hold nothing to release
         """Release the connection, if any."""
 

@@ -23,7 +23,7 @@ import re
 import shlex
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,17 +230,34 @@ class SSHHost(Host):
         self.is_live = root == "/" if live is None else live
         self.name = target
         self._clients: list[paramiko.SSHClient] = []
+        self._opening: _Opening | None = None
+
+    def open_in_background(self) -> None:
+        """Start connecting on a thread of its own: the handshake is mostly spent waiting for the
+        host, time the caller can use (the CLI imports the command's modules meanwhile). The
+        first command waits for it and raises what connecting raised."""
+        if not self._clients and self._opening is None:
+            self._opening = _Opening(self._open_chain)
 
     def _client(self) -> paramiko.SSHClient:
+        self._await_opening()
         if not self._clients:
-            config = _read_config(self.options.ssh_config)
-            try:
-                self._connect(_resolve(self.target, self.options, config), config)
-            except BaseException:
-                # A half-built chain must not stay: the next command would run on a jump host.
-                self.close()
-                raise
+            self._open_chain()
         return self._clients[-1]
+
+    def _await_opening(self) -> None:
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.wait()
+
+    def _open_chain(self) -> None:
+        config = _read_config(self.options.ssh_config)
+        try:
+            self._connect(_resolve(self.target, self.options, config), config)
+        except BaseException:
+            # A half-built chain must not stay: the next command would run on a jump host.
+            self._close_clients()
+            raise
 
     def _connect(self, dest: _Resolved, config: paramiko.SSHConfig) -> None:
         sock: Any = None
@@ -333,9 +350,39 @@ class SSHHost(Host):
         return result
 
     def close(self) -> None:
-        """Close the connection and any jump-host connections behind it."""
+        """Close the connection and any jump-host connections behind it (once a connection being
+        opened in the background has opened or failed: its failure no longer matters)."""
+        with contextlib.suppress(Exception):
+            self._await_opening()
+        self._close_clients()
+
+    def _close_clients(self) -> None:
         while self._clients:
             self._clients.pop().close()
+
+
+class _Opening:
+    """A connection being opened on a daemon thread (so a hung host cannot keep the process
+    alive past its connect timeout)."""
+
+    def __init__(self, open_chain: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(open_chain,), name="ssh-connect", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, open_chain: Callable[[], None]) -> None:
+        try:
+            open_chain()
+        except BaseException as exc:  # handed to the thread that waits, which raises it
+            self._error = exc
+
+    def wait(self) -> None:
+        """Wait until the connection is open; raise what opening it raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _collect(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import proxgpu.cli.setup
+import proxgpu.cli.hosts
 from proxgpu.apply.journal import history
 from proxgpu.cli import main
 from proxgpu.host import DirectoryHost, connect
@@ -171,7 +171,7 @@ def live(cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
             return connect(host, root, options)
         return LiveNode(host, options, root, tools / Path(root).name)
 
-    monkeypatch.setattr(proxgpu.cli.setup, "connect", live_connect)
+    monkeypatch.setattr(proxgpu.cli.hosts, "connect", live_connect)
     return tools
 
 
