@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tomllib
 from pathlib import Path
 
 from tests.support.trees import EXAMPLES, REPO
@@ -130,6 +131,9 @@ def test_sdist_carries_the_tests_examples_man_page_and_licence(tmp_path: Path) -
     shipped = {"LICENSE", "CHANGELOG.md", "man/proxgpu.1", "proxgpu/ansible/proxgpu_split.py"}
     assert shipped <= names
     assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
+    # The changelog's link references point into this repository (tests/unit/test_changelog.py).
+    urls = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]
+    assert f"Project-URL: Source, {urls['Source']}" in metadata
     assert not any(n.endswith(".pyc") for n in names)
 
     # Unpacked, it inspects as the checkout does (drivers read through the links), and builds.
