@@ -7,6 +7,8 @@ python examples/split_host.py examples/hosts/uneven-5-3 --lxc 150 --vm none --en
 python examples/split_host.py examples/hosts/shared-iommu-group --lxc none --vm none
 python examples/split_host.py examples/hosts/h200-vm --lxc none --vm none \\
     --host-gpus 0000:00:06.0
+python examples/split_host.py examples/hosts/cluster-3/pve2 --lxc none --vm 310   # a cluster node
+python examples/split_host.py examples/hosts/cluster-3/pve3 --lxc 150 --vm 320
 python examples/split_host.py --host root@pve1 --apply             # for real, over SSH
 
 Without --apply nothing is written: it exits 0 and prints the changes it would make. With
@@ -67,7 +69,10 @@ def policy_of(args: argparse.Namespace) -> SplitPolicy:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The script's options, as ``proxgpu plan`` spells them."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    # The docstring's examples are the options each example host needs: --help shows them.
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "root",
         nargs="?",
@@ -88,10 +93,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="VMID[:N]",
         help="VM for vfio GPUs, repeatable (default 300; none: no VM)",
     )
-    parser.add_argument("--host-node", type=int, action="append", default=[], metavar="N")
-    parser.add_argument("--vfio-node", type=int, action="append", default=[], metavar="N")
-    parser.add_argument("--host-gpus", type=addresses, default=[], metavar="ADDR,...")
-    parser.add_argument("--vfio-gpus", type=addresses, default=[], metavar="ADDR,...")
+    parser.add_argument(
+        "--host-node", type=int, action="append", default=[], metavar="N", help="keep node N"
+    )
+    parser.add_argument(
+        "--vfio-node", type=int, action="append", default=[], metavar="N", help="give node N"
+    )
+    parser.add_argument(
+        "--host-gpus", type=addresses, default=[], metavar="ADDR,...", help="keep these GPUs"
+    )
+    parser.add_argument(
+        "--vfio-gpus", type=addresses, default=[], metavar="ADDR,...", help="give these GPUs"
+    )
     parser.add_argument(
         "--enable-iommu", action="store_true", help="turn the IOMMU on in the kernel command line"
     )

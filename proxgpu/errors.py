@@ -260,9 +260,30 @@ class JournalError(HostError):
 
 
 class RenderError(ProxgpuError):
-    """The plan cannot be turned into files (a target's config is missing, a minor unknown...)."""
+    """The plan cannot be turned into files (a target's config is missing, a minor unknown...):
+    ``path`` is the file at fault where there is one, ``fix`` what to do (also in the message).
+
+    >>> err = RenderError("pve1", "/etc/pve/qemu-server/301.conf", "no such VM config",
+    ...                   "create the VM first (`qm create`)")
+    >>> str(err), err.fix
+    ('pve1: /etc/pve/qemu-server/301.conf: no such VM config; create the VM first (`qm create`)', \
+'create the VM first (`qm create`)')
+    """
 
     exit_code = 16
+
+    def __init__(self, host: str, path: str | None, detail: str, fix: str | None = None) -> None:
+        where = f"{host}: {path}" if path else host
+        super().__init__(f"{where}: {detail}" + (f"; {fix}" if fix else ""))
+        self.host = host
+        self.path = path
+        self.detail = detail
+        self._fix = fix
+
+    @property
+    def fix(self) -> str | None:
+        """What to do about it, where the renderer knows."""
+        return self._fix
 
 
 class DriftError(HostError):

@@ -3,7 +3,8 @@
 The lock is the directory ``/run/lock/proxgpu`` holding an ``owner`` file (``id=``, ``op=``,
 ``client=``, ``pid=``, ``user=``, ``since=`` lines). ``scripts/probe.sh`` takes it in the same
 command that reads every file's state: it builds a complete directory beside the lock and renames
-it into place, so the lock never exists without its owner. ``scripts/finish.sh`` releases it, and
+it into place, so the lock never exists without its owner (and an empty directory there, which
+the rename replaces, is nobody's lock). ``scripts/finish.sh`` releases it, and
 only for its own owner. It lives in /run, so a reboot clears a lock left by a dropped connection.
 
 >>> parse_owner(base64.b64encode(b"id=1\\nop=apply\\n").decode())

@@ -83,5 +83,5 @@ def _changed(host: Host, entry: JournalEntry, what: str) -> FileChangedError:
         host.name,
         PCI_MAPPING,
         f"changed since apply {entry.id} wrote it: {what}; look at it, then roll back with "
-        "force to give the mapping its lines from before",
+        "--force (force=True in Python) to give the mapping its lines from before",
     )

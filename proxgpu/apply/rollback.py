@@ -170,7 +170,22 @@ def _changed_since(host: Host, entry: JournalEntry, path: str, what: str) -> Fil
         host.name,
         path,
         f"changed since apply {entry.id} wrote it{detail}; look at it, then roll back with "
-        "force to overwrite it with the backup",
+        "--force (force=True in Python) to overwrite it with the backup",
+    )
+
+
+def _finished_elsewhere(entry: JournalEntry, broken: dict[str, str] | None) -> bool:
+    """Whether ``--break-lock`` found a finished apply and no rollback of it to complete: breaking
+    a lock recovers what its holder left unfinished, never a finished apply (its lock may simply
+    have been released before this rollback took it)."""
+    return entry.status == "applied" and (broken or {}).get("op") != "rollback"
+
+
+def _kept_note(lock_path: str, entry: JournalEntry, broken: dict[str, str] | None) -> str:
+    held = "" if broken is not None else f"{lock_path} was free, so there was no lock to break; "
+    return (
+        f"{held}apply {entry.id} had finished, so nothing was rolled back: roll it back with "
+        "`proxgpu rollback` (without --break-lock)"
     )
 
 
@@ -217,6 +232,9 @@ class _Rollback:
                 return RollbackResult(host=host.name, journal_id=None, messages=notes)
             if entry is None:
                 notes.append("nothing to roll back: no applied or unfinished journal entry")
+                return RollbackResult(host=host.name, journal_id=None, messages=notes)
+            if self.options.break_lock and not explicit and _finished_elsewhere(entry, stale):
+                notes.append(_kept_note(layout.lock, entry, stale))
                 return RollbackResult(host=host.name, journal_id=None, messages=notes)
             if not self.options.force:
                 entry = _recognise_api_writes(host, layout, entry, found.files)

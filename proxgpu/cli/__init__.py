@@ -17,7 +17,7 @@ from proxgpu.cli.console import report_error, setup_logging, wants_color
 from proxgpu.cli.fleet import expand_hosts, run_fleet
 from proxgpu.cli.hosts import close_unused, open_early
 from proxgpu.cli.parser import build_parser
-from proxgpu.errors import ProxgpuError
+from proxgpu.errors import ProxgpuError, UsageError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,9 +26,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     detailed = "--detailed-exitcode" in arguments
     try:
         args = build_parser().parse_args(arguments)
-    except SystemExit as exc:
-        # argparse has printed the problem; with --detailed-exitcode, 2 would mean "changes".
-        return 1 if detailed and exc.code else int(exc.code or 0)
+    except UsageError as exc:
+        report_error(exc, "--json" in arguments)
+        # With --detailed-exitcode, 2 would mean "changes".
+        return 1 if detailed else exc.exit_code
+    except SystemExit as exc:  # --help and --version
+        return int(exc.code or 0)
     # `completion` takes none of the output options the other commands share.
     setup_logging(getattr(args, "verbose", 0), getattr(args, "quiet", False))
     color = getattr(args, "color", "never")

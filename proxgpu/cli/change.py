@@ -73,10 +73,10 @@ class Progress:
         print(f"[{elapsed:6.1f}s] {step}: {message}", file=sys.stderr, flush=True)
 
 
-def confirm(question: str, flag: str = "--yes") -> bool:
+def confirm(question: str, action: str = "apply") -> bool:
     """Ask on the terminal; refuse to guess anywhere else."""
     if not sys.stdin.isatty():
-        raise UsageError(f"not on a terminal: pass {flag} to go ahead without asking")
+        raise UsageError(f"not on a terminal: pass --yes to {action} without asking")
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 

@@ -53,7 +53,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     """Restore the files of a journal entry byte for byte and re-run the post-actions."""
     with open_host(args) as host:
         question = f"Roll {host.name} back to before {args.to or 'the last apply'}?"
-        if not args.yes and not confirm(question, "--yes to roll back"):
+        if not args.yes and not confirm(question, "roll back"):
             print("Nothing changed.", file=sys.stderr)
             return 1
         result = rollback(

@@ -11,16 +11,33 @@ so that ``--help`` and a usage error cost little more than starting Python.
 from __future__ import annotations
 
 import argparse
-from typing import TypeAlias
+import sys
+from typing import NoReturn, TypeAlias
 
 from proxgpu.cli.options import VersionAction, common_options, host_options, plan_options
+from proxgpu.errors import UsageError
 
-Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose option errors are :class:`UsageError`: the command line reports
+    them as it reports every other error (with ``--json``, as a JSON document too).
+
+    >>> build_parser().parse_args(["plan", "--bogus"])
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.UsageError: unrecognized arguments: --bogus (see proxgpu --help)
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="proxgpu",
         description="Partition a Proxmox VE host's GPUs along NUMA lines.",
         epilog="Typical use: proxgpu plan --host root@pve1 --lxc 200 --vm 300, review the diff, "

@@ -56,7 +56,7 @@ def _render_guest(ctx: RenderContext, group: PlanGroup, kind: GuestKind, vmid: i
             render_vm(ctx, group, path, vmid)
     except ValueError as exc:
         # An entry Proxmox itself would reject (a malformed devN or hostpciN value).
-        raise RenderError(f"{ctx.inventory.source}: {path}: {exc}") from exc
+        raise RenderError(ctx.inventory.source, path, str(exc)) from exc
 
 
 __all__ = ["RenderOptions", "render"]

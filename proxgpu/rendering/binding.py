@@ -63,9 +63,11 @@ def refuse_conflicting_binding(ctx: RenderContext) -> None:
                 problems.append(f"  - {path}:{number}: {line.strip()}: {reason}")
     if problems:
         raise RenderError(
-            f"{ctx.inventory.source}: these settings would take the GPUs the plan keeps away from "
-            "their driver at boot; remove them (proxgpu binds to vfio-pci by PCI address):\n"
-            + "\n".join(problems)
+            ctx.inventory.source,
+            None,
+            "these settings would take the GPUs the plan keeps away from their driver at boot:\n"
+            + "\n".join(problems),
+            "remove them (proxgpu binds to vfio-pci by PCI address)",
         )
     for function in kept:
         if function.driver_override not in (None, function.driver):
@@ -102,9 +104,11 @@ def refuse_shadowed_hook(ctx: RenderContext, modules: list[str]) -> None:
                 )
     if problems:
         raise RenderError(
-            f"{ctx.inventory.source}: an install command for vfio-pci comes before proxgpu's, so "
-            "the GPUs would never be marked for vfio-pci; remove it or use --bind-method "
-            "driverctl:\n" + "\n".join(problems)
+            ctx.inventory.source,
+            None,
+            "an install command for vfio-pci comes before proxgpu's, so the GPUs would never be "
+            "marked for vfio-pci:\n" + "\n".join(problems),
+            "remove it or use --bind-method driverctl",
         )
 
 

@@ -47,7 +47,10 @@ def render_kernel_cmdline(ctx: RenderContext) -> None:
     grub = ctx.inventory.host_files.get(GRUB_DEFAULT)
     if grub is None:
         raise RenderError(
-            f"{ctx.inventory.source}: {GRUB_DEFAULT}: missing, cannot turn the IOMMU on"
+            ctx.inventory.source,
+            GRUB_DEFAULT,
+            "missing, cannot turn the IOMMU on",
+            f"add {' '.join(parameters)} to the boot loader's kernel command line by hand",
         )
     ctx.file(GRUB_DEFAULT, grub_with_parameters(grub, parameters), "turn the IOMMU on")
     for path, text in sorted(ctx.inventory.host_files.items()):

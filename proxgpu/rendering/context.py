@@ -70,8 +70,10 @@ def guest_config_of(ctx: RenderContext, path: str, kind: str) -> GuestConfig:
             if p.startswith(path.rsplit("/", 1)[0] + "/")
         )
         raise RenderError(
-            f"{ctx.inventory.source}: {path}: no such {kind} config; create the {kind} first "
-            f"(`{'pct create' if kind == 'container' else 'qm create'}`) or name one that exists"
-            f" ({', '.join(existing) or 'none on this host'})"
+            ctx.inventory.source,
+            path,
+            f"no such {kind} config",
+            f"create the {kind} first (`{'pct create' if kind == 'container' else 'qm create'}`)"
+            f" or name one that exists ({', '.join(existing) or 'none on this host'})",
         )
     return GuestConfig.parse(before)

@@ -145,8 +145,11 @@ def _lxc_entries(
 ) -> list[tuple[str, str]]:
     if not dev_mode and any(n.major is None for n in nodes):
         raise RenderError(
-            f"{ctx.inventory.source}: Proxmox VE {ctx.inventory.pve_version} has no devN entries "
-            "and the device's major is unknown (for nvidia-uvm: load it with nvidia-modprobe -u)"
+            ctx.inventory.source,
+            None,
+            f"Proxmox VE {ctx.inventory.pve_version} has no devN entries and the major of "
+            f"{', '.join(n.path for n in nodes if n.major is None)} is unknown",
+            "load its driver first (for nvidia-uvm: nvidia-modprobe -u), then plan again",
         )
     text = render_template(
         "lxc-devices.conf.j2",

@@ -101,8 +101,10 @@ def render_mapping(ctx: RenderContext, groups: list[PlanGroup]) -> None:
     lacking = [gpu.address for gpu in gpus if gpu.iommu_group is None]
     if lacking:
         raise RenderError(
-            f"{ctx.inventory.source}: {PCI_MAPPING}: mapping {name} needs the IOMMU group of "
-            f"{', '.join(lacking)}, which is unknown: turn the IOMMU on and reboot first"
+            ctx.inventory.source,
+            PCI_MAPPING,
+            f"mapping {name} needs the IOMMU group of {', '.join(lacking)}, which is unknown",
+            "turn the IOMMU on and reboot first",
         )
     _sync_mapping(ctx, name, gpus)
 
@@ -115,8 +117,10 @@ def _sync_mapping(ctx: RenderContext, name: str, gpus: list[Gpu]) -> None:
         # Proxmox drops these lines when it reads the file; an edit would pass the damage on.
         number, text = unreadable[0]
         raise RenderError(
-            f"{ctx.inventory.source}: {PCI_MAPPING}: line {number} ({text!r}) is no mapping "
-            "Proxmox can read; fix or remove it, then plan again"
+            ctx.inventory.source,
+            PCI_MAPPING,
+            f"line {number} ({text!r}) is no mapping Proxmox can read",
+            "fix or remove it, then plan again",
         )
     node = ctx.inventory.node_name
     entries = map_entries(gpus, node)

@@ -22,7 +22,15 @@ OPTIONS: dict[str, list[str]] = {
     "uneven-5-3": ["--lxc", "150", "--vm", "none", "--enable-iommu"],
     "shared-iommu-group": ["--lxc", "none", "--vm", "none"],
     "h200-vm": ["--lxc", "none", "--vm", "none", "--host-gpus", "0000:00:06.0"],
+    # The nodes of the cluster snapshot, each one host with the guests it holds.
+    "cluster-3/pve1": [],
+    "cluster-3/pve2": ["--lxc", "none", "--vm", "310"],
+    "cluster-3/pve3": ["--lxc", "150", "--vm", "320"],
 }
+#: The node trees of the example cluster snapshots (``DIR/NODE``).
+NODE_TREES = sorted(
+    f"{p.parent.name}/{p.name}" for p in EXAMPLES.glob("*/*") if (p / "proc").is_dir()
+)
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -37,7 +45,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_example_host_has_options() -> None:
-    assert sorted(OPTIONS) == EXAMPLE_HOSTS
+    assert NODE_TREES and sorted(OPTIONS) == sorted(EXAMPLE_HOSTS + NODE_TREES)
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))

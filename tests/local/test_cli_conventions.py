@@ -53,6 +53,25 @@ def test_a_refused_plan_in_json_carries_the_fixes() -> None:
     assert done.returncode == 9 and error["kind"] == "PlanRefusedError" and error["fix"]
 
 
+def test_a_mistyped_option_with_json_is_a_json_error_document_too() -> None:
+    done = run("plan", "--root", str(EXAMPLES / "ct200"), "--lxc", "200", "--bogus", "--json")
+    error = json.loads(done.stdout)["error"]
+    assert done.returncode == 2 == error["code"] and error["kind"] == "UsageError"
+    assert "unrecognized arguments: --bogus" in error["message"]
+    assert done.stderr.startswith("usage: ") and "proxgpu: unrecognized" in done.stderr
+    assert run("plan", "--bogus", "--detailed-exitcode").returncode == 1, "2 means changes"
+
+
+def test_a_missing_guest_config_names_the_host_the_file_and_the_fix() -> None:
+    done = run("plan", "--root", str(EXAMPLES / "ct200"), "--lxc", "200", "--vm", "301", "--json")
+    error = json.loads(done.stdout)["error"]
+    assert done.returncode == 16 and error["kind"] == "RenderError"
+    assert error["host"] == f"dir:{EXAMPLES / 'ct200'}"
+    assert error["path"] == "/etc/pve/qemu-server/301.conf"
+    assert error["fix"] == "create the VM first (`qm create`) or name one that exists (300)"
+    assert error["fix"] in error["message"] and done.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     ("flags", "env", "coloured"),
     [
@@ -141,7 +160,8 @@ def test_rollback_without_a_terminal_says_how_to_go_ahead(
 ) -> None:
     root = copy_example(tmp_path)
     done = run("rollback", "--root", str(root))
-    assert done.returncode == 2 and "--yes to roll back" in done.stderr
+    assert done.returncode == 2
+    assert done.stderr == "proxgpu: not on a terminal: pass --yes to roll back without asking\n"
 
 
 def test_progress_says_how_long_each_step_has_taken(tmp_path: Path) -> None:

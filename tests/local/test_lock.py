@@ -65,6 +65,50 @@ def test_a_lock_held_by_another_client_is_reported_and_only_broken_on_request(ro
     assert not lock.exists()
 
 
+def hold_lock(root: Path, owner: str) -> Path:
+    """The lock as another machine's apply or rollback left it (``owner``: its id= and op=)."""
+    lock = root / "run/lock/proxgpu"
+    lock.mkdir(parents=True)
+    (lock / "owner").write_text(f"{owner}\nclient=elsewhere\npid=4242\nuser=ops\nsince=now\n")
+    return lock
+
+
+def test_breaking_a_lock_never_rolls_back_a_finished_apply(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    original = snapshot(root)
+    done = apply_changes(host, changeset(root))
+    applied = snapshot(root)
+    # The lock was released before this rollback came (the other apply finished meanwhile) ...
+    free = rollback(host, break_lock=True)
+    assert free.journal_id is None and "was free" in free.messages[0]
+    assert f"apply {done.journal_id} had finished" in free.messages[0]
+    # ... or that apply finished but could not release it.
+    lock = hold_lock(root, f"id={done.journal_id}\nop=apply")
+    left = rollback(host, break_lock=True)
+    assert left.journal_id is None and "took over" in left.messages[0]
+    assert "had finished, so nothing was rolled back" in left.messages[1]
+    assert snapshot(root) == applied and not lock.exists()
+    assert rollback(host).journal_id == done.journal_id, "a plain rollback still rolls it back"
+    assert snapshot(root) == original
+
+
+def test_breaking_the_lock_of_an_interrupted_rollback_completes_it(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    original = snapshot(root)
+    done = apply_changes(host, changeset(root))
+    hold_lock(root, f"id={OTHER_ID}\nop=rollback")
+    finished = rollback(host, break_lock=True)
+    assert finished.journal_id == done.journal_id and "took over" in finished.messages[-1]
+    assert snapshot(root) == original
+
+
+def test_an_empty_directory_at_the_lock_path_is_no_lock(root: Path) -> None:
+    # proxgpu's lock is never without its owner file (it is renamed into place whole), and a
+    # rename replaces an empty directory: whatever made this one, nobody holds it.
+    (root / "run/lock/proxgpu").mkdir(parents=True)
+    assert apply_changes(DirectoryHost(str(root)), changeset(root)).changed
+
+
 def test_a_lock_left_by_a_dead_local_process_is_taken_over(root: Path) -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()  # its pid now belongs to no process

@@ -74,6 +74,10 @@ def _config(work: Path, port: int, addresses: Sequence[str]) -> str:
         # One server stands for a whole fleet in the fleet tests and benchmark: let it take
         # as many connections at once as a fleet of hosts would.
         "MaxStartups 200\nMaxSessions 200\n"
+        # A Proxmox host's root has Debian's stock ~/.bashrc, which bash reads for a command
+        # from sshd only at shell level 1. This machine's root may start tool managers (pyenv)
+        # there: about a hundred processes per command, charged to proxgpu and `ssh true` alike.
+        "SetEnv SHLVL=1\n"
     )
 
 
