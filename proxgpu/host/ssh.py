@@ -26,9 +26,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import paramiko
+from typing import TYPE_CHECKING, Any
 
 from proxgpu.errors import (
     AuthenticationError,
@@ -39,6 +37,12 @@ from proxgpu.errors import (
     UsageError,
 )
 from proxgpu.host.base import CommandResult, Host, command_line
+from proxgpu.host.sshlib import import_paramiko
+
+if TYPE_CHECKING:
+    import paramiko
+else:
+    paramiko = import_paramiko()
 
 
 def parse_target(target: str) -> tuple[str | None, str, int | None]:

@@ -4,6 +4,7 @@ the exact command to forget a changed key from a known_hosts file of their own."
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,26 @@ def test_a_changed_key_is_refused_whatever_the_config_says_with_the_exact_fix(
     assert fix in str(refused.value)
     subprocess.run(fix, shell=True, check=True, capture_output=True)  # the fix works as given
     assert other not in known.read_text()
+
+
+def test_match_exec_runs_though_paramiko_was_imported_without_invoke(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    # A fresh interpreter: proxgpu imports paramiko with invoke deferred (proxgpu.host.sshlib),
+    # and a `Match exec` line must still run its command through the real invoke.
+    config = tmp_path / "config"
+    config.write_text(
+        f'Match exec "test -e {tmp_path}"\n' + alias(sshd, sshd.known_hosts).split("\n", 1)[1]
+    )
+    script = (
+        "import sys\n"
+        "from proxgpu.host.ssh import SSHHost, SSHOptions\n"
+        "deferred = 'invoke' not in sys.modules\n"
+        f"with SSHHost('any-name', SSHOptions(ssh_config={str(config)!r})) as host:\n"
+        "    out = host.check(['echo', 'matched']).stdout.decode().strip()\n"
+        "print(deferred, out, 'invoke' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout == "True matched True\n"
