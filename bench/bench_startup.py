@@ -39,10 +39,12 @@ COMMANDS = {
 
 
 def run(args: list[str]) -> None:
-    """One run of the interpreter with ``args``, in a fresh process; it must succeed."""
-    subprocess.run(
-        [sys.executable, *args], check=True, cwd=REPO, stdout=subprocess.DEVNULL, timeout=120
-    )
+    """One run of the interpreter with ``args``, in a fresh process; it must succeed.
+
+    No timeout: with one, Python polls for the child's exit with sleeps of up to 50 ms, which
+    would round every time here up to the next poll.
+    """
+    subprocess.run([sys.executable, *args], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
 
 
 def measure(runs: int = RUNS) -> dict[str, tuple[float, float]]:

@@ -17,16 +17,19 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 from proxgpu.errors import ProxgpuError
-from proxgpu.host import connect
 
 if TYPE_CHECKING:
+    from proxgpu.host import connect
     from proxgpu.inspection import Gpu, GpuFilter, Inventory, NumaNode, PciFunction, inspect
 
-# Loaded on first use (PEP 562): they bring pydantic, which the command line's --help and
-# usage errors never need.
+# Loaded on first use (PEP 562): they bring pydantic, dataclasses and subprocess, which the
+# command line's --help and usage errors never need.
 _LAZY = {
-    name: "proxgpu.inspection"
-    for name in ("Gpu", "GpuFilter", "Inventory", "NumaNode", "PciFunction", "inspect")
+    "connect": "proxgpu.host",
+    **{
+        name: "proxgpu.inspection"
+        for name in ("Gpu", "GpuFilter", "Inventory", "NumaNode", "PciFunction", "inspect")
+    },
 }
 
 

@@ -3,85 +3,29 @@
 Each error's exit code comes from its class in :mod:`proxgpu.errors` (README lists them);
 ``--detailed-exitcode`` follows Terraform instead: 0 nothing to change, 2 changes pending, 1 any
 error. With ``--json`` a failure also prints ``{"error": {...}}`` on stdout.
+
+Only the parser is imported before the options are read, so that ``--help`` and a mistyped
+option cost little more than starting Python; :mod:`~proxgpu.cli.dispatch` runs the command.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from collections.abc import Sequence
 from importlib import import_module
 
-from proxgpu.cli.console import report_error, setup_logging, wants_color
-from proxgpu.cli.fleet import expand_hosts, run_fleet
-from proxgpu.cli.hosts import close_unused, open_early
 from proxgpu.cli.parser import build_parser
-from proxgpu.errors import ProxgpuError, UsageError
+from proxgpu.errors import UsageError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    detailed = "--detailed-exitcode" in arguments
     try:
         args = build_parser().parse_args(arguments)
     except UsageError as exc:
-        report_error(exc, "--json" in arguments)
-        # With --detailed-exitcode, 2 would mean "changes".
-        return 1 if detailed else exc.exit_code
+        return int(import_module("proxgpu.cli.dispatch").refuse(exc, arguments))
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
-    # `completion` takes none of the output options the other commands share.
-    setup_logging(getattr(args, "verbose", 0), getattr(args, "quiet", False))
-    color = getattr(args, "color", "never")
-    args.use_color = wants_color(color, tty=sys.stdout.isatty(), environ=os.environ)
-    args.json = getattr(args, "json", False)
-    hosts = expand_hosts(getattr(args, "host", None))
-    if getattr(args, "cluster", False):
-        # Every online node of the cluster, as a fleet keyed by node name (see .cluster).
-        args.hosts, args.host = hosts, hosts[0] if hosts else None
-        args.node_handler, args.handler = args.handler, "cluster:cmd_cluster"
-        args.run_node = lambda one: _run(one, detailed)
-        return _run(args, detailed)
-    if len(hosts) > 1 and getattr(args, "fleet", "read") != "self":
-        return run_fleet(args, hosts, lambda one: _run(one, detailed))
-    args.hosts = hosts
-    args.host = hosts[0] if hosts else None
-    return _run(args, detailed)
-
-
-def _run(args: argparse.Namespace, detailed: bool) -> int:
-    """Run the command for one host (or none): its exit code, every failure on one line."""
-    try:
-        # The SSH handshake then overlaps the command's imports (see .hosts).
-        open_early(args)
-        # Imported once a command runs: it brings pydantic, paramiko and jinja2 along.
-        module, _, handler = args.handler.partition(":")
-        return int(getattr(import_module(f"proxgpu.cli.{module}"), handler)(args))
-    except ProxgpuError as exc:
-        report_error(exc, args.json)
-        return 1 if detailed else exc.exit_code
-    except BrokenPipeError:
-        # The reader went away (proxgpu ... | head): stop quietly, as other tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    except KeyboardInterrupt:
-        print("proxgpu: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        # A bug, not bad input: still one line, with the traceback one variable away.
-        if os.environ.get("PROXGPU_DEBUG"):
-            raise
-        print(
-            f"proxgpu: internal error: {type(exc).__name__}: {exc} "
-            "(set PROXGPU_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return 1
-    finally:
-        close_unused(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    detailed = "--detailed-exitcode" in arguments
+    return int(import_module("proxgpu.cli.dispatch").run(args, detailed))
