@@ -12,7 +12,8 @@ The goal is 64 hosts in at most 3x the time of one. The floor of the fleet is Op
 runs on this machine, client and server side alike. Where the time goes: each fleet run also
 reports the CPU time it used, proxgpu's own (its child's rusage) and the whole machine's (busy
 time in /proc/stat, which takes in sshd and the shell scripts on the "hosts", all on this
-machine), and the floor that CPU time sets: busy seconds divided by the cores. Run on a quiet
+machine), and the floors that CPU time sets: busy seconds divided by the cores, and the same for
+the "hosts" alone, which share this machine's cores as no real fleet does. Run on a quiet
 machine: python bench/bench_fleet.py
 """
 
@@ -79,17 +80,21 @@ def client_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cpu_report(config: Path, tree: Path, hosts: int, forks: int) -> str:
-    """One run's wall time, CPU time (proxgpu's, the machine's) and the floor the CPU sets."""
+def cpu_report(config: Path, tree: Path, hosts: int, forks: int, one: float) -> str:
+    """One run's wall time, CPU time (proxgpu's, the machine's) and the floors the CPU sets: the
+    whole machine's, and that of the "hosts" alone (sshd and the scripts), as a multiple of
+    ``one`` (one host's wall time), which no client, however cheap, can get under here."""
     busy, client, start = busy_seconds(), client_seconds(), time.perf_counter()
     inspect(config, tree, hosts, forks)
     wall = time.perf_counter() - start
     busy, client = busy_seconds() - busy, client_seconds() - client
     cores = os.cpu_count() or 1
+    hosts_alone = (busy - client) / cores
     return (
         f"wall {wall:.2f} s; CPU: proxgpu {client:.2f} s, whole machine {busy:.2f} s "
         f"(sshd and the host scripts {busy - client:.2f} s); floor on {cores} cores "
-        f"{busy / cores:.2f} s"
+        f"{busy / cores:.2f} s, of which the hosts alone {hosts_alone:.2f} s = "
+        f"{hosts_alone / one:.1f}x one host"
     )
 
 
@@ -104,7 +109,7 @@ def main() -> None:
             write_config(server, config)
             one = median_seconds(partial(inspect, config, tree, 1, 1), RUNS, warmups=1)
             print(f"1 host: {one:.2f} s")
-            print(f"  1 host: {cpu_report(config, tree, 1, 1)}")
+            print(f"  1 host: {cpu_report(config, tree, 1, 1, one)}")
             for forks in (5, 16, 64):
                 many = median_seconds(partial(inspect, config, tree, HOSTS, forks), RUNS, warmups=0)
                 floor = median_seconds(partial(ssh_fleet, config, HOSTS, forks), RUNS, warmups=0)
@@ -113,7 +118,7 @@ def main() -> None:
                     f"ssh true to the {HOSTS} names, {forks} at a time: {floor:.2f} s "
                     f"(proxgpu = {many / floor:.2f}x that)"
                 )
-                print(f"  {cpu_report(config, tree, HOSTS, forks)}")
+                print(f"  {cpu_report(config, tree, HOSTS, forks, one)}")
 
 
 if __name__ == "__main__":
