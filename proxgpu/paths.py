@@ -38,7 +38,11 @@ NVIDIA_GPUS = "/proc/driver/nvidia/gpus/"
 PCI_IDS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids")
 
 # The host files a split writes or edits.
-MODPROBE_CONF = "/etc/modprobe.d/proxgpu-vfio.conf"
+#: Named to sort before depmod's ``modules.softdep`` and the other modprobe.d files: kmod uses
+#: only the first softdep line for a module (see :mod:`proxgpu.kmod`).
+MODPROBE_CONF = "/etc/modprobe.d/00-proxgpu-vfio.conf"
+#: Where earlier proxgpu wrote it, after ``modules.softdep``; a plan replaces it.
+LEGACY_MODPROBE_CONF = "/etc/modprobe.d/proxgpu-vfio.conf"
 BIND_SCRIPT = "/usr/local/sbin/proxgpu-vfio-bind"
 INITRAMFS_HOOK = "/etc/initramfs-tools/hooks/proxgpu"
 MODULES_LOAD = "/etc/modules-load.d/proxgpu-vfio.conf"

@@ -130,6 +130,14 @@ PVE_BLACKLIST = """\
 blacklist nvidiafb
 """
 
+#: depmod's file of the modules' own softdeps: NVIDIA's open module (kernel-open/nvidia/
+#: libspdm_ecc.c) declares ``MODULE_SOFTDEP("pre: ecdh_generic,ecdsa_generic")``, ext4 crc32c.
+MODULES_SOFTDEP = """\
+# Soft dependencies extracted from modules themselves.
+softdep ext4 pre: crc32c
+softdep nvidia pre: ecdh_generic,ecdsa_generic
+"""
+
 ETC_MODULES = """\
 # /etc/modules: kernel modules to load at boot time.
 #
@@ -197,6 +205,7 @@ def ct200() -> HostSpec:
             "/etc/pve/lxc/200.conf": CT200_LXC,
             "/etc/pve/qemu-server/300.conf": CT200_VM,
             "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "/lib/modules/6.8.12-11-pve/modules.softdep": MODULES_SOFTDEP,
             "/etc/modules": ETC_MODULES,
             "/etc/kernel/cmdline": "root=ZFS=rpool/ROOT/pve-1 boot=zfs iommu=pt\n",
             "/etc/kernel/proxmox-boot-uuids": "4A1C-2B7F\n4A1C-9E03\n",
@@ -230,6 +239,7 @@ def single_socket() -> HostSpec:
             "/etc/default/grub": 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR="Proxmox VE"\n'
             'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX=""\n',
             "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+            "/lib/modules/6.14.8-2-pve/modules.softdep": MODULES_SOFTDEP,
             "/etc/modules": ETC_MODULES,
             "/etc/pve/lxc/101.conf": "arch: amd64\ncores: 8\nhostname: jellyfin\nmemory: 8192\n"
             "ostype: debian\nrootfs: local-lvm:vm-101-disk-0,size=16G\n"

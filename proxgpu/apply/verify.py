@@ -13,6 +13,7 @@ from proxgpu.apply.entries import entry_drift, partly_ours
 from proxgpu.apply.journal import JournalEntry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import probe, read_files
+from proxgpu.apply.why import why_not_vfio
 from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
@@ -62,7 +63,7 @@ def verify(
             target.changeset.reboot_required and not target.live and boot_id == target.boot_id
         )
     if plan is not None and (isinstance(target, Plan) or target.status == "applied"):
-        drivers = driver_drift(inventory or inspect(host), plan)
+        drivers = driver_drift(inventory or inspect(host), plan, explain=not awaiting_reboot)
         if awaiting_reboot:
             pending = [f"{line} (at the next boot)" for line in drivers]
         else:
@@ -122,8 +123,10 @@ def _file_drift(host: Host, entry: JournalEntry) -> tuple[list[str], str | None]
     return [line for per_file in lines for line in per_file], found.boot_id
 
 
-def driver_drift(inventory: Inventory, plan: Plan) -> list[str]:
-    """One line per function whose driver is not the one ``plan`` gives it.
+def driver_drift(inventory: Inventory, plan: Plan, *, explain: bool = True) -> list[str]:
+    """One line per function whose driver is not the one ``plan`` gives it; with ``explain``,
+    for a function that should be on vfio-pci, why it is not (which file or module beat the
+    binding): not before the boot that should have bound it.
 
     >>> from proxgpu.inspection import Inventory
     >>> from proxgpu.planning import Plan
@@ -131,22 +134,22 @@ def driver_drift(inventory: Inventory, plan: Plan) -> list[str]:
     ...                                                         tensor_parallel=[]))
     []
     """
-    drivers = {
-        f.address: f.driver
-        for gpu in inventory.gpus
-        for f in (*gpu.function_info, *gpu.iommu_group_peers)
+    functions = {
+        f.address: f for gpu in inventory.gpus for f in (*gpu.function_info, *gpu.iommu_group_peers)
     }
     lines = []
     for group in plan.groups:
-        for function in group.functions:
-            if function not in drivers:
-                lines.append(f"{function}: not found on the host")
+        for address in group.functions:
+            function = functions.get(address)
+            if function is None:
+                lines.append(f"{address}: not found on the host")
                 continue
-            have = drivers[function] or "no driver"
-            if group.role == "vfio" or function in group.gpus:
-                want = VFIO_DRIVER if group.role == "vfio" else group.driver
-                if have != want:
-                    lines.append(f"{function}: bound to {have}, the plan says {want}")
-            elif have == VFIO_DRIVER:
-                lines.append(f"{function}: bound to vfio-pci, the plan keeps it on the host")
+            have = function.driver or "no driver"
+            if group.role == "vfio" and have != VFIO_DRIVER:
+                why = f": {why_not_vfio(inventory, function)}" if explain else ""
+                lines.append(f"{address}: bound to {have}, the plan says {VFIO_DRIVER}{why}")
+            elif group.role != "vfio" and address in group.gpus and have != group.driver:
+                lines.append(f"{address}: bound to {have}, the plan says {group.driver}")
+            elif group.role != "vfio" and address not in group.gpus and have == VFIO_DRIVER:
+                lines.append(f"{address}: bound to vfio-pci, the plan keeps it on the host")
     return lines

@@ -31,7 +31,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Show the split and the exact file changes it needs, without changing anything."""
     with open_host(args) as host:
         inventory, plan, changes = proposal(args, host)
-    pending = [] if changes.changed else driver_drift(inventory, plan)
+    pending = [] if changes.changed else driver_drift(inventory, plan, explain=False)
     if args.out:
         save_plan(args.out, host.name, plan, changes)
     if args.json:

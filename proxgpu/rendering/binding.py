@@ -6,13 +6,15 @@ from __future__ import annotations
 import re
 
 from proxgpu.errors import RenderError
-from proxgpu.inspection.inventory import PciFunction
+from proxgpu.inspection.inventory import Inventory, PciFunction
+from proxgpu.kmod import MODULES_SOFTDEP, ConfigLine, KmodConfig, normalize
 from proxgpu.paths import (
     BIND_SCRIPT,
     DRIVERCTL_DIR,
     GRUB_DEFAULT,
     INITRAMFS_HOOK,
     KERNEL_CMDLINE,
+    LEGACY_MODPROBE_CONF,
     MODPROBE_CONF,
     MODULES_LOAD,
 )
@@ -47,11 +49,7 @@ def refuse_conflicting_binding(ctx: RenderContext) -> None:
         for f in kept
         if f.driver in ctx.inventory.driver_modules
     }
-    sources = {
-        p: t
-        for p, t in ctx.inventory.host_files.items()
-        if p.startswith("/etc/modprobe.d/") and p != MODPROBE_CONF
-    }
+    sources = dict(theirs(ctx.inventory).files)
     sources["/proc/cmdline"] = ctx.inventory.kernel_cmdline or ""
     for path in (KERNEL_CMDLINE, GRUB_DEFAULT):
         sources[path] = ctx.inventory.host_files.get(path, "")
@@ -78,30 +76,25 @@ def refuse_conflicting_binding(ctx: RenderContext) -> None:
 
 
 def refuse_shadowed_hook(ctx: RenderContext, modules: list[str]) -> None:
-    """kmod runs only the first ``install`` command for a module, taking modprobe.d files in the
-    order of their names: an earlier ``install vfio-pci`` would run instead of our hook, so the
-    overrides would never be written. An ``install`` line for a driver that the softdep puts
-    vfio-pci before still runs, but it is reported: it may load the driver in its own way."""
-    ours = MODPROBE_CONF.rsplit("/", 1)[1]
+    """kmod runs only the first ``install`` command for a module, in its order of config files:
+    an earlier ``install vfio-pci`` would run instead of our hook, so the overrides would never be
+    written. An ``install`` line for a driver that the softdep puts vfio-pci before still runs,
+    but it is reported: it may load the driver in its own way."""
     problems = []
-    for path, text in sorted(ctx.inventory.host_files.items()):
-        if not path.startswith("/etc/modprobe.d/") or path == MODPROBE_CONF:
+    drivers = {normalize(m) for m in modules}
+    for line in theirs(ctx.inventory).lines("install"):
+        if len(line.words) < 3:
             continue
-        for number, line in enumerate(text.splitlines(), 1):
-            words = line.split("#", 1)[0].split()
-            if len(words) < 3 or words[0] != "install":
-                continue
-            module = words[1].replace("-", "_")
-            where = f"{path}:{number}: {line.strip()}"
-            if module == "vfio_pci" and path.rsplit("/", 1)[1] < ours:
-                problems.append(f"  - {where}: runs instead of proxgpu's hook in {MODPROBE_CONF}")
-            elif module == "vfio_pci":
-                ctx.warnings.append(f"{where}: no longer runs (proxgpu's hook comes first)")
-            elif module in {m.replace("-", "_") for m in modules}:
-                ctx.warnings.append(
-                    f"{where}: runs whenever {words[1]} loads; vfio-pci still loads before it, "
-                    "but check that the command does not bind the vfio GPUs itself"
-                )
+        where = f"{line.where}: {line.text}"
+        if line.matches("vfio_pci") and before_ours(line):
+            problems.append(f"  - {where}: runs instead of proxgpu's hook in {MODPROBE_CONF}")
+        elif line.matches("vfio_pci"):
+            ctx.warnings.append(f"{where}: no longer runs (proxgpu's hook comes first)")
+        elif any(line.matches(driver) for driver in drivers):
+            ctx.warnings.append(
+                f"{where}: runs whenever {line.words[1]} loads; vfio-pci still loads before it, "
+                "but check that the command does not bind the vfio GPUs itself"
+            )
     if problems:
         raise RenderError(
             ctx.inventory.source,
@@ -110,6 +103,76 @@ def refuse_shadowed_hook(ctx: RenderContext, modules: list[str]) -> None:
             "marked for vfio-pci:\n" + "\n".join(problems),
             "remove it or use --bind-method driverctl",
         )
+
+
+#: proxgpu's own modprobe.d files, now and as earlier versions named it.
+OURS = frozenset({MODPROBE_CONF, LEGACY_MODPROBE_CONF})
+
+
+def theirs(inventory: Inventory, kernel: str | None = None) -> KmodConfig:
+    """The host's kmod config for ``kernel`` (the running one by default) without proxgpu's."""
+    return KmodConfig.of(inventory.host_files, kernel or inventory.kernel, without=OURS)
+
+
+def before_ours(line: ConfigLine) -> bool:
+    """Whether kmod reads ``line``'s file before proxgpu's (file names sorted by ``strcmp``)."""
+    return line.path.rsplit("/", 1)[1].encode() < MODPROBE_CONF.rsplit("/", 1)[1].encode()
+
+
+def _kernels(inventory: Inventory) -> list[str | None]:
+    """The running kernel first, then every other kernel whose ``modules.softdep`` was read:
+    one modprobe.d file serves whichever of them boots next."""
+    found = sorted(
+        path.split("/")[3]
+        for path in inventory.host_files
+        if path.startswith("/lib/modules/") and path.endswith("/" + MODULES_SOFTDEP)
+    )
+    return [inventory.kernel, *(k for k in found if k != inventory.kernel)]
+
+
+def _softdep_line(ctx: RenderContext, module: str, problems: list[str]) -> str:
+    """``softdep MODULE pre: vfio-pci ...``, keeping the pre and post modules of the line kmod
+    would use without proxgpu's (the module's own ``MODULE_SOFTDEP`` in ``modules.softdep``, or
+    an admin's line): ours comes first, so kmod would drop that one."""
+    pre: list[str] = []
+    post: list[str] = []
+    for n, kernel in enumerate(_kernels(ctx.inventory)):
+        found = theirs(ctx.inventory, kernel).softdep(module)
+        if found is None:
+            continue
+        if before_ours(found) and "vfio_pci" not in map(normalize, found.softdeps()[0]):
+            problems.append(f"  - {found.where}: {found.text}")
+            continue
+        if n == 0 and not before_ours(found):
+            ctx.warnings.append(
+                f"{module}: kmod uses only the first softdep line for a module, and "
+                f"{found.where} (`{found.text}`) comes before a file named "
+                f"{LEGACY_MODPROBE_CONF.rsplit('/', 1)[1]}, leaving vfio-pci to win a race at "
+                f"boot: proxgpu's line is in {MODPROBE_CONF}, which kmod reads first, and keeps "
+                "that line's modules"
+            )
+        more_pre, more_post = found.softdeps()
+        pre += [m for m in more_pre if m not in pre and normalize(m) != "vfio_pci"]
+        post += [m for m in more_post if m not in post]
+    return " ".join(
+        ["softdep", module, "pre:", "vfio-pci", *pre, *(["post:", *post] if post else [])]
+    )
+
+
+def _softdep_lines(ctx: RenderContext, modules: list[str]) -> list[str]:
+    problems: list[str] = []
+    lines = [_softdep_line(ctx, module, problems) for module in modules]
+    if problems:
+        raise RenderError(
+            ctx.inventory.source,
+            None,
+            "these softdep lines come before proxgpu's in kmod's order, and kmod uses only the "
+            "first for a module, so vfio-pci would not load before the driver:\n"
+            + "\n".join(problems),
+            f"rename the file to sort after {MODPROBE_CONF.rsplit('/', 1)[1]} or add vfio-pci "
+            "first to its pre: modules",
+        )
+    return lines
 
 
 def _softdep_modules(ctx: RenderContext, functions: list[PciFunction]) -> list[str]:
@@ -127,8 +190,9 @@ def _softdep_modules(ctx: RenderContext, functions: list[PciFunction]) -> list[s
             else:
                 modules.add(module)
     # A function already on vfio-pci no longer shows the driver it had: keep what we wrote then.
-    previous = ctx.inventory.host_files.get(MODPROBE_CONF, "")
-    modules.update(re.findall(r"^softdep (\S+) pre: vfio-pci$", previous, re.MULTILINE))
+    for path in sorted(OURS):
+        previous = ctx.inventory.host_files.get(path, "")
+        modules.update(re.findall(r"^softdep (\S+) pre: vfio-pci\b", previous, re.MULTILINE))
     return sorted(modules)
 
 
@@ -145,12 +209,13 @@ def render_binding(ctx: RenderContext) -> None:
             "modprobe-vfio.conf.j2",
             functions=addresses,
             bind_script=BIND_SCRIPT,
-            modules=modules,
+            softdeps=_softdep_lines(ctx, modules),
         )
         if modprobe
         else None,
         "load vfio-pci first and bind by PCI address",
     )
+    ctx.file(LEGACY_MODPROBE_CONF, None, f"replaced by {MODPROBE_CONF}")
     ctx.file(
         BIND_SCRIPT,
         render_template(

@@ -90,7 +90,9 @@ nl='
 '
 tab=$(printf '\t')
 for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
-    etc/modprobe.d/* etc/modules etc/modules-load.d/* etc/initramfs-tools/modules \
+    etc/modprobe.d/* run/modprobe.d/* usr/local/lib/modprobe.d/* usr/lib/modprobe.d/* \
+    lib/modprobe.d/* lib/modules/*/modules.softdep \
+    etc/modules etc/modules-load.d/* etc/initramfs-tools/modules \
     etc/default/grub etc/default/grub.d/*.cfg etc/kernel/cmdline etc/kernel/proxmox-boot-uuids \
     etc/driverctl.d/* etc/proxgpu/* etc/initramfs-tools/hooks/proxgpu* usr/local/sbin/proxgpu-* \
     etc/systemd/system/proxgpu-* etc/systemd/system/pve-guests.service.d/proxgpu*; do

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from proxgpu.paths import MODPROBE_CONF
+
 from .testhost import QemuTestHost
 
 pytestmark = pytest.mark.e2e
@@ -142,7 +144,7 @@ def test_plan_moves_node1_devices_and_their_audio_functions(
     assert (vfio["role"], vfio["numa_node"], vfio["gpus"]) == ("vfio", 1, NODE1)
     assert vfio["functions"] == sorted(NODE1 + [a[:-1] + "1" for a in NODE1])
     changes = document["changes"]
-    modprobe = next(f for f in changes["files"] if f["path"] == "/etc/modprobe.d/proxgpu-vfio.conf")
+    modprobe = next(f for f in changes["files"] if f["path"] == MODPROBE_CONF)
     for module in ("bochs", "snd_hda_intel"):
         assert f"softdep {module} pre: vfio-pci" in modprobe["after"]
     assert changes["reboot_required"]
@@ -213,7 +215,7 @@ def test_apply_live_reboot_verify_rollback(
         rc, listing, err = testhost.ssh(["sh", "-c", "lsinitramfs /boot/initrd.img-$(uname -r)"])
         assert rc == 0, err
         assert "usr/local/sbin/proxgpu-vfio-bind" in listing
-        assert "etc/modprobe.d/proxgpu-vfio.conf" in listing
+        assert MODPROBE_CONF.lstrip("/") in listing
 
     testhost.reboot()
     assert_split(testhost)

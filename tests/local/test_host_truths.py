@@ -91,10 +91,17 @@ def with_modprobe_file(name: str, text: str) -> Inventory:
 
 
 def test_an_earlier_install_command_for_vfio_pci_is_refused() -> None:
-    inventory = with_modprobe_file("local.conf", "install vfio_pci /bin/true\n")
+    # "0-" sorts before proxgpu's "00-proxgpu-vfio.conf" ("-" is below "0").
+    inventory = with_modprobe_file("0-local.conf", "install vfio_pci /bin/true\n")
     with pytest.raises(RenderError) as refused:
         rendered(inventory, SplitPolicy(lxc=200))
-    assert "/etc/modprobe.d/local.conf:1: install vfio_pci /bin/true" in str(refused.value)
+    assert "/etc/modprobe.d/0-local.conf:1: install vfio_pci /bin/true" in str(refused.value)
+
+
+def test_an_install_command_in_a_file_named_like_most_is_read_after_proxgpus() -> None:
+    inventory = with_modprobe_file("local.conf", "install vfio_pci /bin/true\n")
+    changes = rendered(inventory, SplitPolicy(lxc=200))
+    assert any("local.conf:1" in w and "no longer runs" in w for w in changes.warnings)
 
 
 def test_a_later_install_command_for_vfio_pci_is_reported_as_dead() -> None:

@@ -20,7 +20,7 @@ def test_check_reports_changes_and_writes_nothing(tmp_path: Path) -> None:
     assert result.changed and result.applied.dry_run
     assert {d["after_header"] for d in result.diff} >= {
         "/etc/pve/lxc/200.conf",
-        "/etc/modprobe.d/proxgpu-vfio.conf",
+        "/etc/modprobe.d/00-proxgpu-vfio.conf",
     }
     assert ["update-initramfs", "-u", "-k", "all"] in result.actions
     assert tree_bytes(root) == before

@@ -42,9 +42,10 @@ def test_verify_reports_file_drift_and_drivers_still_waiting_for_a_reboot(root: 
         "0000:81:00.0: bound to nvidia, the plan says vfio-pci (at the next boot)"
     )
     rebooted = entry.model_copy(update={"boot_id": "another-boot"})
-    assert verify(host, rebooted).drift[:8] == [
+    drift = verify(host, rebooted).drift[:8]
+    assert [line.split(": its driver_override")[0] for line in drift] == [
         line.removesuffix(" (at the next boot)") for line in report.pending_reboot
-    ], "after a reboot, drivers not as planned are drift"
+    ], "after a reboot, drivers not as planned are drift, each saying why"
     (root / MODULES.lstrip("/")).write_text("edited\n")
     (root / DRIVERCTL.lstrip("/")).unlink()
     files = [line for line in verify(host, entry).drift if line.startswith("/")]
@@ -58,7 +59,11 @@ def test_verify_against_a_plan_checks_each_functions_driver(root: Path) -> None:
     host = DirectoryHost(str(root))
     plan = ct200_plan(root)
     report = verify(host, plan)
-    assert "0000:81:00.1: bound to snd_hda_intel, the plan says vfio-pci" in report.drift
+    assert (
+        "0000:81:00.1: bound to snd_hda_intel, the plan says vfio-pci: its driver_override is "
+        "empty, so proxgpu's bind script did not run before snd_hda_intel took it: "
+        "/etc/modprobe.d/00-proxgpu-vfio.conf is missing (run proxgpu apply again)"
+    ) in report.drift
     assert not any(line.startswith("0000:01:") for line in report.drift), "host group is fine"
     assert not verify(host, plan.model_copy(update={"groups": plan.groups[:1]})).drifted
 

@@ -118,7 +118,7 @@ def test_a_journal_path_with_dot_dot_is_unreadable_not_followed(tmp_path: Path) 
     entry = root / "var/lib/proxgpu/journal" / f"{journal_id}.json"
     escape = "/" + "/".join([".."] * 8) + str(victim)
     entry.write_text(
-        entry.read_text().replace('"/etc/modprobe.d/proxgpu-vfio.conf"', f'"{escape}"')
+        entry.read_text().replace('"/etc/modprobe.d/00-proxgpu-vfio.conf"', f'"{escape}"')
     )
     with DirectoryHost(str(root)) as host:
         journal = read_journal(host)
@@ -139,7 +139,7 @@ def test_apply_refuses_a_tree_whose_directory_links_outside(tmp_path: Path) -> N
         _, plan, changes = propose(host, POLICY)
         with pytest.raises(PreflightError, match="outside") as refused:
             apply_changes(host, changes, plan=plan)
-    assert "/etc/modprobe.d/proxgpu-vfio.conf" in str(refused.value)
+    assert "/etc/modprobe.d/00-proxgpu-vfio.conf" in str(refused.value)
     assert list(elsewhere.iterdir()) == []
     assert not (root / LOCK).exists(), "the lock is released after a refusal"
 

@@ -41,7 +41,7 @@ VM = "/etc/pve/qemu-server/300.conf"
 MODULES = "/etc/modules"
 BLACKLIST = "/etc/modprobe.d/pve-blacklist.conf"
 DRIVERCTL = "/etc/driverctl.d/pci-0000:81:00.0"  # its directory does not exist yet
-VFIO_CONF = "/etc/modprobe.d/proxgpu-vfio.conf"
+VFIO_CONF = "/etc/modprobe.d/00-proxgpu-vfio.conf"
 # proxgpu's own state, and the lock files Proxmox's editors share with it.
 OWN_STATE = ("var/lib/proxgpu", "run/lock", "var/lock")
 

@@ -1,0 +1,200 @@
+"""What kmod (``modprobe``, and udev loading a driver for a device) makes of a host's modprobe
+configuration: which files it reads in which order, and which ``softdep`` and ``install`` line it
+uses for a module.
+
+The rules, as kmod 28 to 34 (Proxmox VE 7 to 9: Debian 11 to 13) implement them:
+
+* Config files are ``*.conf`` files not starting with ``.`` in ``/etc/modprobe.d``,
+  ``/run/modprobe.d``, ``/usr/local/lib/modprobe.d``, ``/usr/lib/modprobe.d`` (kmod 31 and
+  later; on a merged-/usr host it is ``/lib/modprobe.d``) and ``/lib/modprobe.d``; a name seen
+  in an earlier directory hides the same name in a later one (libkmod-config.c
+  ``conf_files_list``).
+* depmod's ``modules.softdep`` in the kernel's module directory, which holds every module's own
+  ``MODULE_SOFTDEP``, is read as one more config file named ``modules.softdep``, and all of them
+  are read sorted by file name with ``strcmp`` (``kmod_config_new`` and
+  ``conf_files_insert_sorted``): ``modules.softdep`` comes before ``proxgpu-vfio.conf``.
+* For a module, only the first ``softdep`` line whose name matches it (``fnmatch``) is used, and
+  likewise only the first ``install`` command (``kmod_module_get_softdeps``,
+  ``kmod_module_get_install_commands``: "find only the first command").
+* A line starting with ``#`` is a comment, a ``\\`` at the end of a line joins the next one, and
+  module names are compared with ``-`` read as ``_`` (``underscores``).
+* A softdep's modules are separated by white space only: NVIDIA's open module declares
+  ``pre: ecdh_generic,ecdsa_generic``, which kmod looks up as one name, finds no module of that
+  name, and goes on ("continuing anyway").
+
+>>> files = {"/lib/modules/6.8.12-4-pve/modules.softdep":
+...              "softdep nvidia pre: ecdh_generic,ecdsa_generic\\n",
+...          "/etc/modprobe.d/proxgpu-vfio.conf": "softdep nvidia pre: vfio-pci\\n"}
+>>> config = KmodConfig.of(files, "6.8.12-4-pve")
+>>> [path for path, _ in config.files]
+['/lib/modules/6.8.12-4-pve/modules.softdep', '/etc/modprobe.d/proxgpu-vfio.conf']
+>>> config.softdep("nvidia").where
+'/lib/modules/6.8.12-4-pve/modules.softdep:1'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+#: kmod's config directories, in the order a name in one hides the same name in the next.
+CONFIG_DIRS = (
+    "/etc/modprobe.d/",
+    "/run/modprobe.d/",
+    "/usr/local/lib/modprobe.d/",
+    "/usr/lib/modprobe.d/",
+    "/lib/modprobe.d/",
+)
+#: The file depmod writes from the modules' own ``softdep`` modinfo, read as a config file.
+MODULES_SOFTDEP = "modules.softdep"
+
+
+def module_dir(kernel: str) -> str:
+    """The kernel's module directory, where depmod writes ``modules.softdep``.
+
+    >>> module_dir("6.8.12-4-pve")
+    '/lib/modules/6.8.12-4-pve/'
+    """
+    return f"/lib/modules/{kernel}/"
+
+
+def normalize(name: str) -> str:
+    """A module name as kmod compares it: ``-`` read as ``_``, except inside ``[...]``.
+
+    >>> normalize("vfio-pci"), normalize("snd-hda-[a-z]*")
+    ('vfio_pci', 'snd_hda_[a-z]*')
+    """
+    parts = re.split(r"(\[[^\]]*\])", name)
+    return "".join(p if p.startswith("[") else p.replace("-", "_") for p in parts)
+
+
+@dataclass(frozen=True)
+class ConfigLine:
+    """One command line of a config file: where it is, what it says."""
+
+    path: str
+    number: int
+    text: str
+
+    @property
+    def words(self) -> list[str]:
+        return self.text.split()
+
+    @property
+    def command(self) -> str:
+        return self.words[0]
+
+    @property
+    def module(self) -> str:
+        """The module (a pattern for ``softdep``) the line is about, as kmod compares it."""
+        words = self.words
+        return normalize(words[1]) if len(words) > 1 else ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.number}"
+
+    def matches(self, module: str) -> bool:
+        return fnmatchcase(normalize(module), self.module)
+
+    def softdeps(self) -> tuple[list[str], list[str]]:
+        """A ``softdep`` line's ``pre:`` and ``post:`` modules, as kmod reads them.
+
+        kmod takes what follows the module name and one blank; when more blanks follow, it
+        reads the first word with a blank in front, so that word is never ``pre:`` or
+        ``post:`` (``kmod_config_add_softdep``), and the modules up to the next keyword are lost.
+
+        >>> ConfigLine("f", 1, "softdep nvidia pre: a b post: c").softdeps()
+        (['a', 'b'], ['c'])
+        >>> ConfigLine("f", 1, "softdep nvidia  pre: a post: c").softdeps()
+        ([], ['c'])
+        """
+        match = re.match(r"\S+[ \t]+\S+[ \t]?(.*)", self.text, re.DOTALL)
+        rest = match.group(1) if match else ""
+        words = rest.split()
+        pre: list[str] = []
+        post: list[str] = []
+        into: list[str] | None = None
+        for n, word in enumerate(words):
+            if word in ("pre:", "post:") and not (n == 0 and rest[:1].isspace()):
+                into = pre if word == "pre:" else post
+            elif into is not None:
+                into.append(word)
+        return pre, post
+
+
+def parse_lines(path: str, text: str) -> list[ConfigLine]:
+    """The command lines of one config file, continuation lines joined.
+
+    >>> [line.text for line in parse_lines("f", "# c\\nsoftdep a \\\\\\n  pre: b\\n\\n")]
+    ['softdep a   pre: b']
+    """
+    lines: list[ConfigLine] = []
+    pending = ""
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not pending:
+            start = number
+        if raw.endswith("\\"):
+            pending += raw[:-1]
+            continue
+        line, pending = pending + raw, ""
+        if line.split() and not line.startswith("#"):
+            lines.append(ConfigLine(path, start, line.strip()))
+    return lines
+
+
+@dataclass(frozen=True)
+class KmodConfig:
+    """A host's modprobe configuration as kmod reads it: ``files`` in kmod's order."""
+
+    files: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(
+        cls,
+        host_files: Mapping[str, str],
+        kernel: str | None,
+        *,
+        without: frozenset[str] = frozenset(),
+    ) -> KmodConfig:
+        """The config kmod reads for ``kernel`` from ``host_files`` (by path), leaving out the
+        paths in ``without`` (to see what kmod would do without them)."""
+        by_name: dict[str, str] = {}
+        for directory in CONFIG_DIRS:
+            for path in sorted(host_files):
+                name = path[len(directory) :]
+                if not path.startswith(directory) or "/" in name or path in without:
+                    continue
+                if name.endswith(".conf") and len(name) > 5 and not name.startswith("."):
+                    by_name.setdefault(name, path)
+        if kernel is not None:
+            softdep = module_dir(kernel) + MODULES_SOFTDEP
+            if softdep in host_files and softdep not in without:
+                by_name.setdefault(MODULES_SOFTDEP, softdep)
+        ordered = sorted(by_name.items(), key=lambda item: item[0].encode())
+        return cls(tuple((path, host_files[path]) for _, path in ordered))
+
+    def lines(self, command: str | None = None) -> list[ConfigLine]:
+        """Every command line, in the order kmod reads them (``command`` ones only if given)."""
+        return [
+            line
+            for path, text in self.files
+            for line in parse_lines(path, text)
+            if command is None or line.command == command
+        ]
+
+    def softdep(self, module: str) -> ConfigLine | None:
+        """The ``softdep`` line kmod uses for ``module``: the first that matches it."""
+        return next((line for line in self.lines("softdep") if line.matches(module)), None)
+
+    def install(self, module: str) -> ConfigLine | None:
+        """The ``install`` command kmod runs instead of loading ``module``: the first one."""
+        return next((line for line in self.lines("install") if line.matches(module)), None)
+
+    def position(self, path: str) -> int | None:
+        """Where ``path`` comes in kmod's order (``None`` when kmod does not read it)."""
+        paths = [p for p, _ in self.files]
+        return paths.index(path) if path in paths else None

@@ -1,0 +1,191 @@
+"""The boot-time binding against Debian's real kmod: over the files proxgpu writes, ``modprobe``
+loads vfio-pci (through proxgpu's ``install`` hook, which writes each driver_override) before
+every driver that could claim a moved function, whether asked for the driver by name (the
+initramfs, modules-load.d, nvidia-persistenced, by hand) or for the function's modalias (udev
+at coldplug), and keeps the driver's own softdeps.
+
+The module tree is real to kmod (ELF ``.ko`` files with ``.modinfo`` sections, indexed by the
+real ``depmod``, which writes ``modules.softdep`` from NVIDIA's own softdep); nothing is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxgpu.errors import RenderError
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.kmod import KmodConfig
+from proxgpu.paths import BIND_SCRIPT, LEGACY_MODPROBE_CONF, MODPROBE_CONF
+from proxgpu.planning import plan_split
+from proxgpu.planning.model import SplitPolicy
+from proxgpu.rendering import render
+from proxgpu.rendering.changes import ChangeSet
+from tests.support.factories import ct200, make_gpu, make_inventory
+from tests.support.kmodtree import (
+    Module,
+    build_tree,
+    extra_module,
+    gpu_modules,
+    pci_alias,
+    show_depends,
+)
+
+KERNEL = "6.8.12-11-pve"
+HOOK = f"install {BIND_SCRIPT};"
+
+
+def _with_files(inventory: Inventory, files: dict[str, str]) -> Inventory:
+    return inventory.model_copy(update={"kernel": KERNEL, "host_files": files})
+
+
+def _changes(inventory: Inventory, policy: SplitPolicy | None = None) -> ChangeSet:
+    return render(inventory, plan_split(inventory, policy or SplitPolicy()))
+
+
+def _write(root: Path, files: dict[str, str | None]) -> None:
+    for path, text in files.items():
+        target = root / path.lstrip("/")
+        if text is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+
+
+def _host(tmp_path: Path, inventory: Inventory, modules: list[Module]) -> tuple[Path, ChangeSet]:
+    """A host tree: the module tree indexed by depmod, the host's own files, then proxgpu's."""
+    root = tmp_path / "host"
+    directory = build_tree(root, KERNEL, modules)
+    softdep = (directory / "modules.softdep").read_text()
+    files = {**inventory.host_files, f"/lib/modules/{KERNEL}/modules.softdep": softdep}
+    inventory = _with_files(inventory, files)
+    _write(root, dict(files))
+    changes = _changes(inventory)
+    _write(root, {c.path: c.after for c in changes.files})
+    return root, changes
+
+
+def _loads_vfio_first(lines: list[str], driver: str) -> bool:
+    """Whether the hook (which loads vfio-pci) runs before ``driver``'s module is inserted."""
+    hook = next((n for n, line in enumerate(lines) if line.startswith(HOOK)), None)
+    insert = next(
+        (n for n, line in enumerate(lines) if line.startswith("insmod ") and f"/{driver}" in line),
+        None,
+    )
+    return hook is not None and insert is not None and hook < insert
+
+
+def _amd_host() -> Inventory:
+    """Two AMD GPUs (Radeon PRO W7900 IDs), one per node, each with its HDMI audio function."""
+    ids = {"vendor_id": "1002", "device_id": "744c", "class_code": "0x030000"}
+    gpus = []
+    for bus, node in (("01", 0), ("81", 1)):
+        gpu = make_gpu(bus, node, audio=True, driver="amdgpu")
+        info = [
+            f.model_copy(update=ids if f.address == gpu.address else {"vendor_id": "1002"})
+            for f in gpu.function_info
+        ]
+        gpus.append(gpu.model_copy(update={**ids, "function_info": info}))
+    return make_inventory(gpus)
+
+
+def test_nvidia_loaded_by_name_or_by_udev_gets_vfio_pci_first(tmp_path: Path) -> None:
+    inventory = ct200()
+    root, changes = _host(tmp_path, inventory, gpu_modules(KERNEL))
+    moved = [f for gpu in inventory.gpus if gpu.numa_node == 1 for f in gpu.function_info]
+    conf = next(c.after for c in changes.files if c.path == MODPROBE_CONF) or ""
+    assert "softdep nvidia pre: vfio-pci ecdh_generic,ecdsa_generic" in conf
+    for module in ("nvidia", "nouveau", "snd_hda_intel"):
+        assert _loads_vfio_first(show_depends(root, KERNEL, module), module.replace("_", "-"))
+    for function in moved:
+        alias = pci_alias(function.vendor_id, function.device_id, function.class_code)
+        lines = show_depends(root, KERNEL, alias)
+        drivers = {ln.split()[1].rsplit("/", 1)[1].split(".")[0] for ln in lines if "insmod" in ln}
+        assert drivers - {"vfio", "vfio-pci"}, f"{alias} resolved to no driver: {lines}"
+        for driver in drivers - {"vfio", "vfio-pci"}:
+            assert _loads_vfio_first(lines, driver), (alias, lines)
+
+
+def test_amdgpu_gets_vfio_pci_first_and_keeps_an_admins_post_module(tmp_path: Path) -> None:
+    admin = {"/etc/modprobe.d/amdgpu-extra.conf": "softdep amdgpu post: amdgpu_extra\n"}
+    inventory = _amd_host().model_copy(update={"host_files": admin})
+    modules = [*gpu_modules(KERNEL), extra_module(KERNEL, "amdgpu_extra")]
+    root, _ = _host(tmp_path, inventory, modules)
+    lines = show_depends(root, KERNEL, "amdgpu")
+    assert _loads_vfio_first(lines, "amdgpu")
+    inserted = [line.split()[1].rsplit("/", 1)[1] for line in lines if line.startswith("insmod")]
+    assert inserted.index("amdgpu_extra.ko") > inserted.index("amdgpu.ko"), lines
+
+
+def test_the_name_proxgpu_used_before_loses_to_modules_softdep(tmp_path: Path) -> None:
+    """What this fixes, shown with kmod itself: under its old name, after ``modules.softdep``,
+    proxgpu's softdep for nvidia was never used."""
+    root, _ = _host(tmp_path, ct200(), gpu_modules(KERNEL))
+    new = root / MODPROBE_CONF.lstrip("/")
+    new.rename(root / LEGACY_MODPROBE_CONF.lstrip("/"))
+    assert not _loads_vfio_first(show_depends(root, KERNEL, "nvidia"), "nvidia")
+    # snd_hda_intel declares no softdep of its own, so the old file's line still served it.
+    assert _loads_vfio_first(show_depends(root, KERNEL, "snd_hda_intel"), "snd-hda-intel")
+
+
+def test_the_old_file_is_replaced_and_the_new_one_is_idempotent(tmp_path: Path) -> None:
+    root, first = _host(tmp_path, ct200(), gpu_modules(KERNEL))
+    old = next(c.after for c in first.files if c.path == MODPROBE_CONF)
+    files = {
+        p: (root / p.lstrip("/")).read_text()
+        for p in (f"/lib/modules/{KERNEL}/modules.softdep", LEGACY_MODPROBE_CONF)
+        if (root / p.lstrip("/")).exists()
+    }
+    legacy = _with_files(ct200(), {**files, LEGACY_MODPROBE_CONF: old or ""})
+    moved = {c.path: c.after for c in _changes(legacy).files}
+    assert moved[LEGACY_MODPROBE_CONF] is None and moved[MODPROBE_CONF] == old
+    again = _with_files(ct200(), {**files, MODPROBE_CONF: old or ""})
+    assert not [c.path for c in _changes(again).changed_files() if "modprobe" in c.path]
+
+
+def test_a_softdep_before_proxgpus_file_is_refused_with_its_line() -> None:
+    early = {"/etc/modprobe.d/0-nvidia.conf": "softdep nvidia pre: nvidia_peermem_helper\n"}
+    with pytest.raises(RenderError) as refused:
+        _changes(_with_files(ct200(), early))
+    assert "/etc/modprobe.d/0-nvidia.conf:1" in str(refused.value)
+    with_vfio = {"/etc/modprobe.d/0-nvidia.conf": "softdep nvidia pre: vfio-pci\n"}
+    assert _changes(_with_files(ct200(), with_vfio)).changed
+
+
+def test_the_plan_says_which_line_would_have_won() -> None:
+    softdep = "softdep nvidia pre: ecdh_generic,ecdsa_generic\n"
+    changes = _changes(_with_files(ct200(), {f"/lib/modules/{KERNEL}/modules.softdep": softdep}))
+    said = [w for w in changes.warnings if w.startswith("nvidia:")]
+    assert said and f"/lib/modules/{KERNEL}/modules.softdep:1" in said[0]
+
+
+def test_kmod_order_matches_the_real_modprobe(tmp_path: Path) -> None:
+    """proxgpu's model of kmod picks the same softdep line, and reads the same modules from it,
+    as modprobe does: across config directories, a name hidden by the same name earlier, a
+    glob, a continued line, and kmod's way with a blank too many (the line loses its post:)."""
+    files = {
+        "/lib/modprobe.d/b.conf": "softdep amdgpu post: from_lib_b\n",
+        "/etc/modprobe.d/b.conf": "softdep amdgpu post: from_etc_b\n",
+        "/run/modprobe.d/a.conf": "# a comment\nsoftdep amd* \\\n post: from_run_a\n",
+    }
+    root = tmp_path / "host"
+    modules = [
+        *gpu_modules(KERNEL),
+        *(extra_module(KERNEL, n) for n in ("from_lib_b", "from_etc_b", "from_run_a")),
+    ]
+    build_tree(root, KERNEL, modules)
+    _write(root, dict(files))
+    for drop in (
+        [],
+        ["/run/modprobe.d/a.conf"],
+        ["/run/modprobe.d/a.conf", "/etc/modprobe.d/b.conf"],
+    ):
+        _write(root, dict.fromkeys(drop))
+        left = {p: t for p, t in files.items() if p not in drop}
+        line = KmodConfig.of(left, KERNEL).softdep("amdgpu")
+        assert line is not None
+        inserted = [ln for ln in show_depends(root, KERNEL, "amdgpu") if ln.startswith("insmod")]
+        extra = [ln.split()[1].rsplit("/", 1)[1] for ln in inserted if "from_" in ln]
+        assert extra == [f"{name}.ko" for name in line.softdeps()[1]], (drop, inserted)

@@ -1,0 +1,140 @@
+"""A kernel module tree for Debian's real kmod: ``.ko`` files that carry real ``.modinfo``
+sections (what ``modinfo`` and ``depmod`` read), indexed by the real ``depmod``, and ``modprobe
+--show-depends`` run over it with a host's modprobe.d files, as udev and ``modprobe`` would load
+a driver.
+
+The modules hold no code: kmod never loads them here (``--show-depends`` only says what it would
+run, in order), so an ELF object with the ``.modinfo`` section is all it reads.
+
+>>> ko = elf_module([("name", "nvidia"), ("softdep", "pre: ecdh_generic,ecdsa_generic")])
+>>> ko[:4], b"softdep=pre: ecdh_generic,ecdsa_generic\\0" in ko
+(b'\\x7fELF', True)
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxgpu.kmod import CONFIG_DIRS
+from tests.support.tools import require_tool
+
+_SECTION = struct.Struct("<IIQQQQIIQQ")
+_SHT_PROGBITS, _SHT_STRTAB, _SHF_ALLOC = 1, 3, 2
+_ET_REL, _EM_X86_64 = 1, 62
+
+
+def elf_module(modinfo: Sequence[tuple[str, str]]) -> bytes:
+    """A relocatable x86-64 ELF object whose ``.modinfo`` holds ``key=value`` strings, as the
+    kernel's ``MODULE_INFO`` macros lay them out (each NUL-terminated)."""
+    info = b"".join(f"{key}={value}".encode() + b"\0" for key, value in modinfo)
+    names = b"\0.modinfo\0.shstrtab\0"
+    info_at = 64
+    names_at = info_at + len(info)
+    headers_at = (names_at + len(names) + 7) & ~7
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)  # 64-bit, little-endian, version 1
+    header = ident + struct.pack(
+        "<HHIQQQIHHHHHH", _ET_REL, _EM_X86_64, 1, 0, 0, headers_at, 0, 64, 0, 0, 64, 3, 2
+    )
+    sections = bytes(64)  # the null section
+    sections += _SECTION.pack(1, _SHT_PROGBITS, _SHF_ALLOC, 0, info_at, len(info), 0, 0, 1, 0)
+    sections += _SECTION.pack(10, _SHT_STRTAB, 0, 0, names_at, len(names), 0, 0, 1, 0)
+    body = header + info + names
+    return body + bytes(headers_at - len(body)) + sections
+
+
+@dataclass(frozen=True)
+class Module:
+    """A module file: where it lives under the kernel's directory and what its modinfo says."""
+
+    file: str
+    modinfo: tuple[tuple[str, str], ...]
+
+
+def pci_alias(vendor: str, device: str, class_code: str) -> str:
+    """The modalias the kernel gives a PCI function (what udev asks kmod to load), any
+    subsystem: ``pci:vVVVVVVVVdDDDDDDDDsvSSSSSSSSsdSSSSSSSSbcBBscSSiII``.
+
+    >>> pci_alias("10de", "2bb1", "0x030000")
+    'pci:v000010DEd00002BB1sv000010DEsd0000204Bbc03sc00i00'
+    """
+    code = class_code.removeprefix("0x")
+    return (
+        f"pci:v0000{vendor.upper()}d0000{device.upper()}sv000010DEsd0000204B"
+        f"bc{code[0:2].upper()}sc{code[2:4].upper()}i{code[4:6].upper()}"
+    )
+
+
+def _vermagic(kernel: str) -> tuple[str, str]:
+    return ("vermagic", f"{kernel} SMP preempt mod_unload modversions ")
+
+
+def gpu_modules(kernel: str) -> list[Module]:
+    """The drivers that claim GPU functions, with their real aliases and softdeps (NVIDIA's open
+    module declares ``pre: ecdh_generic,ecdsa_generic`` in kernel-open/nvidia/libspdm_ecc.c),
+    and the vfio modules."""
+    magic = _vermagic(kernel)
+    return [
+        Module(
+            "updates/dkms/nvidia.ko",
+            (
+                ("alias", "pci:v000010DEd*sv*sd*bc03sc00i00*"),
+                ("alias", "pci:v000010DEd*sv*sd*bc03sc02i00*"),
+                ("softdep", "pre: ecdh_generic,ecdsa_generic"),
+                ("license", "Dual MIT/GPL"),
+                ("name", "nvidia"),
+                magic,
+            ),
+        ),
+        Module(
+            "kernel/drivers/gpu/drm/nouveau/nouveau.ko",
+            (("alias", "pci:v000010DEd*sv*sd*bc03sc*i*"), ("name", "nouveau"), magic),
+        ),
+        Module(
+            "kernel/drivers/gpu/drm/amd/amdgpu/amdgpu.ko",
+            (("alias", "pci:v00001002d0000744Csv*sd*bc*sc*i*"), ("name", "amdgpu"), magic),
+        ),
+        Module(
+            "kernel/sound/pci/hda/snd-hda-intel.ko",
+            (("alias", "pci:v*d*sv*sd*bc04sc03i00*"), ("name", "snd_hda_intel"), magic),
+        ),
+        Module("kernel/drivers/vfio/vfio.ko", (("name", "vfio"), magic)),
+        Module(
+            "kernel/drivers/vfio/pci/vfio-pci.ko",
+            (("alias", "vfio_pci:v*d*sv*sd*bc*sc*i*"), ("name", "vfio_pci"), magic),
+        ),
+        Module("kernel/drivers/vfio/vfio_iommu_type1.ko", (("name", "vfio_iommu_type1"), magic)),
+    ]
+
+
+def extra_module(kernel: str, name: str) -> Module:
+    """A module with nothing but its name, for a softdep to name."""
+    return Module(f"kernel/extra/{name}.ko", (("name", name), _vermagic(kernel)))
+
+
+def build_tree(root: Path, kernel: str, modules: Sequence[Module]) -> Path:
+    """Write ``modules`` under ``root/lib/modules/KERNEL`` and index them with the real depmod
+    (which writes ``modules.softdep`` from their modinfo); the module directory."""
+    depmod = require_tool("depmod", "kmod")
+    directory = root / "lib/modules" / kernel
+    for module in modules:
+        path = directory / module.file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(elf_module(module.modinfo))
+    for name in ("modules.order", "modules.builtin"):
+        (directory / name).touch()
+    subprocess.run([depmod, "-b", str(root), kernel], check=True, capture_output=True)
+    return directory
+
+
+def show_depends(root: Path, kernel: str, name: str) -> list[str]:
+    """What ``modprobe`` would run to load ``name`` (a module or a modalias) on the host laid
+    out under ``root``: kmod's own config directories there, its module directory there."""
+    modprobe = require_tool("modprobe", "kmod")
+    configs = [f"--config={root}{d.rstrip('/')}" for d in CONFIG_DIRS]
+    command = [modprobe, "--show-depends", f"--dirname={root}", f"--set-version={kernel}"]
+    result = subprocess.run([*command, *configs, name], check=True, capture_output=True, text=True)
+    return result.stdout.splitlines()
