@@ -70,6 +70,16 @@ def normalize(name: str) -> str:
     return "".join(p if p.startswith("[") else p.replace("-", "_") for p in parts)
 
 
+def module_of(file: str) -> str | None:
+    """The module a ``.ko`` file (compressed or not) holds, as kmod names it; else ``None``.
+
+    >>> module_of("snd-hda-intel.ko.zst"), module_of("00-proxgpu-vfio.conf")
+    ('snd_hda_intel', None)
+    """
+    name, dot, _ = file.partition(".ko")
+    return normalize(name) if dot and name else None
+
+
 @dataclass(frozen=True)
 class ConfigLine:
     """One command line of a config file: where it is, what it says."""

@@ -19,9 +19,9 @@ its driver_override is empty, so proxgpu's bind script did not run before nvidia
 from __future__ import annotations
 
 from proxgpu.inspection.inventory import Inventory, PciFunction
-from proxgpu.kmod import normalize
+from proxgpu.kmod import module_of, normalize
 from proxgpu.paths import BIND_SCRIPT, MODPROBE_CONF
-from proxgpu.rendering.binding import before_ours, theirs
+from proxgpu.rendering.binding import before_ours, initramfs_lacks_binding, theirs
 
 
 def why_not_vfio(inventory: Inventory, function: PciFunction) -> str:
@@ -58,6 +58,18 @@ def _broken_link(inventory: Inventory, driver: str) -> str:
         return f"{MODPROBE_CONF} has no softdep for {module} (run proxgpu plan and apply again)"
     if BIND_SCRIPT not in inventory.host_files:
         return f"{BIND_SCRIPT} is missing (run proxgpu apply again)"
+    early = module in {module_of(f) for f in inventory.initramfs_files or ()}
+    if early and initramfs_lacks_binding(inventory):
+        return (
+            f"{module} loads from the initramfs of {inventory.kernel}, which lacks proxgpu's "
+            "files (update-initramfs -u -k all, then reboot)"
+        )
+    if inventory.initramfs_files is not None:
+        where = "the initramfs carries them" if early else f"{module} is not in the initramfs"
+        return (
+            f"the files are in place and {where}: `journalctl -b -k | grep -i vfio` says why "
+            "vfio-pci did not take it"
+        )
     return (
         f"the files are in place, so {module} loaded where they were not: an initramfs built "
         "before them (update-initramfs -u -k all, then reboot)"

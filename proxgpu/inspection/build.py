@@ -91,6 +91,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         commands=sorted({p.rsplit("/", 1)[1] for p in capture.files if not p.startswith("/dev/")}),
         device_nodes=sorted(p for p in capture.files if p.startswith("/dev/")),
         nvidia_driver_version=_nvidia_version(capture),
+        initramfs_files=_initramfs_files(capture),
         is_root=capture.uid == 0,
         guest_configs=_texts(capture, GUEST_FILE_PREFIXES, include=True),
         host_files=_texts(capture, GUEST_FILE_PREFIXES, include=False),
@@ -391,6 +392,18 @@ def _driver_modules(capture: Capture) -> dict[str, str]:
         if match:
             modules[match.group(1)] = target.rstrip("/").rsplit("/", 1)[-1]
     return dict(sorted(modules.items()))
+
+
+#: The first line of the gather script's list of an initramfs (and of a snapshot's copy of it).
+_INITRAMFS_LIST = "#proxgpu: the files in this initramfs, by base name"
+
+
+def _initramfs_files(capture: Capture) -> list[str] | None:
+    kernel = capture.first_line("/proc/sys/kernel/osrelease")
+    lines = capture.lines.get(f"/boot/initrd.img-{kernel}") if kernel else None
+    if not lines or lines[0] != _INITRAMFS_LIST:
+        return None
+    return sorted({line for line in lines[1:] if line})
 
 
 def _nvidia_version(capture: Capture) -> str | None:

@@ -142,6 +142,9 @@ class Inventory(FrozenModel):
     commands: list[str] = Field(default_factory=list)
     device_nodes: list[str] = Field(default_factory=list)
     nvidia_driver_version: str | None = None
+    #: Base names of the modules (``nvidia.ko.zst``) and proxgpu files in the running kernel's
+    #: initramfs; ``None`` when it was not read (no ``lsinitramfs``, no initramfs).
+    initramfs_files: list[str] | None = None
     is_root: bool = False
     guest_configs: dict[str, str] = Field(default_factory=dict)
     host_files: dict[str, str] = Field(default_factory=dict)

@@ -7,7 +7,7 @@ import re
 
 from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Inventory, PciFunction
-from proxgpu.kmod import MODULES_SOFTDEP, ConfigLine, KmodConfig, normalize
+from proxgpu.kmod import MODULES_SOFTDEP, ConfigLine, KmodConfig, module_of, normalize
 from proxgpu.paths import (
     BIND_SCRIPT,
     DRIVERCTL_DIR,
@@ -196,6 +196,31 @@ def _softdep_modules(ctx: RenderContext, functions: list[PciFunction]) -> list[s
     return sorted(modules)
 
 
+def initramfs_lacks_binding(inventory: Inventory) -> bool:
+    """Whether the running kernel's initramfs (as inspection listed it) lacks proxgpu's
+    modprobe.d file or bind script."""
+    listed = set(inventory.initramfs_files or ())
+    return not {MODPROBE_CONF.rsplit("/", 1)[1], BIND_SCRIPT.rsplit("/", 1)[1]} <= listed
+
+
+def _tell_initramfs(ctx: RenderContext, modules: list[str]) -> None:
+    """A driver in the initramfs loads there, before the root file system: only an initramfs
+    rebuilt with proxgpu's files gives vfio-pci the functions first (early KMS is where the
+    binding always lost)."""
+    files = ctx.inventory.initramfs_files
+    if files is None:
+        return
+    inside = {module_of(f) for f in files}
+    early = [m for m in modules if normalize(m) in inside]
+    if early and initramfs_lacks_binding(ctx.inventory):
+        ctx.warnings.append(
+            f"{', '.join(early)} load{'s' if len(early) == 1 else ''} from the initramfs of "
+            f"{ctx.inventory.kernel}, before the root file system, and it lacks proxgpu's "
+            "binding until `update-initramfs -u -k all` runs (apply runs it when the binding's "
+            "files change): without it they take the GPUs at boot"
+        )
+
+
 def render_binding(ctx: RenderContext) -> None:
     functions = role_functions(ctx, "vfio")
     addresses = [f.address for f in functions]
@@ -203,6 +228,7 @@ def render_binding(ctx: RenderContext) -> None:
     modules = _softdep_modules(ctx, functions) if modprobe else []
     if modprobe:
         refuse_shadowed_hook(ctx, modules)
+        _tell_initramfs(ctx, modules)
     ctx.file(
         MODPROBE_CONF,
         render_template(

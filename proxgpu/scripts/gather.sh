@@ -57,6 +57,23 @@ if [ -n "$pciids" ]; then
     ' "$pciids"
 fi
 
+# The running kernel's initramfs: which modules it loads before the root file system, and whether
+# it carries proxgpu's binding (base names only). A snapshot keeps that list as the file's text,
+# after a first line that says so.
+{ read -r kernel <proc/sys/kernel/osrelease; } 2>/dev/null || kernel=
+initrd=boot/initrd.img-$kernel
+listed='#proxgpu: the files in this initramfs, by base name'
+if [ -n "$kernel" ] && [ -f "$initrd" ] && [ -r "$initrd" ]; then
+    { read -r first <"$initrd"; } 2>/dev/null || first=
+    if [ "$first" = "$listed" ]; then
+        grep -H -Z '' "$initrd"
+    elif command -v lsinitramfs >/dev/null 2>&1; then
+        printf '%s\0%s\n' "$initrd" "$listed"
+        lsinitramfs "$initrd" 2>/dev/null | awk -v path="$initrd" '
+            { sub(/.*\//, "") } /\.ko/ || /proxgpu/ { printf "%s%c%s\n", path, 0, $0 }'
+    fi
+fi
+
 rec section links
 # Each device entry is a link into /sys/devices/pci0000:00/...: its target is the parent chain
 # (root port, switch ports) the picture draws.
