@@ -159,9 +159,24 @@ def _softdep_line(ctx: RenderContext, module: str, problems: list[str]) -> str:
     )
 
 
+def _tell_unused(ctx: RenderContext, module: str) -> None:
+    """A softdep line for ``module`` after the first one kmod finds was never used, and stays
+    so (proxgpu's line keeps the first one's modules only): whoever wrote it expects it to work.
+    """
+    found = [line for line in theirs(ctx.inventory).lines("softdep") if line.matches(module)]
+    for line in found[1:]:
+        if not line.path.endswith("/" + MODULES_SOFTDEP):
+            ctx.warnings.append(
+                f"{line.where}: `{line.text}` is never used: kmod uses only the first softdep "
+                f"line for {module} ({found[0].where}); merge the two"
+            )
+
+
 def _softdep_lines(ctx: RenderContext, modules: list[str]) -> list[str]:
     problems: list[str] = []
     lines = [_softdep_line(ctx, module, problems) for module in modules]
+    for module in modules:
+        _tell_unused(ctx, module)
     if problems:
         raise RenderError(
             ctx.inventory.source,

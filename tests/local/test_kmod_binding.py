@@ -108,6 +108,15 @@ def test_nvidia_loaded_by_name_or_by_udev_gets_vfio_pci_first(tmp_path: Path) ->
             assert _loads_vfio_first(lines, driver), (alias, lines)
 
 
+def test_a_blacklisted_vfio_pci_still_loads_first_as_udev_loads_the_driver(tmp_path: Path) -> None:
+    """udev applies blacklists to the module it looks up by alias, not to its softdeps."""
+    root, _ = _host(tmp_path, ct200(), gpu_modules(KERNEL))
+    _write(root, {"/etc/modprobe.d/local.conf": "blacklist vfio_pci\nblacklist nouveau\n"})
+    alias = pci_alias("10de", "2bb1", "0x030000")
+    lines = show_depends(root, KERNEL, alias, "--use-blacklist")
+    assert _loads_vfio_first(lines, "nvidia") and not any("nouveau" in ln for ln in lines)
+
+
 def test_amdgpu_gets_vfio_pci_first_and_keeps_an_admins_post_module(tmp_path: Path) -> None:
     admin = {"/etc/modprobe.d/amdgpu-extra.conf": "softdep amdgpu post: amdgpu_extra\n"}
     inventory = _amd_host().model_copy(update={"host_files": admin})
@@ -159,6 +168,17 @@ def test_the_plan_says_which_line_would_have_won() -> None:
     changes = _changes(_with_files(ct200(), {f"/lib/modules/{KERNEL}/modules.softdep": softdep}))
     said = [w for w in changes.warnings if w.startswith("nvidia:")]
     assert said and f"/lib/modules/{KERNEL}/modules.softdep:1" in said[0]
+
+
+def test_a_softdep_line_kmod_never_uses_is_told() -> None:
+    own = "softdep nvidia pre: ecdh_generic,ecdsa_generic\n"
+    files = {
+        f"/lib/modules/{KERNEL}/modules.softdep": own,
+        "/etc/modprobe.d/nvidia.conf": "softdep nvidia post: nvidia-drm\n",
+    }
+    warnings = _changes(_with_files(ct200(), files)).warnings
+    unused = [w for w in warnings if w.startswith("/etc/modprobe.d/nvidia.conf:1:")]
+    assert unused and f"(/lib/modules/{KERNEL}/modules.softdep:1)" in unused[0]
 
 
 def test_kmod_order_matches_the_real_modprobe(tmp_path: Path) -> None:

@@ -130,11 +130,12 @@ def build_tree(root: Path, kernel: str, modules: Sequence[Module]) -> Path:
     return directory
 
 
-def show_depends(root: Path, kernel: str, name: str) -> list[str]:
+def show_depends(root: Path, kernel: str, name: str, *flags: str) -> list[str]:
     """What ``modprobe`` would run to load ``name`` (a module or a modalias) on the host laid
-    out under ``root``: kmod's own config directories there, its module directory there."""
+    out under ``root``: kmod's own config directories there, its module directory there.
+    ``--use-blacklist`` among ``flags`` applies blacklists as udev does."""
     modprobe = require_tool("modprobe", "kmod")
     configs = [f"--config={root}{d.rstrip('/')}" for d in CONFIG_DIRS]
-    command = [modprobe, "--show-depends", f"--dirname={root}", f"--set-version={kernel}"]
+    command = [modprobe, "--show-depends", *flags, f"--dirname={root}", f"--set-version={kernel}"]
     result = subprocess.run([*command, *configs, name], check=True, capture_output=True, text=True)
     return result.stdout.splitlines()
