@@ -58,7 +58,8 @@ class JobPlacement(FrozenModel):
 def place_job(inventory: Inventory, size: int, node: int | None = None) -> JobPlacement:
     """``size`` GPUs of one NUMA node, the first ``size`` in PCI order on it, for one job.
 
-    The node is ``node``, else the lowest-numbered one with ``size`` GPUs. The runtime is the
+    The node is ``node``, else the lowest-numbered one with ``size`` GPUs; a GPU of unknown
+    node is on none, unless the host has only one. The runtime is the
     first of CUDA, ROCm and Level Zero that numbers a GPU on the host (narrow the inventory to one
     vendor to choose another); the indexes are that runtime's (see
     :mod:`~proxgpu.planning.runtimes`).
@@ -71,9 +72,12 @@ def place_job(inventory: Inventory, size: int, node: int | None = None) -> JobPl
     runtime = _runtime(inventory)
     gpus = numbered(inventory, runtime)
     index = {gpu.address: i for i, gpu in enumerate(gpus)}
+    # On a host of one NUMA node (a VM, a one-socket machine, often with numa_node -1), every
+    # GPU is on that node, whatever the firmware says.
+    only = inventory.numa_nodes[0].id if len(inventory.numa_nodes) == 1 else None
     by_node: dict[int | None, list[Gpu]] = defaultdict(list)
     for gpu in gpus:
-        by_node[gpu.numa_node].append(gpu)
+        by_node[only if only is not None else gpu.numa_node].append(gpu)
     chosen = _node(inventory, runtime, by_node, size, node)
     picked = by_node[chosen][:size]
     return JobPlacement(

@@ -90,6 +90,12 @@ def test_gpus_of_unknown_node_are_counted_apart_and_never_chosen() -> None:
         place_job(inventory, 2)
 
 
+def test_on_a_host_of_one_node_gpus_of_unknown_node_are_on_it() -> None:
+    inventory = make_inventory([make_gpu("01", None), make_gpu("02", None)], {0: "0-15"})
+    job = place_job(inventory, 2)
+    assert (job.numa_node, job.cpus, job.environment["CUDA_VISIBLE_DEVICES"]) == (0, "0-15", "0,1")
+
+
 def test_in_a_container_only_its_gpus_are_placed() -> None:
     job = place_job(container(ct200(), [5, 6]), 2)
     assert job.numa_node == 1
