@@ -73,6 +73,10 @@ def host_options(parser: argparse.ArgumentParser) -> None:
     )
     ssh.add_argument("--ssh-config", metavar="FILE", help="SSH config file (default ~/.ssh/config)")
     ssh.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS")
+    gpu_options(parser)
+
+
+def gpu_options(parser: argparse.ArgumentParser) -> None:
     gpus = parser.add_argument_group("what counts as a GPU")
     gpus.add_argument(
         "--gpu-class",

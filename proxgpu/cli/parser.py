@@ -14,7 +14,14 @@ import argparse
 import sys
 from typing import NoReturn, TypeAlias
 
-from proxgpu.cli.options import VersionAction, common_options, host_options, plan_options
+from proxgpu.cli.options import (
+    Once,
+    VersionAction,
+    common_options,
+    gpu_options,
+    host_options,
+    plan_options,
+)
 from proxgpu.errors import UsageError
 
 Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
@@ -54,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         _rollback,
         _history,
         _check_gpus,
+        _run,
         _report,
     ):
         add(sub)
@@ -217,4 +225,49 @@ def _check_gpus(sub: Commands) -> None:
         "is a GPU set NUMA-local? (exit 0 yes, 18 it straddles nodes, 19 cannot tell)",
         "the check",
     )
-    check.add_argument("gpus", help="indexes in PCI bus order or addresses, comma-separated")
+    check.add_argument(
+        "gpus",
+        help="CUDA indexes (nvidia-smi's; CUDA numbers so with CUDA_DEVICE_ORDER=PCI_BUS_ID) "
+        "or addresses, comma-separated",
+    )
+
+
+def _run(sub: Commands) -> None:
+    summary = "run COMMAND here on N GPUs of one NUMA node, its CPUs and memory bound to that node"
+    run = sub.add_parser(
+        "run",
+        help=summary,
+        description=f"{summary}: sets CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID "
+        "(HIP_VISIBLE_DEVICES for AMD, ZE_AFFINITY_MASK for Intel), binds with numactl when "
+        "installed, says what it chose on stderr, then execs COMMAND. On a host or inside the "
+        "container.",
+        epilog="Example: proxgpu run --tp 4 -- vllm serve MODEL --tensor-parallel-size 4",
+    )
+    run.add_argument("--tp", type=int, required=True, metavar="N", help="how many GPUs")
+    run.add_argument(
+        "--node",
+        type=int,
+        metavar="K",
+        help="this NUMA node (default: the lowest-numbered one with N GPUs)",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the environment (KEY=value lines) and the command instead of running it",
+    )
+    run.add_argument(
+        "--root",
+        action=Once,
+        metavar="DIR",
+        help="read the GPUs and NUMA nodes from a directory laid out like this machine",
+    )
+    gpu_options(run)
+    common_options(run, json_help="the choice and the environment (with --dry-run)")
+    run.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND...",
+        help="the command and its arguments, after --",
+    )
+    # It runs here: never on another host, one at a time.
+    run.set_defaults(handler="launch:cmd_run", fleet="self", host=None, cluster=False)

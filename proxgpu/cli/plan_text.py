@@ -31,8 +31,8 @@ def render_plan(plan: Plan, inv: Inventory) -> str:
     if plan.tensor_parallel:
         first = plan.tensor_parallel[0]
         lines.append(
-            f"  NUMA-local {first.variable} for the host group "
-            f"({first.ordering}, numbered as the container sees them):"
+            f"  NUMA-local {first.variable} for the host group, numbered as the container will "
+            f"see them ({first.ordering}):"
         )
     for advice in plan.tensor_parallel:
         lines.append(f"    TP={advice.size}: " + " | ".join(advice.device_sets))

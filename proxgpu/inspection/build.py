@@ -96,6 +96,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         guest_configs=_texts(capture, GUEST_FILE_PREFIXES, include=True),
         host_files=_texts(capture, GUEST_FILE_PREFIXES, include=False),
         warnings=warnings,
+        container=_container(capture),
     )
     validate(inventory)
     return inventory.model_copy(update={"warnings": warnings + _topology_warnings(inventory)})
@@ -404,6 +405,16 @@ def _initramfs_files(capture: Capture) -> list[str] | None:
     if not lines or lines[0] != _INITRAMFS_LIST:
         return None
     return sorted({line for line in lines[1:] if line})
+
+
+def _container(capture: Capture) -> str | None:
+    """The file that shows the capture was taken inside a container: ``/dev/.lxc-boot-id``, which
+    LXC writes into the container's autodev ``/dev`` (lxc ``src/lxc/conf.c``,
+    ``lxc_setup_boot_id``), or ``/run/systemd/container``, which systemd as the container's init
+    writes from the ``container=lxc`` LXC puts in its environment (systemd ``src/core/main.c``,
+    ``write_container_id``; lxc ``src/lxc/start.c``, ``do_start``). Neither exists on a host."""
+    markers = ("/dev/.lxc-boot-id", "/run/systemd/container")
+    return next((path for path in markers if path in capture.lines), None)
 
 
 def _nvidia_version(capture: Capture) -> str | None:

@@ -122,6 +122,9 @@ class Inventory(FrozenModel):
     ``nics`` are the network functions under the same root port as a GPU (behind one PCIe
     switch with it: the GPU's GPUDirect RDMA peers). ``nvswitches`` are NVIDIA's NVLink switches
     (HGX boards): the GPUs they join form one fabric that Fabric Manager manages as a whole.
+    ``container`` is the file that shows inspection ran inside a container (LXC's
+    ``/dev/.lxc-boot-id``, systemd's ``/run/systemd/container``), ``None`` on a host: there
+    ``gpus`` are every GPU of the host, and ``device_nodes`` those the container was given.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -149,6 +152,7 @@ class Inventory(FrozenModel):
     guest_configs: dict[str, str] = Field(default_factory=dict)
     host_files: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    container: str | None = None
 
     @property
     def node_name(self) -> str:

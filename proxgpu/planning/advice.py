@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 from proxgpu.errors import UsageError
 from proxgpu.inspection.inventory import Gpu, Inventory
@@ -10,43 +10,60 @@ from proxgpu.pci import normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context, GpuIndex
 from proxgpu.planning.model import (
-    DEVICE_VARIABLES,
     TP_SIZES,
     GpuPlacement,
     GpuSetCheck,
     PlanGroup,
     TensorParallelAdvice,
 )
+from proxgpu.planning.runtimes import (
+    CUDA,
+    RUNTIMES,
+    none_seen,
+    numbered,
+    numbering_note,
+    pci_order,
+    unseen_reason,
+)
 
 
 def check_gpu_set(inventory: Inventory, selectors: list[str]) -> GpuSetCheck:
     """Check that the selected GPUs share one NUMA node.
 
-    A selector is an index in PCI bus order over all the host's GPUs (what ``nvidia-smi`` shows
-    under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) or an address in any form
-    :func:`normalize_pci_address` takes.
+    A selector is CUDA's index of a GPU (what ``nvidia-smi`` shows, and CUDA numbers with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: the GPUs on nvidia in PCI bus order, in a container those
+    it has the ``/dev/nvidiaN`` of; see :mod:`~proxgpu.planning.runtimes`) or an address in any
+    form :func:`normalize_pci_address` takes. The BMC's display at 02:00.0 gets no index:
 
     >>> from proxgpu.inspection import Gpu, Inventory, PciFunction
-    >>> gpus = [Gpu(address=a, vendor_id="10de", device_id="2330", class_code="0x030200",
-    ...             numa_node=n, functions=[a], function_info=[])
-    ...         for a, n in [("0000:01:00.0", 0), ("0000:11:00.0", 0), ("0000:81:00.0", 1)]]
+    >>> gpus = [Gpu(address=a, vendor_id=v, device_id="2330", class_code="0x030200",
+    ...             numa_node=n, driver=d, functions=[a], function_info=[])
+    ...         for a, v, d, n in [("0000:01:00.0", "10de", "nvidia", 0),
+    ...                            ("0000:02:00.0", "1a03", "ast", 0),
+    ...                            ("0000:11:00.0", "10de", "nvidia", 0),
+    ...                            ("0000:81:00.0", "10de", "nvidia", 1)]]
     >>> check = check_gpu_set(Inventory(source="doc", hostname="pve1", gpus=gpus), ["1", "2"])
     >>> check.numa_local
     False
     >>> print(check.explanation)
     GPUs 1,2 straddle NUMA nodes 0 and 1: node 0 holds 1 (0000:11:00.0); node 1 holds 2 \
-(0000:81:00.0). NUMA-local sets of 2: 0,1.
+(0000:81:00.0). NUMA-local sets of 2: 0,1. (CUDA's indexes, with CUDA_DEVICE_ORDER=PCI_BUS_ID; \
+CUDA's default, FASTEST_FIRST, may differ)
 
-    :raises UsageError: when a selector names no GPU, none is given, or the host has no GPUs.
+    :raises UsageError: when a selector names no GPU or one CUDA does not see (saying why),
+        none is given, or CUDA sees no GPU on the host.
     """
-    index = GpuIndex(sorted(inventory.gpus, key=wording.address))
-    if not index.gpus:
+    if not inventory.gpus:
         raise UsageError(f"{inventory.hostname} has no GPUs to check")
     if not selectors:
-        raise UsageError("name at least one GPU, by index (0, 1, ...) or by address")
+        raise UsageError("name at least one GPU, by CUDA index (0, 1, ...) or by address")
+    cuda = numbered(inventory, CUDA)
+    if not cuda:
+        raise UsageError(none_seen(inventory, CUDA))
+    index = GpuIndex(cuda)
     chosen: dict[str, Gpu] = {}
     for selector in selectors:
-        for gpu in _select_for_check(index, selector):
+        for gpu in _select_for_check(inventory, index, selector):
             chosen[gpu.address] = gpu
     placements = [
         GpuPlacement(
@@ -55,15 +72,16 @@ def check_gpu_set(inventory: Inventory, selectors: list[str]) -> GpuSetCheck:
             model=gpu.model,
             numa_node=gpu.numa_node,
         )
-        for gpu in sorted(chosen.values(), key=wording.address)
+        for gpu in sorted(chosen.values(), key=pci_order)
     ]
     nodes = {placement.numa_node for placement in placements}
     local = len(nodes) == 1 and None not in nodes
+    explanation = f"{_explain_set(index, placements, local)} ({numbering_note(inventory, CUDA)})"
     return GpuSetCheck(
         gpus=placements,
         numa_local=local,
         numa_node=placements[0].numa_node if local else None,
-        explanation=_explain_set(index, placements, local),
+        explanation=explanation,
     )
 
 
@@ -118,16 +136,26 @@ def _warn_about_locality(ctx: Context, group: PlanGroup) -> None:
 
 
 def tensor_parallel(ctx: Context, host: PlanGroup | None) -> list[TensorParallelAdvice]:
+    """NUMA-local device sets of the host group, numbered as its runtime will number them after
+    the split: the group's GPUs on the runtime's driver (those nvidia will drive, for CUDA), in PCI
+    order, in the container (which gets exactly their device nodes) as on the host (where the
+    others are on vfio-pci). The runtime is the one most of the group's GPUs belong to."""
     if host is None:
         return []
     gpus = [ctx.index.get(address) for address in host.gpus]
-    vendors = Counter(gpu.vendor_id for gpu in gpus)
-    variable = DEVICE_VARIABLES.get(vendors.most_common(1)[0][0], DEVICE_VARIABLES["10de"])[0]
+    counted = {
+        runtime: sorted((gpu for gpu in gpus if runtime.counts(gpu.host_driver)), key=pci_order)
+        for runtime in RUNTIMES
+    }
+    # max keeps the first of equals: CUDA before ROCm before Level Zero.
+    runtime = max(RUNTIMES, key=lambda r: len(counted[r]))
     advice = []
     for size in TP_SIZES:
-        sets = [",".join(map(str, chunk)) for chunk in _local_sets(gpus, size)]
+        sets = [",".join(map(str, chunk)) for chunk in _local_sets(counted[runtime], size)]
         if sets:
-            advice.append(TensorParallelAdvice(size=size, device_sets=sets, variable=variable))
+            advice.append(
+                TensorParallelAdvice(size=size, device_sets=sets, variable=runtime.variable)
+            )
     return advice
 
 
@@ -145,22 +173,35 @@ def _local_sets(gpus: list[Gpu], size: int) -> list[list[int]]:
     ]
 
 
-def _select_for_check(index: GpuIndex, selector: str) -> list[Gpu]:
+def _select_for_check(inventory: Inventory, index: GpuIndex, selector: str) -> list[Gpu]:
     text = selector.strip()
     if text.isdigit():
         if int(text) >= len(index.gpus):
             raise UsageError(
-                f"GPU {text}: no such index; the host has {wording.count(len(index.gpus), 'GPU')} "
-                f"(0-{len(index.gpus) - 1} in PCI bus order)"
+                f"GPU {text}: CUDA has no such index on {inventory.hostname}: it numbers "
+                f"{_index_range(len(index.gpus))} ({wording.count(len(index.gpus), 'GPU')} on "
+                f"nvidia; {numbering_note(inventory, CUDA)})"
             )
         return [index.gpus[int(text)]]
     try:
-        found = index.at(normalize_pci_address(text))
+        address = normalize_pci_address(text)
     except ValueError:
         raise UsageError(f"{text!r}: neither a GPU index nor a PCI address") from None
-    if not found:
-        raise UsageError(f"{text}: no GPU at that address")
-    return found
+    found = index.at(address)
+    if found:
+        return found
+    unseen = GpuIndex(inventory.gpus).at(address)
+    if unseen:
+        reasons = [unseen_reason(inventory, CUDA, gpu) for gpu in unseen]
+        raise UsageError(
+            f"{text}: CUDA does not see it on {inventory.hostname}: "
+            f"{'; '.join(r for r in reasons if r)}"
+        )
+    raise UsageError(f"{text}: no GPU at that address on {inventory.hostname}")
+
+
+def _index_range(count: int) -> str:
+    return "only 0" if count == 1 else f"0-{count - 1}"
 
 
 def _explain_set(index: GpuIndex, placements: list[GpuPlacement], local: bool) -> str:

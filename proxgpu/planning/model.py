@@ -12,6 +12,7 @@ from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_va
 
 from proxgpu.errors import UsageError
 from proxgpu.model import FrozenModel
+from proxgpu.planning.runtimes import RUNTIMES
 from proxgpu.pve.claims import GuestRef
 
 Role = Literal["host", "vfio"]
@@ -123,22 +124,14 @@ class PlanGroup(FrozenModel):
     guest: GuestRef | None = None
 
 
-#: The variable that selects GPUs in each vendor's runtime (CUDA, ROCm's HIP, oneAPI Level Zero),
-#: and how to make it number the GPUs in PCI order, as the device sets do.
-DEVICE_VARIABLES = {
-    "10de": ("CUDA_VISIBLE_DEVICES", "with CUDA_DEVICE_ORDER=PCI_BUS_ID"),
-    "1002": ("HIP_VISIBLE_DEVICES", "or ROCR_VISIBLE_DEVICES; check the numbering with rocm-smi"),
-    "8086": ("ZE_AFFINITY_MASK", "with ZE_ENABLE_PCI_ID_DEVICE_ORDER=1"),
-}
-
-
 class TensorParallelAdvice(FrozenModel):
     """NUMA-local device sets of one tensor-parallel size, as values of ``variable``
     (``CUDA_VISIBLE_DEVICES`` for NVIDIA, ``HIP_VISIBLE_DEVICES`` for AMD, ``ZE_AFFINITY_MASK``
-    for Intel: see :data:`DEVICE_VARIABLES`).
+    for Intel: see :mod:`~proxgpu.planning.runtimes`).
 
-    The numbers are the indices the container sees with its runtime numbering GPUs in PCI order:
-    the position of each GPU among the host group's GPUs sorted by PCI address.
+    The numbers are the indexes the runtime gives the host group's GPUs after the split, in the
+    container and on the host alike: the position of each GPU among the group's GPUs on that
+    runtime's driver (nvidia for CUDA), sorted by PCI address.
 
     >>> TensorParallelAdvice(size=2, device_sets=["0,1", "2,3"]).device_sets[1]
     '2,3'
@@ -155,7 +148,7 @@ class TensorParallelAdvice(FrozenModel):
         >>> TensorParallelAdvice(size=1, device_sets=["0"], variable="ZE_AFFINITY_MASK").ordering
         'with ZE_ENABLE_PCI_ID_DEVICE_ORDER=1'
         """
-        return next((o for v, o in DEVICE_VARIABLES.values() if v == self.variable), "")
+        return next((r.ordering_note for r in RUNTIMES if r.variable == self.variable), "")
 
 
 class Plan(FrozenModel):
@@ -174,7 +167,8 @@ class Plan(FrozenModel):
 
 
 class GpuPlacement(FrozenModel):
-    """Where one GPU of a checked set sits: its PCI-bus-order index, address and NUMA node.
+    """Where one GPU of a checked or chosen set sits: its index (CUDA's, or its runtime's, with
+    the GPUs in PCI bus order), address and NUMA node.
 
     >>> GpuPlacement(index=4, address="0000:81:00.0", model=None, numa_node=1).numa_node
     1
@@ -189,6 +183,8 @@ class GpuPlacement(FrozenModel):
 class GpuSetCheck(FrozenModel):
     """Whether a set of GPUs shares one known NUMA node, and why (or why not).
 
+    The GPUs' indexes are CUDA's: ``ordering`` is the environment that makes CUDA number them so.
+
     >>> GpuSetCheck(gpus=[], numa_local=True, numa_node=0, explanation="").numa_local
     True
     """
@@ -197,6 +193,7 @@ class GpuSetCheck(FrozenModel):
     numa_local: bool
     numa_node: int | None
     explanation: str
+    ordering: str = "CUDA_DEVICE_ORDER=PCI_BUS_ID"
 
 
 def parse_vm_spec(spec: str) -> tuple[int, int | None]:

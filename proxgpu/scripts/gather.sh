@@ -47,6 +47,9 @@ grep -H -s -Z '' \
     sys/bus/pci/devices/*/driver_override sys/bus/pci/devices/*/boot_vga \
     $resources usr/share/perl5/PVE/pvecfg.pm
 grep -m 1 -H -s -Z '^vendor_id' proc/cpuinfo
+# Inside a container: LXC's mock boot id (LXC makes it with lxc.autodev, which pve-container
+# sets), or what systemd, as the container's init, writes from LXC's container=lxc.
+grep -H -s -Z '' dev/.lxc-boot-id run/systemd/container
 if [ -n "$pciids" ]; then
     # Only the vendor and device lines of devices present: the whole file is over a megabyte.
     awk -v pairs="$pairs" -v path="$pciids" '

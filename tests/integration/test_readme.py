@@ -144,8 +144,8 @@ def test_inline_command(argv: list[str]) -> None:
 
 def test_check_gpus_exit_codes_are_as_readme_says() -> None:
     said = claim(
-        r"Exits (\d+) when the GPUs \(indexes in PCI bus order, or addresses\) share one NUMA "
-        r"node,? (?:and )?(\d+) with an explanation when they straddle nodes"
+        r"Exits (\d+) when the GPUs share one NUMA node,? (?:and )?(\d+) with an explanation "
+        r"when they straddle nodes"
     )
     local, straddles = int(said[1]), int(said[2])
     example = claim(r"on ct200, `(\S+)` (?:fails|straddles) and `(\S+)` passes")

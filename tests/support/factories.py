@@ -151,3 +151,35 @@ def eight_by_eight() -> Inventory:
             gpus.append(gpu.model_copy(update={"pci_path": path}))
     nodes = {node: f"{node * 16}-{node * 16 + 15}" for node in range(8)}
     return make_inventory(gpus, nodes)
+
+
+def bmc_display(bus: str = "02", node: int | None = 0) -> Gpu:
+    """An ASPEED AST2600 on ast, as inspection reads a server's BMC display."""
+    gpu = make_gpu(bus, node, driver="ast", model="ASPEED Graphics Family")
+    ids = {"vendor_id": "1a03", "device_id": "2000"}
+    functions = [f.model_copy(update=ids) for f in gpu.function_info]
+    return gpu.model_copy(
+        update={
+            **ids,
+            "class_code": "0x030000",
+            "bmc_display": True,
+            "function_info": functions,
+        }
+    )
+
+
+def with_gpus(inventory: Inventory, *gpus: Gpu, vfio: tuple[str, ...] = ()) -> Inventory:
+    """The inventory with more GPUs, and those at ``vfio`` bound to vfio-pci (no Device Minor)."""
+    moved = [
+        gpu.model_copy(update={"driver": "vfio-pci", "nvidia_minor": None})
+        if gpu.address in vfio
+        else gpu
+        for gpu in inventory.gpus
+    ]
+    return inventory.model_copy(update={"gpus": [*moved, *gpus]})
+
+
+def container(inventory: Inventory, minors: list[int]) -> Inventory:
+    """The inventory as read inside an LXC container given these /dev/nvidiaN."""
+    nodes = ["/dev/nvidiactl", *(f"/dev/nvidia{minor}" for minor in minors)]
+    return inventory.model_copy(update={"container": "/dev/.lxc-boot-id", "device_nodes": nodes})

@@ -48,8 +48,10 @@ def test_check_gpu_set_explains_a_straddling_set() -> None:
     assert "0,1,2,3; 4,5,6,7" in check.explanation
 
 
-def test_check_gpu_set_of_one_gpu() -> None:
-    assert check_gpu_set(ct200(), ["f1:00.0"]).explanation == "GPU 7 is on NUMA node 1."
+def test_check_gpu_set_of_one_gpu_says_how_cuda_numbers_it() -> None:
+    explanation = check_gpu_set(ct200(), ["f1:00.0"]).explanation
+    assert explanation.startswith("GPU 7 is on NUMA node 1. (CUDA's indexes, ")
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in explanation
 
 
 def test_check_gpu_set_with_unknown_node_is_not_local() -> None:

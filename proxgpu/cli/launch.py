@@ -1,0 +1,103 @@
+"""``proxgpu run --tp N -- COMMAND...``: run a job on N GPUs of one NUMA node of this machine.
+
+The choice is the library's (:func:`~proxgpu.planning.jobs.place_job`, from this machine's
+inventory, or ``--root DIR``'s); here it becomes the job's environment and binding: the runtime's
+variables, ``numactl --cpunodebind=K --membind=K`` when numactl is installed, else the kernel's
+CPU affinity and memory policy set on this process (:mod:`~proxgpu.cli.numabind`), which the
+command inherits through ``execve``. One line on stderr says what was chosen; ``--dry-run``
+prints the environment and the command instead of running it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+
+from proxgpu.cli.numabind import bind_to_node
+from proxgpu.cli.setup import read_inventory
+from proxgpu.cpulist import parse_cpulist
+from proxgpu.errors import ProxgpuError, UsageError
+from proxgpu.planning.jobs import JobPlacement, place_job
+
+#: As env(1) and the shells: the command was not found, or found but could not be run.
+NOT_FOUND = 127
+CANNOT_RUN = 126
+#: How ``run`` binds the job when numactl is not installed.
+BY_PROXGPU = "sched_setaffinity and set_mempolicy"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Choose the GPUs, CPUs and memory node, then exec the command bound to them."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise UsageError("name the command to run: proxgpu run --tp N -- COMMAND...")
+    inventory = read_inventory(args)
+    job = place_job(inventory, args.tp, args.node)
+    numactl = shutil.which("numactl")
+    node = job.numa_node
+    argv = [numactl, f"--cpunodebind={node}", f"--membind={node}", "--", *command]
+    argv = argv if numactl else command
+    dropped = [name for name in job.unset if name in os.environ]
+    line = summary(inventory.hostname, job, "numactl" if numactl else BY_PROXGPU, dropped)
+    if not args.quiet:
+        print(f"proxgpu: {line}", file=sys.stderr)
+    if args.dry_run:
+        if args.json:
+            document = {"host": inventory.hostname, **job.model_dump(mode="json")}
+            print(json.dumps({**document, "command": argv, "summary": line}, indent=2))
+        else:
+            for key, value in job.environment.items():
+                print(f"{key}={shlex.quote(value)}")
+            print(shlex.join(argv))
+        return 0
+    environment = {k: v for k, v in os.environ.items() if k not in job.unset}
+    environment.update(job.environment)
+    if not numactl:
+        bind_to_node(node, parse_cpulist(job.cpus))
+    return _exec(argv, environment)
+
+
+def summary(host: str, job: JobPlacement, binder: str, dropped: list[str]) -> str:
+    """The one line ``run`` prints: what it chose, how it binds, how the indexes are meant.
+
+    >>> from proxgpu.planning.model import GpuPlacement
+    >>> gpus = [GpuPlacement(index=i, address=f"0000:{b}:00.0", model=None, numa_node=1)
+    ...         for i, b in [(4, "81"), (5, "91")]]
+    >>> job = JobPlacement(runtime="CUDA", numa_node=1, cpus="32-63", gpus=gpus,
+    ...                    environment={}, numbering="CUDA's indexes")
+    >>> summary("pve1", job, "numactl", [])
+    "pve1: TP=2 on NUMA node 1: CUDA GPUs 4,5 (0000:81:00.0, 0000:91:00.0), CPUs 32-63 and \
+node 1's memory, bound by numactl (CUDA's indexes)"
+    """
+    indexes = ",".join(str(gpu.index) for gpu in job.gpus)
+    addresses = ", ".join(gpu.address for gpu in job.gpus)
+    drops = f"; drops the inherited {', '.join(dropped)}" if dropped else ""
+    return (
+        f"{host}: TP={len(job.gpus)} on NUMA node {job.numa_node}: {job.runtime} "
+        f"{'GPU' if len(job.gpus) == 1 else 'GPUs'} {indexes} "
+        f"({addresses}), CPUs {job.cpus} and node {job.numa_node}'s memory, bound by {binder} "
+        f"({job.numbering}){drops}"
+    )
+
+
+def _exec(argv: list[str], environment: dict[str, str]) -> int:
+    """Replace this process with the command.
+
+    :raises ProxgpuError: exiting 127 when the command is not found, 126 when it cannot run.
+    """
+    # exec discards what Python still buffers.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, environment)
+    except FileNotFoundError:
+        error = ProxgpuError(f"{argv[0]}: command not found")
+        error.exit_code = NOT_FOUND
+    except OSError as exc:
+        error = ProxgpuError(f"{argv[0]}: cannot run it: {exc.strerror}")
+        error.exit_code = CANNOT_RUN
+    raise error

@@ -1,0 +1,140 @@
+"""Where one job runs: ``proxgpu run --tp N`` picks N GPUs on one NUMA node, and the CPUs and
+memory of that node, on the machine it runs on (a host, or a container with its share of them).
+
+>>> from proxgpu.inspection import Gpu, Inventory, NumaNode
+>>> def gpu(bus, node):
+...     address = f"0000:{bus}:00.0"
+...     return Gpu(address=address, vendor_id="10de", device_id="2330", class_code="0x030200",
+...                numa_node=node, driver="nvidia", functions=[address], function_info=[])
+>>> inventory = Inventory(source="doc", hostname="pve1",
+...                       numa_nodes=[NumaNode(id=0, cpus="0-31"), NumaNode(id=1, cpus="32-63")],
+...                       gpus=[gpu("01", 0), gpu("11", 0), gpu("81", 1), gpu("91", 1)])
+>>> job = place_job(inventory, 2, node=1)
+>>> (job.numa_node, job.cpus, job.environment)
+(1, '32-63', {'CUDA_DEVICE_ORDER': 'PCI_BUS_ID', 'CUDA_VISIBLE_DEVICES': '2,3'})
+>>> place_job(inventory, 4)
+Traceback (most recent call last):
+...
+proxgpu.errors.UsageError: pve1: no NUMA node has 4 CUDA GPUs: node 0 has 2, node 1 has 2; \
+ask for fewer with --tp
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from pydantic import Field
+
+from proxgpu.errors import UsageError
+from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.model import FrozenModel
+from proxgpu.planning import wording
+from proxgpu.planning.model import GpuPlacement
+from proxgpu.planning.runtimes import RUNTIMES, Runtime, none_seen, numbered, numbering_note
+
+
+class JobPlacement(FrozenModel):
+    """The GPUs, CPUs and memory node one job gets, and the environment that selects the GPUs.
+
+    ``gpus`` carry the runtime's indexes (``runtime`` names it); ``environment`` holds its
+    variables (``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` for CUDA), and
+    ``unset`` the inherited ones that would renumber the GPUs first. ``numbering`` says how the
+    indexes are meant.
+
+    >>> JobPlacement(runtime="CUDA", numa_node=0, cpus="0-31", gpus=[], environment={},
+    ...              numbering="").numa_node
+    0
+    """
+
+    runtime: str
+    numa_node: int
+    cpus: str
+    gpus: list[GpuPlacement]
+    environment: dict[str, str]
+    unset: list[str] = Field(default_factory=list)
+    numbering: str
+
+
+def place_job(inventory: Inventory, size: int, node: int | None = None) -> JobPlacement:
+    """``size`` GPUs of one NUMA node, the first ``size`` in PCI order on it, for one job.
+
+    The node is ``node``, else the lowest-numbered one with ``size`` GPUs; a GPU of unknown
+    node is on none, unless the host has only one. The runtime is the
+    first of CUDA, ROCm and Level Zero that numbers a GPU on the host (narrow the inventory to one
+    vendor to choose another); the indexes are that runtime's (see
+    :mod:`~proxgpu.planning.runtimes`).
+
+    :raises UsageError: when ``size`` is below 1, the host has no such node, no runtime sees a
+        GPU, or no node (or not ``node``) has ``size`` of them, naming each node's count.
+    """
+    if size < 1:
+        raise UsageError(f"--tp {size}: a job needs at least 1 GPU")
+    runtime = _runtime(inventory)
+    gpus = numbered(inventory, runtime)
+    index = {gpu.address: i for i, gpu in enumerate(gpus)}
+    # On a host of one NUMA node (a VM, a one-socket machine, often with numa_node -1), every
+    # GPU is on that node, whatever the firmware says.
+    only = inventory.numa_nodes[0].id if len(inventory.numa_nodes) == 1 else None
+    by_node: dict[int | None, list[Gpu]] = defaultdict(list)
+    for gpu in gpus:
+        by_node[only if only is not None else gpu.numa_node].append(gpu)
+    chosen = _node(inventory, runtime, by_node, size, node)
+    picked = by_node[chosen][:size]
+    return JobPlacement(
+        runtime=runtime.name,
+        numa_node=chosen,
+        cpus=inventory.numa_node(chosen).cpus,
+        gpus=[
+            GpuPlacement(
+                index=index[gpu.address],
+                address=gpu.address,
+                model=gpu.model,
+                numa_node=gpu.numa_node,
+            )
+            for gpu in picked
+        ],
+        environment=runtime.environment(index[gpu.address] for gpu in picked),
+        unset=list(runtime.cleared),
+        numbering=numbering_note(inventory, runtime),
+    )
+
+
+def _runtime(inventory: Inventory) -> Runtime:
+    for runtime in RUNTIMES:
+        if numbered(inventory, runtime):
+            return runtime
+    raise UsageError(
+        f"{none_seen(inventory, RUNTIMES[0])}; nor does ROCm (amdgpu) or Level Zero (i915, xe)"
+    )
+
+
+def _node(
+    inventory: Inventory,
+    runtime: Runtime,
+    by_node: dict[int | None, list[Gpu]],
+    size: int,
+    node: int | None,
+) -> int:
+    known = sorted(n.id for n in inventory.numa_nodes)
+    counts = ", ".join(
+        [f"node {n} has {len(by_node.get(n, []))}" for n in known]
+        + ([f"{len(by_node[None])} of unknown node"] if by_node.get(None) else [])
+    )
+    noun = f"{runtime.name} {'GPU' if size == 1 else 'GPUs'}"
+    if node is not None:
+        if node not in known:
+            raise UsageError(
+                f"{inventory.hostname}: no NUMA node {node}; its nodes are {wording.join(known)}"
+            )
+        if len(by_node.get(node, [])) < size:
+            raise UsageError(
+                f"{inventory.hostname}: NUMA node {node} has fewer than {size} {noun}: {counts}; "
+                "choose another --node or ask for fewer with --tp"
+            )
+        return node
+    for candidate in known:
+        if len(by_node.get(candidate, [])) >= size:
+            return candidate
+    raise UsageError(
+        f"{inventory.hostname}: no NUMA node has {size} {noun}: {counts}; ask for fewer with --tp"
+    )

@@ -1,0 +1,125 @@
+"""Where ``proxgpu run --tp N`` puts a job (proxgpu.planning.jobs.place_job): N GPUs of one NUMA
+node by the runtime's own numbering, that node's CPUs and memory, or a refusal naming each node's
+count."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxgpu.errors import UsageError
+from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.planning.jobs import place_job
+from tests.support.factories import (
+    bmc_display,
+    container,
+    ct200,
+    make_gpu,
+    make_inventory,
+    with_gpus,
+)
+
+
+def on(gpu: Gpu, vendor: str, driver: str) -> Gpu:
+    return gpu.model_copy(update={"vendor_id": vendor, "driver": driver, "nvidia_minor": None})
+
+
+def vendor_host(vendor: str, driver: str) -> Inventory:
+    base = ct200()
+    return base.model_copy(update={"gpus": [on(gpu, vendor, driver) for gpu in base.gpus]})
+
+
+def test_tp4_takes_the_first_node_with_four_cuda_gpus() -> None:
+    job = place_job(with_gpus(ct200(), bmc_display()), 4)
+    assert (job.runtime, job.numa_node, job.cpus) == ("CUDA", 0, "0-31,64-95")
+    assert [g.address for g in job.gpus] == [
+        "0000:01:00.0", "0000:11:00.0", "0000:61:00.0", "0000:71:00.0",
+    ]  # fmt: skip
+    assert job.environment == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+    }
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in job.numbering
+
+
+def test_a_node_short_of_gpus_is_passed_over_with_cudas_indexes_kept() -> None:
+    # 11:00.0 on vfio-pci leaves node 0 three CUDA GPUs: node 1's four are CUDA's 3-6.
+    job = place_job(with_gpus(ct200(), vfio=("0000:11:00.0",)), 4)
+    assert job.numa_node == 1
+    assert job.environment["CUDA_VISIBLE_DEVICES"] == "3,4,5,6"
+    assert job.cpus == "32-63,96-127"
+
+
+def test_node_chooses_the_node_and_the_first_gpus_on_it() -> None:
+    job = place_job(ct200(), 2, node=1)
+    assert [g.index for g in job.gpus] == [4, 5]
+    assert job.environment["CUDA_VISIBLE_DEVICES"] == "4,5"
+
+
+@pytest.mark.parametrize(
+    ("size", "node", "message"),
+    [
+        (
+            5,
+            None,
+            "pve1: no NUMA node has 5 CUDA GPUs: node 0 has 4, node 1 has 3; "
+            "ask for fewer with --tp",
+        ),
+        (
+            4,
+            1,
+            "pve1: NUMA node 1 has fewer than 4 CUDA GPUs: node 0 has 4, node 1 has 3; "
+            "choose another --node or ask for fewer with --tp",
+        ),
+        (1, 2, "pve1: no NUMA node 2; its nodes are 0 and 1"),
+        (0, None, "--tp 0: a job needs at least 1 GPU"),
+    ],
+)
+def test_refusals_are_usage_errors_naming_each_nodes_count(
+    size: int, node: int | None, message: str
+) -> None:
+    inventory = with_gpus(ct200(), vfio=("0000:f1:00.0",))
+    with pytest.raises(UsageError) as error:
+        place_job(inventory, size, node)
+    assert str(error.value) == message
+    assert error.value.exit_code == 2
+
+
+def test_gpus_of_unknown_node_are_counted_apart_and_never_chosen() -> None:
+    inventory = make_inventory([make_gpu("01", None), make_gpu("02", None), make_gpu("81", 1)])
+    with pytest.raises(UsageError, match="node 0 has 0, node 1 has 1, 2 of unknown node"):
+        place_job(inventory, 2)
+
+
+def test_on_a_host_of_one_node_gpus_of_unknown_node_are_on_it() -> None:
+    inventory = make_inventory([make_gpu("01", None), make_gpu("02", None)], {0: "0-15"})
+    job = place_job(inventory, 2)
+    assert (job.numa_node, job.cpus, job.environment["CUDA_VISIBLE_DEVICES"]) == (0, "0-15", "0,1")
+
+
+def test_in_a_container_only_its_gpus_are_placed() -> None:
+    job = place_job(container(ct200(), [5, 6]), 2)
+    assert job.numa_node == 1
+    assert job.environment["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert [g.address for g in job.gpus] == ["0000:91:00.0", "0000:e1:00.0"]
+    assert "in this container" in job.numbering
+
+
+def test_amd_gpus_get_hips_variable_and_lose_an_inherited_rocr_mask() -> None:
+    job = place_job(vendor_host("1002", "amdgpu"), 2, node=1)
+    assert (job.runtime, job.environment) == ("ROCm", {"HIP_VISIBLE_DEVICES": "4,5"})
+    assert job.unset == ["ROCR_VISIBLE_DEVICES"]
+
+
+def test_intel_gpus_get_level_zeros_mask_in_pci_order() -> None:
+    job = place_job(vendor_host("8086", "xe"), 1)
+    assert job.environment == {"ZE_ENABLE_PCI_ID_DEVICE_ORDER": "1", "ZE_AFFINITY_MASK": "0"}
+
+
+def test_a_host_where_no_runtime_sees_a_gpu_says_why() -> None:
+    inventory = make_inventory([make_gpu("81", 1, driver="vfio-pci")])
+    with pytest.raises(UsageError) as error:
+        place_job(inventory, 1)
+    assert str(error.value) == (
+        "pve1: CUDA sees no GPU: 0000:81:00.0 is on vfio-pci, not nvidia; "
+        "nor does ROCm (amdgpu) or Level Zero (i915, xe)"
+    )
