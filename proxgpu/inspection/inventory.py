@@ -111,6 +111,17 @@ class Gpu(FrozenModel):
         return self.address.rsplit(".", 1)[0]
 
 
+class NvidiaCap(FrozenModel):
+    """One NVIDIA capability (MIG's ``config`` and ``monitor`` rights, a MIG instance's
+    ``access``): the /proc file that describes it, and the minor and mode (``0o400``) that its
+    ``/dev/nvidia-caps/nvidia-capN`` node takes, as that file's ``DeviceFileMinor`` and
+    ``DeviceFileMode`` say (``nvidia-modprobe -f FILE`` makes the node from them)."""
+
+    proc_path: str
+    minor: int
+    mode: int
+
+
 class Inventory(FrozenModel):
     """Everything proxgpu knows about one host.
 
@@ -122,6 +133,9 @@ class Inventory(FrozenModel):
     ``nics`` are the network functions under the same root port as a GPU (behind one PCIe
     switch with it: the GPU's GPUDirect RDMA peers). ``nvswitches`` are NVIDIA's NVLink switches
     (HGX boards): the GPUs they join form one fabric that Fabric Manager manages as a whole.
+    ``pve_container_version`` is the installed pve-container package's (it decides whether a
+    container takes ``devN`` entries), and ``nvidia_caps`` the NVIDIA capabilities the driver
+    describes in /proc, by minor.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -146,6 +160,8 @@ class Inventory(FrozenModel):
     guest_configs: dict[str, str] = Field(default_factory=dict)
     host_files: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    pve_container_version: str | None = None
+    nvidia_caps: list[NvidiaCap] = Field(default_factory=list)
 
     @property
     def node_name(self) -> str:
