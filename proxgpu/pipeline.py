@@ -12,7 +12,7 @@ the Ansible module; secrets in guest configs are redacted in every one of them (
 >>> result = split_host(DirectoryHost("examples/hosts/ct200"),
 ...                     SplitPolicy(lxc=200, vms=[(300, None)]), check=True)
 >>> result.changed, len(result.diff)
-(True, 8)
+(True, 10)
 """
 
 from __future__ import annotations

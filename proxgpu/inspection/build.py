@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from proxgpu.errors import SysfsError
 from proxgpu.inspection.capture import Capture
 from proxgpu.inspection.hardware import drm_nodes, gpu_bars, is_nvswitch
-from proxgpu.inspection.inventory import BootLoader, Gpu, Inventory, NumaNode, PciFunction
+from proxgpu.inspection.inventory import (
+    BootLoader,
+    Gpu,
+    Inventory,
+    NumaNode,
+    NvidiaCap,
+    PciFunction,
+)
 from proxgpu.inspection.validate import validate
 from proxgpu.paths import GUEST_FILE_PREFIXES, NVIDIA_GPUS, PCI_DEVICES, PCI_IDS
 from proxgpu.pci import is_bmc_display
@@ -97,6 +104,8 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         host_files=_texts(capture, GUEST_FILE_PREFIXES, include=False),
         warnings=warnings,
         container=_container(capture),
+        pve_container_version=_pve_container_version(capture),
+        nvidia_caps=_nvidia_caps(capture),
     )
     validate(inventory)
     return inventory.model_copy(update={"warnings": warnings + _topology_warnings(inventory)})
@@ -449,3 +458,23 @@ def _topology_warnings(inventory: Inventory) -> list[str]:
                 "they can only be passed through together"
             )
     return warnings
+
+
+def _pve_container_version(capture: Capture) -> str | None:
+    """The installed pve-container's version, from its dpkg status paragraph."""
+    lines = capture.lines.get("/var/lib/dpkg/status", [])
+    fields = dict(_key_value(line) for line in lines if ":" in line)
+    installed = fields.get("Status", "").endswith(" installed")
+    return fields.get("Version") if installed and fields.get("Package") == "pve-container" else None
+
+
+def _nvidia_caps(capture: Capture) -> list[NvidiaCap]:
+    """The capabilities whose /proc file gives a minor and a mode (both in decimal)."""
+    caps = []
+    for path, lines in capture.lines.items():
+        if path.startswith(("/proc/driver/nvidia/capabilities/", "/proc/driver/nvidia-nvlink/")):
+            fields = dict(_key_value(line) for line in lines if ":" in line)
+            minor, mode = fields.get("DeviceFileMinor", ""), fields.get("DeviceFileMode", "")
+            if minor.isdigit() and mode.isdigit():
+                caps.append(NvidiaCap(proc_path=path, minor=int(minor), mode=int(mode)))
+    return sorted(caps, key=lambda cap: cap.minor)

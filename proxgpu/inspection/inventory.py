@@ -111,6 +111,17 @@ class Gpu(FrozenModel):
         return self.address.rsplit(".", 1)[0]
 
 
+class NvidiaCap(FrozenModel):
+    """One NVIDIA capability (MIG's ``config`` and ``monitor`` rights, a MIG instance's
+    ``access``): the /proc file that describes it, and the minor and mode (``0o400``) that its
+    ``/dev/nvidia-caps/nvidia-capN`` node takes, as that file's ``DeviceFileMinor`` and
+    ``DeviceFileMode`` say (``nvidia-modprobe -f FILE`` makes the node from them)."""
+
+    proc_path: str
+    minor: int
+    mode: int
+
+
 class Inventory(FrozenModel):
     """Everything proxgpu knows about one host.
 
@@ -125,6 +136,9 @@ class Inventory(FrozenModel):
     ``container`` is the file that shows inspection ran inside a container (LXC's
     ``/dev/.lxc-boot-id``, systemd's ``/run/systemd/container``), ``None`` on a host: there
     ``gpus`` are every GPU of the host, and ``device_nodes`` those the container was given.
+    ``pve_container_version`` is the installed pve-container package's (it decides whether a
+    container takes ``devN`` entries), and ``nvidia_caps`` the NVIDIA capabilities the driver
+    describes in /proc, by minor.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -153,6 +167,8 @@ class Inventory(FrozenModel):
     host_files: dict[str, str] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     container: str | None = None
+    pve_container_version: str | None = None
+    nvidia_caps: list[NvidiaCap] = Field(default_factory=list)
 
     @property
     def node_name(self) -> str:

@@ -11,7 +11,7 @@ Rendering against files that already hold the result yields no change.
 >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
 >>> plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
 >>> render(inventory, plan).summary()
-'8 files to change; then: update-initramfs -u -k all; proxmox-boot-tool refresh; systemctl \
+'10 files to change; then: update-initramfs -u -k all; proxmox-boot-tool refresh; systemctl \
 daemon-reload; reboot required.'
 """
 

@@ -14,7 +14,13 @@ from proxgpu.paths import (
 )
 from proxgpu.rendering.changes import Action, ChangeSet
 from proxgpu.rendering.context import RenderContext
-from proxgpu.rendering.nodes import GUESTS_DROPIN, NODES_UNIT
+from proxgpu.rendering.nodes import (
+    GUESTS_DROPIN,
+    HA_DROPIN,
+    NODES_SCRIPT,
+    NODES_UNIT,
+    NODES_UNIT_NAME,
+)
 
 
 def with_actions(ctx: RenderContext) -> ChangeSet:
@@ -47,9 +53,19 @@ def with_actions(ctx: RenderContext) -> ChangeSet:
         )
     elif GRUB_DEFAULT in changed:
         actions.append(Action(argv=["update-grub"], why="regenerate grub.cfg"))
-    if changed & {NODES_UNIT, GUESTS_DROPIN}:
+    if changed & {NODES_UNIT, GUESTS_DROPIN, HA_DROPIN}:
         actions.append(
             Action(argv=["systemctl", "daemon-reload"], why="let systemd read the changed units")
+        )
+    # Without a reboot to run it, the unit runs now, so that a changed container starts with its
+    # nodes (and, without devN entries, their cgroup rules) in place.
+    unit = next((f for f in ctx.files if f.path == NODES_UNIT), None)
+    if not boot and unit and unit.after is not None and changed & {NODES_UNIT, NODES_SCRIPT}:
+        actions.append(
+            Action(
+                argv=["systemctl", "restart", NODES_UNIT_NAME],
+                why="make the container's NVIDIA device nodes now",
+            )
         )
     guests = sorted(p for p in changed if guest_of(p) is not None)
     if guests:

@@ -22,8 +22,9 @@ class RenderOptions(FrozenModel):
     driver_override before any GPU driver loads, also inside the initramfs) or ``driverctl``
     (its per-address overrides in /etc/driverctl.d). ``mapping``: give VMs their GPUs through
     a cluster PCI mapping of this name instead of raw ``hostpciN: host=`` addresses.
-    ``nvidia_nodes_unit``: also write a systemd unit, pulled in by ``pve-guests.service``, that
-    makes the container's NVIDIA device nodes at boot (see :mod:`proxgpu.rendering.nodes`); on
+    ``nvidia_nodes_unit``: also write a systemd unit, pulled in by ``pve-guests.service`` and
+    ``pve-ha-lrm.service``, that makes the container's NVIDIA device nodes at boot (see
+    :mod:`proxgpu.rendering.nodes`); on
     by default, since Proxmox refuses to start a container whose ``devN`` node is missing and
     the nvidia module makes none by itself.
     """

@@ -11,14 +11,17 @@ from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.planning.model import PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
 from proxgpu.pve.config import GuestConfig, format_property_string, parse_property_string
-from proxgpu.pve.versions import DEV_ENTRIES, pve_at_least
+from proxgpu.pve.versions import dev_entries
 from proxgpu.rendering.context import RenderContext, guest_config_of
 from proxgpu.rendering.dri import KFD, DeviceNode, dri_nodes, drm_device_nodes, managed_dri_paths
-from proxgpu.rendering.nodes import render_nodes_unit
+from proxgpu.rendering.nodes import NODES_INCLUDE, capability, render_nodes_unit
 from proxgpu.rendering.templating import render_template
 
 #: The mode the nvidia driver gives its nodes on the host (its NVreg_DeviceFileMode default).
 NVIDIA_NODE_MODE = "0666"
+#: The nodes the boot unit makes whether or not inspection found them: a freshly booted host has
+#: not loaded nvidia-uvm yet (the unit loads it, as ``nvidia-modprobe -u -c 0`` does).
+_MADE_AT_BOOT = frozenset({"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"})
 
 
 def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
@@ -63,6 +66,7 @@ def _control_nodes(ctx: RenderContext) -> list[DeviceNode]:
     if not present:
         return nodes  # the capture did not look at /dev: offer them all
     nodes += _capability_nodes(ctx, present)
+    present |= _MADE_AT_BOOT if ctx.options.nvidia_nodes_unit else set()
     missing = [n.path for n in nodes if n.path not in present]
     if missing:
         # Proxmox refuses to start a container whose devN node is missing.
@@ -74,14 +78,32 @@ def _control_nodes(ctx: RenderContext) -> list[DeviceNode]:
 
 
 def _capability_nodes(ctx: RenderContext, present: set[str]) -> list[DeviceNode]:
-    """The MIG capability nodes the host has (``/dev/nvidia-caps/nvidia-capN``, minor N)."""
+    """The NVIDIA capability nodes the host has (``/dev/nvidia-caps/nvidia-capN``, minor N) that
+    the boot unit can make again: those whose /proc file says how."""
     major = ctx.inventory.char_majors.get("nvidia-caps")
-    caps = sorted(
-        (int(m.group(1)), path)
-        for path in present
-        if (m := re.fullmatch(r"/dev/nvidia-caps/nvidia-cap(\d+)", path))
-    )
-    return [DeviceNode(path, major, minor) for minor, path in caps] if major is not None else []
+    paths = sorted((path for path in present if _cap_minor(path) >= 0), key=_cap_minor)
+    caps = {path: capability(ctx.inventory, path) for path in paths}
+    unknown = [path for path, cap in caps.items() if cap is None]
+    if unknown:
+        ctx.warnings.append(
+            f"{', '.join(unknown)}: not given to the container, since the capture holds no "
+            "/proc/driver/nvidia/capabilities file saying how to make them again at boot; "
+            "inspect the host again"
+        )
+    instances = [path for path, cap in caps.items() if cap and "/mig/gi" in cap.proc_path]
+    if instances:
+        ctx.warnings.append(
+            f"{', '.join(instances)}: a MIG instance's capability exists only while the instance "
+            "does; create the instances again before the guests start at boot, or the container "
+            "will not start"
+        )
+    return [DeviceNode(path, major, cap.minor) for path, cap in caps.items() if cap]
+
+
+def _cap_minor(path: str) -> int:
+    """N of ``/dev/nvidia-caps/nvidia-capN``; -1 for any other path."""
+    match = re.fullmatch(r"/dev/nvidia-caps/nvidia-cap(\d+)", path)
+    return int(match[1]) if match else -1
 
 
 def _device_nodes(ctx: RenderContext, gpus: list[Gpu]) -> list[DeviceNode]:
@@ -137,24 +159,37 @@ class _Managed:
             return match is not None and (
                 int(match.group(1)) in self.majors or f"{match[1]}:{match[2]}" in self.dri_numbers
             )
+        if key == "lxc.include":
+            return value == NODES_INCLUDE
         return key == "lxc.mount.entry" and self.node(value.split(" ", 1)[0])
 
 
 def _lxc_entries(
-    ctx: RenderContext, group: PlanGroup, nodes: list[DeviceNode], dev_mode: bool
+    ctx: RenderContext,
+    group: PlanGroup,
+    nodes: list[DeviceNode],
+    dev_mode: bool,
+    include: str | None,
 ) -> list[tuple[str, str]]:
-    if not dev_mode and any(n.major is None for n in nodes):
+    # With the include, the boot unit writes the nvidia nodes' cgroup rules with that boot's
+    # majors (nvidia-uvm's and nvidia-caps' are dynamic); every other node's rule is written here.
+    ruled = [n for n in nodes if not (include and n.path.startswith("/dev/nvidia"))]
+    if not dev_mode and any(n.major is None for n in ruled):
+        version = ctx.inventory.pve_container_version or "unknown"
         raise RenderError(
             ctx.inventory.source,
             None,
-            f"Proxmox VE {ctx.inventory.pve_version} has no devN entries and the major of "
-            f"{', '.join(n.path for n in nodes if n.major is None)} is unknown",
+            f"Proxmox VE {ctx.inventory.pve_version} (pve-container {version}) has no devN "
+            "entries and the major of "
+            f"{', '.join(n.path for n in ruled if n.major is None)} is unknown",
             "load its driver first (for nvidia-uvm: nvidia-modprobe -u), then plan again",
         )
     text = render_template(
         "lxc-devices.conf.j2",
         use_dev_entries=dev_mode,
         device_nodes=nodes,
+        ruled_nodes=ruled,
+        include=include,
         cpus=group.cpus,
         mems=",".join(str(n) for n in group.memory_nodes),
     )
@@ -166,15 +201,22 @@ def _lxc_entries(
 def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> None:
     config = guest_config_of(ctx, path, "container")
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
-    dev_mode = pve_at_least(ctx.inventory.pve_version, DEV_ENTRIES)
+    dev_mode = dev_entries(ctx.inventory.pve_container_version, ctx.inventory.pve_version)
     nodes = _device_nodes(ctx, gpus)
-    wanted = _lxc_entries(ctx, group, nodes, dev_mode)
-    if ctx.options.nvidia_nodes_unit:
-        render_nodes_unit(ctx, [node.path for node in nodes])
+    nvidia = [node.path for node in nodes if node.path.startswith("/dev/nvidia")]
+    unit = ctx.options.nvidia_nodes_unit
+    include = NODES_INCLUDE if unit and nvidia and not dev_mode else None
+    wanted = _lxc_entries(ctx, group, nodes, dev_mode, include)
+    if unit:
+        render_nodes_unit(ctx, nvidia, include)
     managed = _Managed.of(ctx.inventory)
-    _sync_dev_entries(config, [v for k, v in wanted if k == "dev"] if dev_mode else [], managed)
+    modes = {p: cap.mode for p in nvidia if (cap := capability(ctx.inventory, p))}
+    devs = [v for k, v in wanted if k == "dev"] if dev_mode else []
+    _sync_dev_entries(config, devs, managed, modes)
     raw = [
-        (k, v) for k, v in wanted if k.startswith("lxc.cgroup2.devices") or k == "lxc.mount.entry"
+        (k, v)
+        for k, v in wanted
+        if k.startswith("lxc.cgroup2.devices") or k in ("lxc.mount.entry", "lxc.include")
     ]
     _sync_raw_entries(config, raw, managed)
     for key, value in wanted:
@@ -203,7 +245,9 @@ def _match_cores(ctx: RenderContext, config: GuestConfig, cpus: str, vmid: int) 
         )
 
 
-def _sync_dev_entries(config: GuestConfig, paths: list[str], managed: _Managed) -> None:
+def _sync_dev_entries(
+    config: GuestConfig, paths: list[str], managed: _Managed, caps: dict[str, int]
+) -> None:
     present: set[str] = set()
     options: set[str] = set()
     for key, value in config.entries():
@@ -215,33 +259,44 @@ def _sync_dev_entries(config: GuestConfig, paths: list[str], managed: _Managed) 
                 if path not in paths:
                     config.delete(key)
                 else:
-                    _give_access_policy(config, key, path, props)
+                    _give_access_policy(config, key, path, props, caps.get(path))
             present.add(path)
     # New nodes get the options (gid=44, mode...) the container's GPU nodes already share.
     shared = parse_property_string(options.pop()) if len(options) == 1 and "" not in options else {}
     missing = [p for p in paths if p not in present]
     for index, path in zip(config.free_indices("dev", len(missing)), missing, strict=True):
         props = {"path": path, **shared}
-        config.set(f"dev{index}", format_property_string(_access_policy(path, props), "path"))
+        policy = _access_policy(path, props, caps.get(path))
+        config.set(f"dev{index}", format_property_string(policy, "path"))
 
 
-def _access_policy(path: str, props: dict[str, str]) -> dict[str, str]:
+def _access_policy(path: str, props: dict[str, str], cap_mode: int | None) -> dict[str, str]:
     """``props`` with ``mode=0666`` on a compute node (nvidia's, a render node, /dev/kfd) whose
-    entry states no access policy.
+    entry states no access policy, and on a capability node (``cap_mode``: the host's) the
+    host's mode unless the entry states one within it.
 
     pve-container creates a ``devN`` node 0660 root:root unless told otherwise, so the
     container's other users would lose the GPU the host gives everyone (its nvidia nodes are
     0666; its render nodes and kfd are the render group's, which the container does not share);
-    a ``mode=`` or ``gid=`` already there is the admin's choice and stays.
+    a ``mode=`` or ``gid=`` already there is the admin's choice and stays. A capability node is
+    an access right of NVIDIA's itself (MIG's config: 0400, root alone), so the container never
+    gets it wider than the host has it, 0660 included.
     """
+    if cap_mode is not None:
+        stated = props.get("mode", "")
+        if not re.fullmatch(r"0[0-7]{3}", stated) or int(stated, 8) & ~cap_mode:
+            return {**props, "mode": f"0{cap_mode & 0o777:03o}"}
+        return props
     compute = path.startswith(("/dev/nvidia", "/dev/dri/renderD")) or path == KFD
     if compute and "mode" not in props and "gid" not in props:
         return {**props, "mode": NVIDIA_NODE_MODE}
     return props
 
 
-def _give_access_policy(config: GuestConfig, key: str, path: str, props: dict[str, str]) -> None:
-    wanted = _access_policy(path, props)
+def _give_access_policy(
+    config: GuestConfig, key: str, path: str, props: dict[str, str], cap_mode: int | None
+) -> None:
+    wanted = _access_policy(path, props, cap_mode)
     if wanted != props:
         config.set(key, format_property_string({"path": path, **wanted}, "path"))
 

@@ -3,60 +3,112 @@
 The nvidia kernel module creates no ``/dev/nvidia*`` node; user space does (``nvidia-modprobe``,
 run by nvidia-smi or CUDA). After a reboot nothing may have run yet when Proxmox starts its
 guests, and Proxmox refuses to start a container whose ``devN`` node is missing. So the unit runs
-``nvidia-modprobe`` for each node, and a drop-in for ``pve-guests.service`` pulls it in and
-orders the guests after it. Both are plain files, so the journal and rollback cover them.
+a script that makes each node the container is given, and drop-ins pull it in and order after it
+both ``pve-guests.service`` and ``pve-ha-lrm.service`` (which starts the HA-managed guests that
+pve-guests skips). All are plain files, so the journal and rollback cover them.
 
->>> modprobe_commands(["/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-modeset"])
-['-c 255', '-c 2', '-u -c 0', '-m']
+The script uses ``nvidia-modprobe`` where the host has it at boot (it ships with NVIDIA's .run
+installer and some packages, not all); without it, it loads the modules and makes the same nodes
+with ``mknod``, as nvidia-modprobe would: the owner, mode and ``ModifyDeviceFiles`` of
+``/proc/driver/nvidia/params`` for ``/dev/nvidiaN``, ``nvidiactl`` and ``nvidia-modeset``, 0666
+for nvidia-uvm's nodes, each capability's ``DeviceFileMinor`` and ``DeviceFileMode`` from its
+/proc file, and the dynamic majors (nvidia-uvm, nvidia-caps) from ``/proc/devices`` at that boot.
+
+>>> from proxgpu.inspection.inventory import Inventory
+>>> inventory = Inventory(source="pve1", hostname="pve1")
+>>> boot_steps(inventory, ["/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm",
+...                        "/dev/nvidia-caps/nvidia-cap1"])
+['gpu nvidiactl 255', 'gpu nvidia2 2', 'uvm', 'cap driver/nvidia/capabilities/mig/config']
 """
 
 from __future__ import annotations
 
 import re
 
+from proxgpu.inspection.inventory import Inventory, NvidiaCap
 from proxgpu.rendering.context import RenderContext
 from proxgpu.rendering.templating import render_template
 
 NODES_UNIT_NAME = "proxgpu-nvidia-nodes.service"
 NODES_UNIT = f"/etc/systemd/system/{NODES_UNIT_NAME}"
+NODES_SCRIPT = "/usr/local/sbin/proxgpu-nvidia-nodes"
 GUESTS_DROPIN = "/etc/systemd/system/pve-guests.service.d/proxgpu-nvidia-nodes.conf"
+HA_DROPIN = "/etc/systemd/system/pve-ha-lrm.service.d/proxgpu-nvidia-nodes.conf"
+#: The cgroup rules the script writes at boot for a container without ``devN`` entries.
+NODES_INCLUDE = "/run/proxgpu/nvidia-devices.conf"
 NVIDIA_MODPROBE = "/usr/bin/nvidia-modprobe"
 
-# nvidia-modprobe's way to each node: -c N makes /dev/nvidiaN (N 255 is /dev/nvidiactl), -u -c 0
-# loads nvidia-uvm and makes /dev/nvidia-uvm and /dev/nvidia-uvm-tools, -m loads nvidia-modeset
-# and makes /dev/nvidia-modeset.
-_FIXED = {
-    "/dev/nvidiactl": "-c 255",
-    "/dev/nvidia-uvm": "-u -c 0",
-    "/dev/nvidia-uvm-tools": "-u -c 0",
-    "/dev/nvidia-modeset": "-m",
+#: MIG's config and monitor capabilities where the capture holds no /proc file for them: NVIDIA
+#: numbers its capabilities in a fixed table order (nv-caps.c: nvlink's fabric-mgmt 0, then
+#: mig/config 1 and mig/monitor 2) and makes config readable by root alone and monitor by all
+#: (os.c, osRmCapRegisterSys: OS_RUSR and OS_RUGO).
+_MIG_CAPS = {
+    1: NvidiaCap(proc_path="/proc/driver/nvidia/capabilities/mig/config", minor=1, mode=0o400),
+    2: NvidiaCap(proc_path="/proc/driver/nvidia/capabilities/mig/monitor", minor=2, mode=0o444),
 }
+_CAP_NODE = re.compile(r"/dev/nvidia-caps/nvidia-cap(\d+)")
 
 
-def modprobe_commands(paths: list[str]) -> list[str]:
-    """The ``nvidia-modprobe`` arguments that create ``paths``, one command each, control node
-    first, each once. Nodes it cannot make (the MIG capability nodes) are left out."""
-    commands = [_FIXED["/dev/nvidiactl"]] if "/dev/nvidiactl" in paths else []
-    minors = sorted(int(m[1]) for p in paths if (m := re.fullmatch(r"/dev/nvidia(\d+)", p)))
-    commands += [f"-c {minor}" for minor in minors]
-    for path, arguments in _FIXED.items():
-        if path in paths and arguments not in commands:
-            commands.append(arguments)
-    return commands
+def capability(inventory: Inventory, path: str) -> NvidiaCap | None:
+    """The capability whose node ``path`` (``/dev/nvidia-caps/nvidia-cap1``) is, from its /proc
+    file as captured, else MIG's config and monitor by NVIDIA's fixed minors; ``None`` for
+    another node, or a capability the capture does not describe.
+
+    >>> capability(Inventory(source="s", hostname="h"), "/dev/nvidia-caps/nvidia-cap2").mode
+    292
+    """
+    match = _CAP_NODE.fullmatch(path)
+    if match is None:
+        return None
+    minor = int(match[1])
+    known = {cap.minor: cap for cap in inventory.nvidia_caps}
+    return known.get(minor, _MIG_CAPS.get(minor))
 
 
-def render_nodes_unit(ctx: RenderContext, paths: list[str]) -> None:
-    """The unit and its ``pve-guests.service`` drop-in for the nvidia nodes in ``paths``; with
-    none, neither (a unit proxgpu wrote earlier goes)."""
-    commands = modprobe_commands(paths)
-    unit = dropin = None
-    if commands:
-        unit = render_template(
-            "nvidia-nodes.service.j2",
-            commands=commands,
+def boot_steps(inventory: Inventory, paths: list[str]) -> list[str]:
+    """The script's steps that make ``paths``: ``gpu NAME MINOR`` for ``/dev/nvidiaN`` and
+    ``nvidiactl`` (control node first), ``uvm`` for both of nvidia-uvm's nodes, ``modeset``,
+    ``cap PROC_FILE`` (relative to /proc) for each capability, each once."""
+    gpus = sorted(int(m[1]) for p in paths if (m := re.fullmatch(r"/dev/nvidia(\d+)", p)))
+    steps = ["gpu nvidiactl 255"] if "/dev/nvidiactl" in paths else []
+    steps += [f"gpu nvidia{minor} {minor}" for minor in gpus]
+    if {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} & set(paths):
+        steps.append("uvm")
+    if "/dev/nvidia-modeset" in paths:
+        steps.append("modeset")
+    caps = sorted((c for p in paths if (c := capability(inventory, p))), key=lambda c: c.minor)
+    return steps + [f"cap {cap.proc_path.removeprefix('/proc/')}" for cap in caps]
+
+
+def render_nodes_unit(ctx: RenderContext, paths: list[str], include: str | None) -> None:
+    """The unit, its script and the two drop-ins for the nvidia nodes in ``paths`` (with
+    ``include``, the script also writes their cgroup rules there); with none, none of them (what
+    proxgpu wrote earlier goes)."""
+    steps = boot_steps(ctx.inventory, paths)
+    files: dict[str, str | None] = dict.fromkeys(
+        (NODES_UNIT, NODES_SCRIPT, GUESTS_DROPIN, HA_DROPIN)
+    )
+    if steps:
+        files[NODES_SCRIPT] = render_template(
+            "nvidia-nodes.sh.j2",
+            unit=NODES_UNIT_NAME,
             nvidia_modprobe=NVIDIA_MODPROBE,
-            dropin=GUESTS_DROPIN,
+            steps=steps,
+            kinds={step.split()[0] for step in steps},
+            nodes=[p.removeprefix("/dev/") for p in paths],
+            include=include,
         )
-        dropin = render_template("pve-guests-nvidia-nodes.conf.j2", unit=NODES_UNIT_NAME)
-    ctx.file(NODES_UNIT, unit, "make the container's NVIDIA device nodes at boot")
-    ctx.file(GUESTS_DROPIN, dropin, "start the guests after those nodes exist")
+        files[NODES_UNIT] = render_template(
+            "nvidia-nodes.service.j2", script=NODES_SCRIPT, dropins=[GUESTS_DROPIN, HA_DROPIN]
+        )
+        for dropin, service, what in (
+            (GUESTS_DROPIN, "pve-guests.service", "its guests"),
+            (HA_DROPIN, "pve-ha-lrm.service", "the HA-managed guests"),
+        ):
+            files[dropin] = render_template(
+                "pve-guests-nvidia-nodes.conf.j2", unit=NODES_UNIT_NAME, service=service, what=what
+            )
+    ctx.file(NODES_UNIT, files[NODES_UNIT], "make the container's NVIDIA device nodes at boot")
+    ctx.file(NODES_SCRIPT, files[NODES_SCRIPT], "the nodes that unit makes, and how", mode=0o755)
+    ctx.file(GUESTS_DROPIN, files[GUESTS_DROPIN], "start the guests after those nodes exist")
+    ctx.file(HA_DROPIN, files[HA_DROPIN], "start the HA-managed guests after them too")

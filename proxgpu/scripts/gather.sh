@@ -77,6 +77,20 @@ if [ -n "$kernel" ] && [ -f "$initrd" ] && [ -r "$initrd" ]; then
     fi
 fi
 
+# Each NVIDIA capability's /proc file names its /dev/nvidia-caps node's minor and mode (the boot
+# unit makes the node from it), and pve-container's version decides whether a container takes
+# devN entries: only its dpkg status paragraph's Package, Status and Version lines are read.
+grep -H -s -Z '' proc/driver/nvidia/capabilities/mig/config \
+    proc/driver/nvidia/capabilities/mig/monitor proc/driver/nvidia/capabilities/fabric-imex-mgmt \
+    proc/driver/nvidia/capabilities/gpu*/mig/gi*/access \
+    proc/driver/nvidia/capabilities/gpu*/mig/gi*/ci*/access \
+    proc/driver/nvidia-nvlink/capabilities/fabric-mgmt
+[ -f var/lib/dpkg/status ] && awk -v path=var/lib/dpkg/status '
+    /^Package: / { keep = ($2 == "pve-container") }
+    keep && /^(Package|Status|Version): / { printf "%s%c%s\n", path, 0, $0 }
+    keep && /^$/ { exit }
+' var/lib/dpkg/status
+
 rec section links
 # Each device entry is a link into /sys/devices/pci0000:00/...: its target is the parent chain
 # (root port, switch ports) the picture draws.
@@ -115,7 +129,8 @@ for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
     etc/modules etc/modules-load.d/* etc/initramfs-tools/modules \
     etc/default/grub etc/default/grub.d/*.cfg etc/kernel/cmdline etc/kernel/proxmox-boot-uuids \
     etc/driverctl.d/* etc/proxgpu/* etc/initramfs-tools/hooks/proxgpu* usr/local/sbin/proxgpu-* \
-    etc/systemd/system/proxgpu-* etc/systemd/system/pve-guests.service.d/proxgpu*; do
+    etc/systemd/system/proxgpu-* etc/systemd/system/pve-guests.service.d/proxgpu* \
+    etc/systemd/system/pve-ha-lrm.service.d/proxgpu*; do
     [ -f "$f" ] || continue
     case $f in
     *"$nl"* | *"$tab"*) rec badname "$(printf '%s' "$f" | base64 -w0)"; continue ;;

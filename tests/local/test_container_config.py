@@ -14,7 +14,7 @@ import pytest
 from proxgpu.errors import PlanRefusedError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
-from proxgpu.inspection.inventory import Inventory
+from proxgpu.inspection.inventory import Inventory, NvidiaCap
 from proxgpu.planning import SplitPolicy, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
@@ -75,6 +75,54 @@ def test_new_nodes_take_the_policy_the_gpu_nodes_share() -> None:
     text = "arch: amd64\nostype: debian\ndev0: /dev/nvidia0,gid=44\ndev1: /dev/nvidiactl,gid=44\n"
     devs = dev_entries(rendered(with_configs({CT_200: text}), SplitPolicy(lxc=200)))
     assert devs["/dev/nvidia1"] == "/dev/nvidia1,gid=44"
+
+
+# --- MIG capability nodes -------------------------------------------------------------------------
+
+GI_ACCESS = "/proc/driver/nvidia/capabilities/gpu0/mig/gi1/access"
+
+
+def with_caps(text: str | None = None) -> Inventory:
+    """ct200 with MIG's config and monitor nodes (no /proc file captured for them), a GPU
+    instance's access node whose /proc file was captured, and a node of unknown capability."""
+    caps = [f"/dev/nvidia-caps/nvidia-cap{n}" for n in (1, 2, 12, 99)]
+    inventory = with_configs({CT_200: text}) if text else ct200()
+    return inventory.model_copy(
+        update={
+            "device_nodes": [*inventory.device_nodes, *caps],
+            "nvidia_caps": [NvidiaCap(proc_path=GI_ACCESS, minor=12, mode=0o444)],
+        }
+    )
+
+
+def test_capability_nodes_are_given_no_wider_than_nvidia_makes_them() -> None:
+    changes = rendered(with_caps(), SplitPolicy(lxc=200))
+    devs = dev_entries(changes)
+    assert devs["/dev/nvidia-caps/nvidia-cap1"] == "/dev/nvidia-caps/nvidia-cap1,mode=0400"
+    assert devs["/dev/nvidia-caps/nvidia-cap2"] == "/dev/nvidia-caps/nvidia-cap2,mode=0444"
+    assert devs["/dev/nvidia-caps/nvidia-cap12"] == "/dev/nvidia-caps/nvidia-cap12,mode=0444"
+    assert "/dev/nvidia-caps/nvidia-cap99" not in devs, "nothing says how to make it at boot"
+    assert any(w.startswith("/dev/nvidia-caps/nvidia-cap99: not given") for w in changes.warnings)
+    assert any(
+        w.startswith("/dev/nvidia-caps/nvidia-cap12: a MIG instance's capability")
+        for w in changes.warnings
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("mode=0666", "mode=0400"),  # what proxgpu wrote before it knew better
+        ("gid=44", "gid=44,mode=0400"),  # pve-container's default 0660 is wider too
+        ("mode=0400,deny-write=1", "mode=0400,deny-write=1"),
+    ],
+)
+def test_a_capability_entry_wider_than_the_host_s_node_is_narrowed(
+    entry: str, expected: str
+) -> None:
+    text = f"arch: amd64\nostype: debian\ndev0: /dev/nvidia-caps/nvidia-cap1,{entry}\n"
+    devs = dev_entries(rendered(with_caps(text), SplitPolicy(lxc=200)))
+    assert devs["/dev/nvidia-caps/nvidia-cap1"] == f"/dev/nvidia-caps/nvidia-cap1,{expected}"
 
 
 # --- cores ---------------------------------------------------------------------------------------

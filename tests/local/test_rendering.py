@@ -22,8 +22,9 @@ from proxgpu.paths import BIND_SCRIPT, MODPROBE_CONF
 from proxgpu.planning import plan_split
 from proxgpu.planning.model import SplitPolicy
 from proxgpu.pve.config import GuestConfig
-from proxgpu.rendering import render
+from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet
+from proxgpu.rendering.nodes import NODES_INCLUDE
 from tests.support.pvevalidate import require_shared
 from tests.support.scenarios import SCENARIOS, scenario
 from tests.support.trees import CORPUS, EXAMPLES, GOLDEN, copy_example
@@ -95,11 +96,27 @@ def test_binding_names_only_vfio_functions() -> None:
     assert "softdep snd_hda_intel pre: vfio-pci" in conf, "the audio function's driver too"
 
 
-def test_old_proxmox_gets_raw_lines_with_explicit_minors(tmp_path: Path) -> None:
+def old_proxmox(tmp_path: Path) -> Path:
     root = copy_example(tmp_path, "ct200")
     pvecfg = root / "usr/share/perl5/PVE/pvecfg.pm"
     pvecfg.write_text(pvecfg.read_text().replace("'8.4.1'", "'7.4.3'"))
-    _, changes = scenario("ct200-lxc-vm", root)
+    return root
+
+
+def test_old_proxmox_gets_raw_lines_whose_cgroup_rules_the_unit_writes(tmp_path: Path) -> None:
+    _, changes = scenario("ct200-lxc-vm", old_proxmox(tmp_path))
+    after = next(f.after for f in changes.files if f.path == "/etc/pve/lxc/200.conf") or ""
+    assert not re.findall(r"^lxc\.cgroup2\.devices\.allow: (.*)$", after, re.MULTILINE)
+    assert re.findall(r"^lxc\.include: (.*)$", after, re.MULTILINE) == [NODES_INCLUDE]
+    assert "dev0:" not in after
+    assert "lxc.mount.entry: /dev/nvidia3 dev/nvidia3 none bind,optional,create=file" in after
+    assert "/dev/nvidia4" not in after
+
+
+def test_old_proxmox_without_the_unit_gets_explicit_minors(tmp_path: Path) -> None:
+    inventory = inspect(DirectoryHost(str(old_proxmox(tmp_path))))
+    plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
+    changes = render(inventory, plan, RenderOptions(nvidia_nodes_unit=False))
     after = next(f.after for f in changes.files if f.path == "/etc/pve/lxc/200.conf") or ""
     allowed = re.findall(r"^lxc\.cgroup2\.devices\.allow: (.*)$", after, re.MULTILINE)
     assert allowed == [
@@ -112,9 +129,7 @@ def test_old_proxmox_gets_raw_lines_with_explicit_minors(tmp_path: Path) -> None
         "c 511:0 rwm",
         "c 511:1 rwm",
     ]
-    assert "dev0:" not in after
-    assert "lxc.mount.entry: /dev/nvidia3 dev/nvidia3 none bind,optional,create=file" in after
-    assert "/dev/nvidia4" not in after
+    assert "lxc.include" not in after
 
 
 def test_existing_unrelated_hostpci_stays_and_gpus_take_free_indices(tmp_path: Path) -> None:
