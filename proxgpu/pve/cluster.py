@@ -15,7 +15,9 @@ A node that is in no cluster lists neither.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from typing import Any
 
 from pydantic import Field
@@ -70,8 +72,17 @@ class ClusterMembers(FrozenModel):
         return next((m for m in self.members if m.name == name), None)
 
 
+#: pve-common's ``pve_verify_node_name`` (``PVE/JSONSchema.pm``, format ``pve-node``).
+NODE_NAME = re.compile(r"[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?")
+
+
 def parse_members(text: str, host: str, path: str = MEMBERS) -> ClusterMembers:
     """Read ``/etc/pve/.members``.
+
+    The file is host data that proxgpu connects by and puts into SSH's configuration (``%h`` in
+    a ``ProxyCommand`` or ``Match exec`` line runs in a shell): every node name must be a
+    Proxmox node name and every address an IP address, without an IPv6 zone (which may hold any
+    character), or the whole list is refused, naming the line.
 
     :raises SysfsError: when it is not the JSON pmxcfs writes, or lists no cluster (a node on its
         own), naming ``host`` and ``path``.
@@ -102,6 +113,13 @@ own; plan it without --cluster
         members = [_member(name, fields) for name, fields in dict(nodelist).items()]
     except (ValueError, KeyError, TypeError) as exc:
         raise SysfsError(host, path, f"a node in nodelist is not readable ({_why(exc)})") from None
+    for value, what in [(nodename, "node name"), *_names_and_addresses(members)]:
+        if not _valid(value, what):
+            raise SysfsError(
+                host,
+                f"{path}:{_line_of(text, value)}",
+                f"{value!r} is not a valid {what}: refused, and nothing it names is reached",
+            )
     return ClusterMembers(
         nodename=nodename,
         name=str(cluster["name"]) if "name" in cluster else None,
@@ -114,7 +132,31 @@ def _member(name: str, fields: Any) -> Member:
     if not isinstance(fields, dict) or not name:
         raise TypeError(f"node {name!r} is not an object")
     ip = fields.get("ip")
+    if ip is not None and not isinstance(ip, str):
+        raise TypeError(f"node {name!r} has an ip that is no string")
     return Member(name=name, id=int(fields["id"]), online=bool(fields["online"]), ip=ip or None)
+
+
+def _names_and_addresses(members: list[Member]) -> list[tuple[str, str]]:
+    pairs = [(m.name, "node name") for m in members]
+    return pairs + [(m.ip, "IP address") for m in members if m.ip is not None]
+
+
+def _valid(value: str, what: str) -> bool:
+    if what == "node name":
+        return NODE_NAME.fullmatch(value) is not None
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return "%" not in value
+
+
+def _line_of(text: str, value: str) -> int:
+    """The line of ``text`` where ``value`` first appears as a JSON string (1 when it does not
+    appear as written: JSON escapes)."""
+    at = text.find(json.dumps(value))
+    return text.count("\n", 0, at) + 1 if at >= 0 else 1
 
 
 def _why(exc: BaseException) -> str:

@@ -14,6 +14,8 @@ import hashlib
 import itertools
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -298,3 +300,50 @@ def test_a_failure_after_the_mapping_write_puts_it_back_through_the_api(
     assert mapping_lines(written.read_text()) == mapping_lines(original)
     [entry] = history(DirectoryHost(str(cluster / "pve1")))
     assert entry.status == "failed"
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        ("ip", "127.0.0.2$(touch {canary})"),
+        ("ip", "fe80::1%$(touch {canary})"),
+        ("name", "pve2;touch {canary}"),
+    ],
+)
+def test_a_hostile_member_list_runs_nothing_on_the_admins_machine(
+    nodes_sshd: Sshd,
+    tmp_path: Path,
+    cluster: Path,
+    hostile: tuple[str, str],
+) -> None:
+    """The member list is host data: an address with shell syntax, with an ssh_config whose
+    ``Match exec`` and ``ProxyCommand`` expand ``%h`` in a shell (both common), must run nothing
+    and reach nothing; the list is refused naming its line."""
+    canary = tmp_path / "ran"
+    members_path = cluster / "pve1/etc/pve/.members"
+    members = json.loads(members_path.read_text())
+    field, value = hostile[0], hostile[1].format(canary=canary)
+    if field == "ip":
+        members["nodelist"]["pve2"]["ip"] = value
+    else:
+        members["nodelist"][value] = members["nodelist"].pop("pve2")
+    members_path.write_text(json.dumps(members, indent=1))
+    argv = ssh_argv(nodes_sshd, tmp_path, cluster)
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        'Match exec "test %h = never || true"\n  ConnectTimeout 5\n'
+        "Host 127.0.0.2*\n  ProxyCommand sh -c 'exec nc %h %p'\n"
+    )
+    # Its own process: paramiko runs Match exec through invoke, which reads the terminal's stdin.
+    ran = subprocess.run(
+        [sys.executable, "-m", "proxgpu", "inspect", *argv, "--json"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert not canary.exists(), "a command in the member list ran on the admin's machine"
+    assert ran.returncode != 0
+    assert "/etc/pve/.members:" in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+    assert "refused" in ran.stdout + ran.stderr
