@@ -29,7 +29,8 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
 
     The driver hands out minors in probe order, lowest free number first, so they hold only while
     the same GPUs are probed. With the modprobe binding the vfio GPUs carry their override before
-    nvidia loads, so the next boot numbers the kept ones 0, 1, ... in PCI order. driverctl sets
+    nvidia loads, so the next boot numbers the kept ones 0, 1, ... in probe order (see
+    :func:`_probe_order`). driverctl sets
     its override from a udev rule that runs after udev has loaded nvidia for the first GPU, and
     nvidia probes every GPU it matches at once: each keeps the minor of its rank among all of
     them, and the vfio ones' numbers are left free.
@@ -43,6 +44,7 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
     probed = planned
     if ctx.options.bind_method == "driverctl":
         probed = sorted(g.address for g in ctx.inventory.gpus if g.host_driver == "nvidia")
+    probed = _probe_order(probed, minors)
     ranks = {address: probed.index(address) for address in planned}
     moved = [a for a in planned if minors[a] != ranks[a]]
     if moved:
@@ -52,6 +54,20 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
             + "; start the container only after the reboot"
         )
     return ranks
+
+
+def _probe_order(addresses: list[str], minors: dict[str, int | None]) -> list[str]:
+    """``addresses`` in the order the driver probes them: the kernel's PCI enumeration, which
+    the GPUs' minors today record (each took the lowest free one as it was probed) and which
+    need not be the addresses' order (host bridges are enumerated in firmware order); in PCI
+    order when a GPU has no minor today.
+
+    >>> _probe_order(["0000:21:00.0", "0000:81:00.0"], {"0000:21:00.0": 1, "0000:81:00.0": 0})
+    ['0000:81:00.0', '0000:21:00.0']
+    """
+    if any(minors.get(a) is None for a in addresses):
+        return sorted(addresses)
+    return sorted(addresses, key=lambda a: (minors[a], a))
 
 
 def _control_nodes(ctx: RenderContext) -> list[DeviceNode]:

@@ -61,6 +61,23 @@ def test_modprobe_binding_renumbers_the_kept_gpus_from_zero() -> None:
     assert any("becomes /dev/nvidia0" in warning for warning in changes.warnings)
 
 
+def test_the_kept_gpus_are_renumbered_in_probe_order_not_address_order() -> None:
+    # The minors record the order nvidia probed the GPUs in, which follows the kernel's PCI
+    # enumeration (host bridges in firmware order), not the addresses: on the e2e test host
+    # node 1's bridge comes first. Here 0000:11 was probed before 0000:01.
+    probe = {"0000:11:00.0": 0, "0000:81:00.0": 1, "0000:01:00.0": 2, "0000:91:00.0": 3}
+    rest = {a: 4 + n for n, a in enumerate(["0000:61:00.0", "0000:71:00.0"])}
+    gpus = [g.model_copy(update={"nvidia_minor": {**probe, **rest}.get(g.address, 6 + n)})
+            for n, g in enumerate(ct200().gpus)]  # fmt: skip
+    inventory = ct200().model_copy(update={"gpus": gpus})
+    policy = SplitPolicy(lxc=200, host_gpus=["0000:01:00.0", "0000:11:00.0"])
+    changes = rendered(inventory, policy)
+    said = next(w for w in changes.warnings if "numbers its GPUs anew" in w)
+    assert "0000:01:00.0 becomes /dev/nvidia1" in said, "in address order it would be 0"
+    assert "0000:11:00.0" not in said, "probed first, it keeps /dev/nvidia0"
+    assert sorted(container_nvidia_nodes(changes)) == ["/dev/nvidia0", "/dev/nvidia1"]
+
+
 def test_driverctl_binding_keeps_the_minors_nvidia_gave_at_probe() -> None:
     # driverctl's udev rule runs after nvidia has probed every GPU, so node 1 keeps 4-7.
     changes = rendered(ct200(), SplitPolicy(lxc=200, host_gpus=NODE_1), "driverctl")
@@ -79,7 +96,7 @@ def test_driverctl_numbers_a_gpu_back_from_vfio_among_all_it_probes() -> None:
     inventory = ct200().model_copy(update={"gpus": gpus})
     policy = SplitPolicy(lxc=200, host_gpus=["0000:01:00.0", "0000:11:00.0"])
     changes = rendered(inventory, policy, "driverctl")
-    assert container_nvidia_nodes(changes) == ["/dev/nvidia0", "/dev/nvidia1"]
+    assert sorted(container_nvidia_nodes(changes)) == ["/dev/nvidia0", "/dev/nvidia1"]
 
 
 # --- kmod runs only the first install command for a module ----------------------------------------
