@@ -19,6 +19,8 @@ from proxgpu.planning.model import PlanGroup
 _REMOVES_FRAMEBUFFERS = (6, 0)
 #: The names firmware framebuffers register in /proc/fb: efifb, vesafb, simplefb, simpledrm.
 _FIRMWARE_FB = re.compile(r"^(EFI VGA|VESA VGA|simple.*)$")
+#: The reset methods that reset a function's whole bus, not the function alone.
+_BUS_RESETS = {"bus", "cxl_bus"}
 
 
 def advise_host(ctx: Context, groups: list[PlanGroup]) -> None:
@@ -117,30 +119,33 @@ def _secure_boot(ctx: Context, kept: list[Gpu]) -> None:
 
 
 def _resets(ctx: Context, group: PlanGroup) -> None:
-    """A moved function without a reset keeps whatever state its last guest left. One whose
-    only reset is a secondary bus reset resets its whole bus: that works only when every device
-    on the bus belongs to the same VM (the kernel's bus reset refuses otherwise)."""
+    """A function with a reset of its own (``flr``, ``pm``, ...) is reset alone. Without one it
+    is reset only with its whole bus: the kernel lists ``bus`` for a function alone on its bus;
+    for one sharing it (a GPU and its audio function) vfio-pci resets the bus when every device
+    on it is bound to vfio-pci and unused, and QEMU at the VM's reset when the VM has them all
+    (VFIO_DEVICE_PCI_HOT_RESET). No bus reset reaches a device on a root bus, nor one whose bus
+    holds devices the VM does not get."""
     who = f"VM {group.guest.vmid}" if group.guest and group.guest.type == "vm" else "vfio-pci"
     ours = set(group.functions)
     for function in _functions(ctx, ours):
         methods = function.reset_methods
-        if methods is None:
+        if methods is None or set(methods) - _BUS_RESETS:
             continue
-        if not methods:
+        listed = f"reset_method: {' '.join(methods)}" if methods else "no reset_method"
+        others = sorted(a for a in _known(ctx) if a[:7] == function.address[:7] and a not in ours)
+        if function.pci_path == []:
             ctx.warnings.append(
-                f"{function.address} (for {who}) has no reset method (no sysfs reset_method): "
-                "nothing resets it between VM runs, so a guest finds it as the last one left it; "
-                "a GPU left hung then takes a host reboot"
+                f"{function.address} (for {who}) has no reset of its own ({listed}) and sits on "
+                "a root bus, where no bus reset reaches it: nothing resets it between VM runs, "
+                "so a guest finds it as the last one left it, and a hung one takes a host reboot"
             )
-        elif methods == ["bus"]:
-            bus = function.address[:7]
-            others = sorted(a for a in _known(ctx) if a[:7] == bus and a not in ours)
-            if others:
-                ctx.warnings.append(
-                    f"{function.address} (for {who}) resets only with its bus (reset_method "
-                    f"'bus'), which resets {wording.join(others)} too: the kernel refuses while "
-                    "they are not the VM's, so give them to the same VM or expect failed resets"
-                )
+        elif others:
+            ctx.warnings.append(
+                f"{function.address} (for {who}) has no reset of its own ({listed}), so only a "
+                f"reset of its bus cleans it, which also resets {wording.join(others)}: the "
+                "kernel and QEMU do that only when every device there goes to the same VM, so "
+                "give them to it too or expect its state to carry from one VM run to the next"
+            )
 
 
 def _functions(ctx: Context, addresses: set[str]) -> list[PciFunction]:

@@ -140,26 +140,40 @@ def with_resets(gpu: Gpu, methods: list[str]) -> list[PciFunction]:
     return [f.model_copy(update={"reset_methods": methods}) for f in gpu.function_info]
 
 
-@pytest.mark.parametrize(
-    ("methods", "warned"), [([], True), (["flr", "bus"], False), (["bus"], False)]
-)
-def test_a_moved_gpu_without_a_reset(methods: list[str], warned: bool) -> None:
+def reset_case(methods: list[str], pci_path: list[str] | None, nic: bool = False) -> list[str]:
     inventory = ct200()
-    inventory = changed(inventory, MOVED, function_info=with_resets(inventory.gpu(MOVED), methods))
-    found = warnings(inventory, "reset")
-    assert bool(found) is warned
-    if warned:
-        assert found[0].startswith(f"{MOVED} (for vfio-pci) has no reset method")
+    gpu = inventory.gpu(MOVED)
+    functions = [f.model_copy(update={"pci_path": pci_path}) for f in with_resets(gpu, methods)]
+    inventory = changed(inventory, MOVED, function_info=functions)
+    if nic:
+        nic_fn = make_fn("0000:81:00.2", 300, class_code="0x020000", vendor_id="15b3")
+        inventory = inventory.model_copy(update={"nics": [nic_fn]})
+    return warnings(inventory, "reset of its own")
+
+
+@pytest.mark.parametrize(
+    ("methods", "pci_path"),
+    [
+        (["flr", "bus"], []),  # a reset of its own
+        (["pm"], []),
+        (["bus"], ["0000:80:01.1"]),  # alone on its bus: the bus reset is its reset
+        ([], ["0000:80:01.1"]),  # the GPU and its audio function: reset together, same VM
+        ([], None),  # where it sits is unknown
+    ],
+)
+def test_resets_that_work(methods: list[str], pci_path: list[str] | None) -> None:
+    assert reset_case(methods, pci_path) == []
+
+
+def test_no_reset_on_a_root_bus() -> None:
+    found = reset_case([], [])
+    assert found[0].startswith(f"{MOVED} (for vfio-pci) has no reset of its own (no reset_method)")
+    assert "no bus reset reaches it" in found[0]
 
 
 def test_a_bus_reset_shared_with_a_device_the_vm_does_not_get() -> None:
-    inventory = ct200()
-    gpu = inventory.gpu(MOVED)
-    nic = make_fn("0000:81:00.2", 300, class_code="0x020000", vendor_id="15b3", driver="mlx5_core")
-    inventory = changed(inventory, MOVED, function_info=with_resets(gpu, ["bus"]))
-    inventory = inventory.model_copy(update={"nics": [nic]})
-    found = warnings(inventory, "resets only with its bus")
-    assert found and "which resets 0000:81:00.2 too" in found[0]
+    found = reset_case([], ["0000:80:01.1"], nic=True)
+    assert found and "which also resets 0000:81:00.2" in found[0]
 
 
 def test_unread_reset_methods_say_nothing() -> None:
