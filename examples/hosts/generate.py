@@ -186,6 +186,7 @@ def ct200() -> HostSpec:
     devices += [root_port("0000:c0:01.1", 1, 75), nic("0000:c1:00.0", 1, 76, "0000:c0:01.1")]
     return HostSpec(
         name="ct200",
+        address_bits=(52, 57),
         kernel="6.8.12-11-pve",
         pve="8.4.1",
         cmdline="initrd=\\EFI\\proxmox\\6.8.12-11-pve\\initrd.img-6.8.12-11-pve "
@@ -291,6 +292,7 @@ def uneven() -> HostSpec:
         name="uneven-5-3",
         mig=True,
         cpu_vendor="GenuineIntel",
+        address_bits=(46, 57),
         kernel="6.2.16-3-pve",
         pve="8.0.3",
         cmdline="BOOT_IMAGE=/boot/vmlinuz-6.2.16-3-pve root=/dev/mapper/pve-root ro quiet",

@@ -49,6 +49,8 @@ class HostSpec:
     pci_ids: str = ""
     char_devices: str = ""
     cpu_vendor: str = "AuthenticAMD"
+    #: The first CPU's ``address sizes`` line: physical and virtual address bits.
+    address_bits: tuple[int, int] = (48, 48)
     # No display: nvidia-modeset never loads, so /dev/nvidia-modeset does not exist.
     headless: bool = False
     mig: bool = False
@@ -185,6 +187,27 @@ def write_nvidia(root: Path, spec: HostSpec) -> None:
         )
 
 
+#: The x86 flags every 64-bit server CPU of the last decade has, 1 GiB pages (pdpe1gb) among them
+#: (a real line lists a hundred more).
+CPU_FLAGS = (
+    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
+    "sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology nonstop_tsc "
+    "cpuid pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c "
+    "rdrand hypervisor lahf_lm abm avx2 bmi1 bmi2 erms"
+)
+
+
+def cpuinfo(spec: HostSpec) -> str:
+    """The first CPU's block of ``/proc/cpuinfo`` as far as inspection reads it, in the kernel's
+    order (``flags`` before ``address sizes``)."""
+    physical, virtual = spec.address_bits
+    return (
+        f"processor\t: 0\nvendor_id\t: {spec.cpu_vendor}\ncpu family\t: 25\n"
+        f"flags\t\t: {CPU_FLAGS}\n"
+        f"address sizes\t: {physical} bits physical, {virtual} bits virtual\n"
+    )
+
+
 def write_host(spec: HostSpec) -> None:
     root = HERE / spec.name
     if root.exists():
@@ -215,9 +238,7 @@ def write_host(spec: HostSpec) -> None:
             f"Node {node} MemTotal:       {mem_kib:>8} kB\n"
             f"Node {node} MemFree:        {mem_kib // 2:>8} kB\n",
         )
-    write(
-        root, "/proc/cpuinfo", f"processor\t: 0\nvendor_id\t: {spec.cpu_vendor}\ncpu family\t: 25\n"
-    )
+    write(root, "/proc/cpuinfo", cpuinfo(spec))
     for dev in spec.devices:
         write_device(root, spec, dev)
     for driver in sorted({d.driver for d in spec.devices if d.driver} - BUILT_IN_DRIVERS):

@@ -18,8 +18,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from proxgpu.errors import SysfsError
+from proxgpu.inspection import hostfacts
 from proxgpu.inspection.capture import Capture
-from proxgpu.inspection.hardware import drm_nodes, gpu_bars, is_nvswitch
+from proxgpu.inspection.hardware import (
+    drm_nodes,
+    gpu_bars,
+    gpu_bars64,
+    is_nvswitch,
+    reads_reset_methods,
+    reset_methods,
+)
 from proxgpu.inspection.inventory import (
     BootLoader,
     Gpu,
@@ -75,6 +83,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     functions = _pci_functions(capture, source, names, warnings)
     nvidia = _nvidia_info(capture)
     gpus = _gpus(functions, gpu_filter, nvidia, capture, warnings)
+    warnings += _accelerators_left_out(functions, gpus)
     numa_nodes = _numa_nodes(capture)
     cmdline = capture.first_line("/proc/cmdline")
     hostname = capture.first_line("/proc/sys/kernel/hostname")
@@ -106,6 +115,10 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         container=_container(capture),
         pve_container_version=_pve_container_version(capture),
         nvidia_caps=_nvidia_caps(capture),
+        cpu_phys_bits=hostfacts.cpu_phys_bits(capture),
+        cpu_pdpe1gb=hostfacts.cpu_pdpe1gb(capture),
+        secure_boot=hostfacts.secure_boot(capture),
+        framebuffers=hostfacts.framebuffers(capture),
     )
     validate(inventory)
     return inventory.model_copy(update={"warnings": warnings + _topology_warnings(inventory)})
@@ -137,6 +150,7 @@ def _pci_functions(
     capture: Capture, source: str, names: dict[str, str], warnings: list[str]
 ) -> dict[str, PciFunction]:
     functions: dict[str, PciFunction] = {}
+    resets = reads_reset_methods(capture)
     for address in _pci_addresses(capture, source):
         ids = {key: _attr(capture, address, key) for key in ("class", "vendor", "device")}
         missing = [key for key, value in ids.items() if value is None or not value.startswith("0x")]
@@ -160,6 +174,7 @@ def _pci_functions(
             iommu_group=_group(_link_name(capture, address, "iommu_group")),
             is_bridge=f"{PCI_DEVICES}{address}/pci_bus" in capture.dirs,
             pci_path=_pci_path(capture, address),
+            reset_methods=reset_methods(capture, address, resets),
         )
     return functions
 
@@ -295,6 +310,7 @@ def _gpu(
         bar_bytes=gpu_bars(capture, main.address),
         drm_nodes=drm_nodes(capture, main.address),
         bmc_display=is_bmc_display(main.vendor_id, main.device_id),
+        bar64_bytes=gpu_bars64(capture, main.address),
     )
 
 
@@ -390,8 +406,20 @@ def _char_majors(capture: Capture) -> dict[str, int]:
 
 
 def _cpu_vendor(capture: Capture) -> str | None:
-    line = capture.first_line("/proc/cpuinfo")
-    return _key_value(line)[1] or None if line else None
+    return hostfacts.cpuinfo_field(capture, "vendor_id") or None
+
+
+def _accelerators_left_out(functions: dict[str, PciFunction], gpus: list[Gpu]) -> list[str]:
+    """Processing accelerators (class 0x12: Habana Gaudi, some AMD Instinct) that the GPU filter
+    did not take: the split does not move them, so say how to include them. NVIDIA's driver
+    binds only VGA and 3D controllers (0x0300, 0x0302), so its GPUs are never among them."""
+    taken = {address for gpu in gpus for address in gpu.functions}
+    return [
+        f"{f.address} ({f.name or f'{f.vendor_id}:{f.device_id}'}) is a processing accelerator "
+        "(PCI class 0x12), not taken as a GPU: add --gpu-class 03 --gpu-class 12 to split it too"
+        for f in functions.values()
+        if f.class_code.startswith("0x12") and f.address not in taken
+    ]
 
 
 def _driver_modules(capture: Capture) -> dict[str, str]:
@@ -436,7 +464,8 @@ def _texts(capture: Capture, prefixes: tuple[str, ...], include: bool) -> dict[s
     return {
         path: data.decode("utf-8", "replace")
         for path, data in sorted(capture.raw.items())
-        if path.startswith(prefixes) == include
+        # EFI variables are binary facts (Secure Boot), not files a split edits.
+        if path.startswith(prefixes) == include and not path.startswith("/sys/")
     }
 
 

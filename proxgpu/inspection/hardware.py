@@ -5,6 +5,9 @@ bridges that tie GPUs into one NVLink fabric.
 ...            "0x0000020000000000 0x0000021fffffffff 0x000000000014220c",
 ...            "0x0000000000000000 0x0000000000000000 0x0000000000000000"])
 [67108864, 137438953472]
+>>> bar64_sizes(["0x00000000f0000000 0x00000000f3ffffff 0x0000000000040200",
+...              "0x0000020000000000 0x0000021fffffffff 0x000000000014220c"])
+[137438953472]
 >>> is_nvswitch(PciFunction(address="0000:05:00.0", class_code="0x068000",
 ...                         vendor_id="10de", device_id="22a3"))
 True
@@ -18,14 +21,17 @@ from proxgpu.paths import PCI_DEVICES
 
 #: ``IORESOURCE_MEM`` in a sysfs ``resource`` line's flags: a memory (not I/O port) region.
 _IORESOURCE_MEM = 0x200
+#: ``IORESOURCE_PREFETCH`` and ``IORESOURCE_MEM_64``: a prefetchable BAR, a 64-bit BAR.
+_IORESOURCE_PREFETCH = 0x2000
+_IORESOURCE_MEM_64 = 0x100000
 #: Lines 0-5 of ``resource`` are the six BARs; the ROM and bridge windows follow.
 _BARS = 6
 
 
-def bar_sizes(lines: list[str]) -> list[int]:
-    """The sizes in bytes of a function's memory BARs, from its sysfs ``resource`` lines
-    (``start end flags`` in hex, one line per resource; unused ones are all zero)."""
-    sizes = []
+def _memory_bars(lines: list[str]) -> list[tuple[int, int]]:
+    """``(size, flags)`` of each memory BAR in sysfs ``resource`` lines (``start end flags`` in
+    hex, one line per resource; unused ones are all zero)."""
+    bars = []
     for line in lines[:_BARS]:
         fields = line.split()
         if len(fields) != 3:
@@ -35,13 +41,46 @@ def bar_sizes(lines: list[str]) -> list[int]:
         except ValueError:
             continue
         if flags & _IORESOURCE_MEM and end > start:
-            sizes.append(end - start + 1)
-    return sizes
+            bars.append((end - start + 1, flags))
+    return bars
+
+
+def bar_sizes(lines: list[str]) -> list[int]:
+    """The sizes in bytes of a function's memory BARs, from its sysfs ``resource`` lines."""
+    return [size for size, _ in _memory_bars(lines)]
+
+
+def bar64_sizes(lines: list[str]) -> list[int]:
+    """The sizes of the 64-bit prefetchable memory BARs: a bridge forwards 64-bit addresses
+    only through its prefetchable window, so these are the BARs a VM's firmware can place above
+    4 GiB (a 64-bit BAR that is not prefetchable stays below)."""
+    wanted = _IORESOURCE_PREFETCH | _IORESOURCE_MEM_64
+    return [size for size, flags in _memory_bars(lines) if flags & wanted == wanted]
 
 
 def gpu_bars(capture: Capture, address: str) -> list[int]:
     """The GPU's memory BAR sizes (empty when the capture did not read ``resource``)."""
     return bar_sizes(capture.lines.get(f"{PCI_DEVICES}{address}/resource", []))
+
+
+def gpu_bars64(capture: Capture, address: str) -> list[int]:
+    """The GPU's 64-bit prefetchable BAR sizes (empty when ``resource`` was not read)."""
+    return bar64_sizes(capture.lines.get(f"{PCI_DEVICES}{address}/resource", []))
+
+
+def reads_reset_methods(capture: Capture) -> bool:
+    """Whether the capture read ``reset_method`` files at all (Linux 5.15 and later have them;
+    an older capture or kernel does not)."""
+    return any(path.endswith("/reset_method") for path in capture.lines)
+
+
+def reset_methods(capture: Capture, address: str, captured: bool) -> list[str] | None:
+    """The resets the kernel can do to the function, as sysfs ``reset_method`` lists them; the
+    kernel hides the file when there is none. ``None`` when ``captured`` (see
+    :func:`reads_reset_methods`) is false."""
+    if not captured:
+        return None
+    return " ".join(capture.lines.get(f"{PCI_DEVICES}{address}/reset_method", [])).split()
 
 
 def drm_nodes(capture: Capture, address: str) -> list[str]:

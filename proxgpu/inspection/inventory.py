@@ -42,7 +42,9 @@ class PciFunction(FrozenModel):
     IDs are four lower-case hex digits without ``0x`` (``10de``), the form Proxmox and
     ``lspci -n`` use; ``class_code`` keeps the kernel's six-digit form (``0x030000``).
     ``pci_path`` lists the bridges above the function, root port first (``[]``: on a root bus;
-    ``None``: the capture did not record the device's sysfs path).
+    ``None``: the capture did not record the device's sysfs path). ``reset_methods`` are the
+    resets the kernel can do to it, as sysfs ``reset_method`` lists them (``flr``, ``pm``,
+    ``bus``; ``[]``: none; ``None``: the capture did not read them).
     """
 
     address: str
@@ -58,6 +60,7 @@ class PciFunction(FrozenModel):
     iommu_group: int | None = None
     is_bridge: bool = False
     pci_path: list[str] | None = None
+    reset_methods: list[str] | None = None
 
     @property
     def slot(self) -> str:
@@ -74,6 +77,8 @@ class Gpu(FrozenModel):
     ``bar_bytes`` lists the sizes of its memory BARs (empty: not read), ``drm_nodes`` its
     ``/dev/dri`` nodes (``card1``, ``renderD129``), and ``bmc_display`` marks a server BMC's
     display controller (its remote console), which is never planned unless named by address.
+    ``bar64_bytes`` are the sizes of its 64-bit prefetchable BARs, the ones a VM's UEFI places
+    above 4 GiB.
     """
 
     address: str
@@ -98,6 +103,7 @@ class Gpu(FrozenModel):
     bar_bytes: list[int] = Field(default_factory=list)
     drm_nodes: list[str] = Field(default_factory=list)
     bmc_display: bool = False
+    bar64_bytes: list[int] = Field(default_factory=list)
 
     @property
     def host_driver(self) -> str | None:
@@ -139,6 +145,9 @@ class Inventory(FrozenModel):
     ``pve_container_version`` is the installed pve-container package's (it decides whether a
     container takes ``devN`` entries), and ``nvidia_caps`` the NVIDIA capabilities the driver
     describes in /proc, by minor.
+    ``cpu_phys_bits`` and ``cpu_pdpe1gb`` are the first CPU's physical address bits and 1 GiB page
+    flag (``/proc/cpuinfo``), ``secure_boot`` whether UEFI Secure Boot is on (``None``: not
+    known), ``framebuffers`` the names ``/proc/fb`` lists (``EFI VGA``, ``simpledrmdrmfb``).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -169,6 +178,10 @@ class Inventory(FrozenModel):
     container: str | None = None
     pve_container_version: str | None = None
     nvidia_caps: list[NvidiaCap] = Field(default_factory=list)
+    cpu_phys_bits: int | None = None
+    cpu_pdpe1gb: bool | None = None
+    secure_boot: bool | None = None
+    framebuffers: list[str] = Field(default_factory=list)
 
     @property
     def node_name(self) -> str:

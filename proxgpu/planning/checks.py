@@ -105,12 +105,20 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
     group_of = {address: group for group in groups for address in group.gpus}
     targets = ctx.targets()
     held: dict[tuple[GuestRef, str], list[DeviceClaim]] = defaultdict(list)
+    vgpus: dict[GuestRef, dict[str, list[DeviceClaim]]] = defaultdict(lambda: defaultdict(list))
     for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
+        # A vGPU entry stays as it is, a target's too: it needs its GPU on the host driver.
+        if claim.keeps_host_driver:
+            for gpu in _claimed_gpus(ctx.index, claim):
+                vgpus[claim.guest][gpu.address].append(claim)
+            continue
         # The plan rewrites the targets' own device entries, so those never conflict.
         if claim.guest in targets:
             continue
         for gpu in _claimed_gpus(ctx.index, claim):
             held[claim.guest, gpu.address].append(claim)
+    for guest, by_gpu in vgpus.items():
+        _judge_vgpu_claims(ctx, groups, guest, by_gpu, guest in targets)
     taken: dict[GuestRef, list[str]] = defaultdict(list)  # container -> GPUs going to vfio-pci
     for (guest, address), claims in held.items():
         if guest.type != "lxc":
@@ -195,6 +203,51 @@ def _judge_vm_claim(
             f"{wording.claim_lines(claims)}); binding it to "
             "vfio-pci keeps that working"
         )
+
+
+def _judge_vgpu_claims(
+    ctx: Context,
+    groups: list[PlanGroup],
+    guest: GuestRef,
+    by_gpu: dict[str, list[DeviceClaim]],
+    target: bool,
+) -> None:
+    """A vGPU is made by the GPU's host driver: on vfio-pci the VM could not start."""
+    kept = [a for g in groups if g.role == "host" for a in g.gpus]
+    moved = sorted(a for a in by_gpu if a not in kept)
+    lines = wording.claim_lines([c for a in sorted(by_gpu) for c in by_gpu[a]])
+    if not moved:
+        if not target:
+            ctx.warnings.append(
+                f"{wording.join(sorted(by_gpu))} stay on the host driver, where VM {guest.vmid} "
+                f"uses a vGPU of {'it' if len(by_gpu) == 1 else 'them'} ({lines}): that keeps "
+                "working"
+            )
+        return
+    them = "it" if len(moved) == 1 else "them"
+    named = {normalize_pci_address(t) for t in ctx.policy.vfio_gpus if _is_address(t)}
+    if named & {a for gpu in moved for a in (gpu, gpu.rsplit(".", 1)[0])}:
+        fix = f"leave {wording.join(moved)} out of --vfio-gpus"
+    else:
+        fix = (
+            f"keep {them} on the host driver: --host-gpus {','.join(sorted({*kept, *moved}))} "
+            "(the GPUs not named go to vfio-pci)"
+        )
+    ctx.problem(
+        "claimed",
+        f"{wording.join(moved)} would go to vfio-pci, but VM {guest.vmid} uses a vGPU of {them} "
+        f"({lines}): qemu-server creates that mediated device through the GPU's host driver, "
+        f"which vfio-pci cannot do, so VM {guest.vmid} could not start",
+        fix,
+    )
+
+
+def _is_address(text: str) -> bool:
+    try:
+        normalize_pci_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_iommu_on(ctx: Context, groups: list[PlanGroup]) -> bool:

@@ -3,9 +3,11 @@
 A container claims an NVIDIA GPU through its device node (``devN: /dev/nvidia3``, a raw
 ``lxc.mount.entry: /dev/nvidia3 ...``) or its cgroup rule (``c 195:3 rwm``, or ``c 195:* rwm`` for
 every GPU); a VM claims a PCI device through ``hostpciN`` with an address or a ``mapping=`` from
-``/etc/pve/mapping/pci.cfg``. Only the main section of a config counts: pending changes and
-snapshots do not hold devices. The claims keep the addresses and minors as written; matching them
-to GPUs is the planner's job.
+``/etc/pve/mapping/pci.cfg``. A ``hostpciN`` with ``mdev=`` is a vGPU: qemu-server creates a
+mediated device on the GPU (``prepare_pci_device`` in PVE/QemuServer/PCI.pm) and leaves the GPU
+on its host driver, so that claim needs the GPU kept there, not moved to vfio-pci. Only the main
+section of a config counts: pending changes and snapshots do not hold devices. The claims keep
+the addresses and minors as written; matching them to GPUs is the planner's job.
 
 >>> configs = {"/etc/pve/lxc/201.conf": "dev0: /dev/nvidia3,gid=44\\n",
 ...            "/etc/pve/qemu-server/300.conf": "hostpci0: 81:00,pcie=1\\n"}
@@ -48,7 +50,8 @@ class DeviceClaim(FrozenModel):
     """One config line by which a guest holds a device.
 
     Exactly one of ``pci_address`` (as written: ``81:00``, ``0000:81:00.0``) and ``nvidia_minor``
-    (``"*"`` for ``c 195:* rwm``) is set. ``mapping`` names the PCI mapping the address came from.
+    (``"*"`` for ``c 195:* rwm``) is set. ``mapping`` names the PCI mapping the address came from,
+    ``mdev`` the mediated device type of a vGPU entry.
 
     >>> DeviceClaim(guest=GuestRef(type="lxc", vmid=201), path="/etc/pve/lxc/201.conf",
     ...             line="lxc.cgroup2.devices.allow: c 195:* rwm", nvidia_minor="*").nvidia_minor
@@ -61,6 +64,12 @@ class DeviceClaim(FrozenModel):
     pci_address: str | None = None
     nvidia_minor: int | Literal["*"] | None = None
     mapping: str | None = None
+    mdev: str | None = None
+
+    @property
+    def keeps_host_driver(self) -> bool:
+        """A vGPU: the VM uses the GPU through its host driver."""
+        return self.mdev is not None
 
 
 def device_claims(configs: Mapping[str, str], node: str) -> list[DeviceClaim]:
@@ -87,13 +96,28 @@ def device_claims(configs: Mapping[str, str], node: str) -> list[DeviceClaim]:
         for key, value in GuestConfig.parse(configs[path]).entries():
             line = f"{key}: {value}"
             if guest.type == "vm" and _HOSTPCI.match(key):
+                mdev = hostpci_mdev(value)
                 claims.extend(
-                    DeviceClaim(guest=guest, path=path, line=line, pci_address=pci, mapping=name)
+                    DeviceClaim(
+                        guest=guest, path=path, line=line, pci_address=pci, mapping=name, mdev=mdev
+                    )
                     for pci, name in _hostpci_addresses(value, mappings)
                 )
             elif guest.type == "lxc" and (minor := _lxc_minor(key, value)) is not None:
                 claims.append(DeviceClaim(guest=guest, path=path, line=line, nvidia_minor=minor))
     return claims
+
+
+def hostpci_mdev(value: str) -> str | None:
+    """The mediated device type of a ``hostpciN`` value (a vGPU), if it names one.
+
+    >>> hostpci_mdev("0000:81:00.0,mdev=nvidia-1072,pcie=1"), hostpci_mdev("81:00,pcie=1")
+    ('nvidia-1072', None)
+    """
+    try:
+        return parse_property_string(value, "host").get("mdev") or None
+    except ValueError:
+        return None
 
 
 def _hostpci_addresses(

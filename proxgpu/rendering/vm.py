@@ -9,6 +9,7 @@ from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.paths import PCI_MAPPING
 from proxgpu.pci import normalize_pci_address
 from proxgpu.planning.model import PlanGroup
+from proxgpu.pve.claims import hostpci_mdev
 from proxgpu.pve.config import (
     GuestConfig,
     format_property_string,
@@ -62,7 +63,8 @@ def _sync_hostpci(ctx: RenderContext, config: GuestConfig, gpus: list[Gpu], q35:
     kept_slots: set[str] = set()
     kept_mapped = 0
     for key, value in config.entries():
-        if not re.fullmatch(r"hostpci\d+", key):
+        # A vGPU entry uses its GPU on the host driver: it stays as the user wrote it.
+        if not re.fullmatch(r"hostpci\d+", key) or hostpci_mdev(value):
             continue
         used = hostpci_devices(value)[1]
         if used is not None:

@@ -50,6 +50,11 @@ grep -m 1 -H -s -Z '^vendor_id' proc/cpuinfo
 # Inside a container: LXC's mock boot id (LXC makes it with lxc.autodev, which pve-container
 # sets), or what systemd, as the container's init, writes from LXC's container=lxc.
 grep -H -s -Z '' dev/.lxc-boot-id run/systemd/container
+
+# Passthrough advice: the first CPU's flags (pdpe1gb) and address bits, the framebuffers the
+# kernel registered, and every function's reset methods (sysfs hides the file when there is none).
+grep -m 2 -H -s -Z -E '^(flags|address sizes)[[:space:]]*:' proc/cpuinfo
+grep -H -s -Z '' proc/fb sys/bus/pci/devices/*/reset_method
 if [ -n "$pciids" ]; then
     # Only the vendor and device lines of devices present: the whole file is over a megabyte.
     awk -v pairs="$pairs" -v path="$pciids" '
@@ -143,4 +148,11 @@ for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
         printf '%s\0!unreadable\n' "$f"
     fi
 done
+# Secure Boot's UEFI variable: four attribute bytes, then 1 while it is on.
+f=sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
+if [ -r "$f" ]; then
+    printf '%s\0' "$f"
+    base64 -w0 <"$f"
+    echo
+fi
 rec end

@@ -6,6 +6,7 @@ off, a second VM, memory hotplug, a VMID out of range, a GPU outside every IOMMU
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from proxgpu.pve.config import GuestConfig
 from proxgpu.pve.mapping import PciMappingConfig
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet
+from tests.support.pvevalidate import assert_all_ok, failures_of, validate_tree, write_tree
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hosts"
 CT_200 = "/etc/pve/lxc/200.conf"
@@ -265,3 +267,53 @@ def test_a_bmc_display_named_by_address_is_split() -> None:
     plan = plan_split(with_aspeed(), SplitPolicy(lxc=200, host_gpus=["03:00"]))
     host = next(g for g in plan.groups if g.role == "host")
     assert host.gpus == [ASPEED]
+
+
+# --- large BARs as OVMF lays them out ------------------------------------------------------------
+
+
+def vm_300_advice(inventory: Inventory, policy: SplitPolicy) -> list[str]:
+    return [w for w in plan_split(inventory, policy).warnings if w.startswith("VM 300")]
+
+
+@pytest.mark.parametrize(
+    ("cpu", "count"),
+    [
+        ("", None),  # qemu-server's default, kvm64
+        ("", 1),
+        ("cpu: x86-64-v2-AES\n", None),  # QEMU's qemu64 with flags
+        ("cpu: host,phys-bits=40\n", None),
+    ],
+)
+def test_the_advised_cpu_starts_without_the_phys_bits_warning_and_fits(
+    tmp_path: Path, cpu: str, count: int | None
+) -> None:
+    inventory = with_configs({VM_300: ct200().guest_configs[VM_300].replace("cpu: host\n", cpu)})
+    policy = SplitPolicy(lxc=200, vms=[(300, count)])
+    (warning,) = vm_300_advice(inventory, policy)
+    advised = re.search(r"--cpu (\S+)`", warning)
+    assert advised is not None
+    config = GuestConfig.parse(after(rendered(inventory, policy), VM_300))
+    config.set("cpu", advised[1])
+    # Proxmox's own start path takes it, without "OVMF firmware might limit CPU 'phys-bits'".
+    assert_all_ok(validate_tree(write_tree(tmp_path / "host", {VM_300: config.render()}), "ct200"))
+    assert vm_300_advice(with_configs({VM_300: config.render()}), policy) == []
+
+
+def test_more_than_40_bits_without_pdpe1gb_is_what_qemu_server_warns_about(tmp_path: Path) -> None:
+    text = ct200().guest_configs[VM_300].replace("cpu: host", "cpu: kvm64,phys-bits=43")
+    policy = SplitPolicy(lxc=200, vms=[(300, None)])
+    (warning,) = vm_300_advice(with_configs({VM_300: text}), policy)
+    assert "of which OVMF uses 40 without 1 GiB pages" in warning
+    verdicts = validate_tree(write_tree(tmp_path / "host", {VM_300: text}), "ct200")
+    assert any("might limit CPU 'phys-bits' to 40" in f for f in failures_of(verdicts.values()))
+
+
+def test_a_target_vms_vgpu_entry_stays_as_written(tmp_path: Path) -> None:
+    vgpu = "hostpci5: 0000:01:00.0,mdev=nvidia-1072"
+    inventory = with_configs({VM_300: ct200().guest_configs[VM_300] + vgpu + "\n"})
+    policy = SplitPolicy(lxc=200, vms=[(300, None)])
+    text = after(rendered(inventory, policy), VM_300)
+    assert f"\n{vgpu}\n" in text
+    assert not [w for w in plan_split(inventory, policy).warnings if "vGPU" in w]
+    assert_all_ok(validate_tree(write_tree(tmp_path / "host", {VM_300: text}), "ct200"))

@@ -134,3 +134,56 @@ def test_device_claims_reads_only_guest_configs_of_this_host() -> None:
     }
     found = [(c.guest.vmid, c.pci_address) for c in device_claims(configs, "pve1")]
     assert found == [(303, "81:00"), (303, "91:00.0")]
+
+
+# --- vGPUs: hostpciN with mdev= uses the GPU through its host driver ----------------------------
+
+VM_310 = "/etc/pve/qemu-server/310.conf"
+VGPU = "hostpci0: 0000:01:00.0,mdev=nvidia-1072,pcie=1"
+
+
+def test_a_vgpu_entry_is_a_claim_that_keeps_the_host_driver() -> None:
+    configs = {VM_310: f"{VGPU}\n", VM_300: "hostpci0: 01:00,pcie=1\n"}
+    claims = device_claims(configs, "pve1")
+    assert [(c.guest.vmid, c.mdev, c.keeps_host_driver) for c in claims] == [
+        (300, None, False),
+        (310, "nvidia-1072", True),
+    ]
+
+
+def test_a_vgpu_on_a_kept_gpu_is_no_passthrough_to_remove() -> None:
+    plan = plan_split(ct200({VM_310: f"{VGPU}\n"}), SplitPolicy(lxc=200))
+    (warning,) = [w for w in plan.warnings if "VM 310" in w]
+    assert warning.startswith("0000:01:00.0 stay on the host driver, where VM 310 uses a vGPU")
+    assert "remove" not in warning
+
+
+@pytest.mark.parametrize("policy", [SplitPolicy(lxc=200), SplitPolicy(lxc=200, vms=[(310, None)])])
+def test_a_vgpu_on_a_gpu_going_to_vfio_is_refused_with_a_fix_that_keeps_it(
+    policy: SplitPolicy,
+) -> None:
+    config = VGPU.replace("01:00.0", "81:00.0")
+    error = refusal(ct200({VM_310: f"{config}\n"}), policy)
+    assert codes(error) == ["claimed"]
+    problem = error.problems[0]
+    assert problem.what.startswith("0000:81:00.0 would go to vfio-pci, but VM 310 uses a vGPU")
+    kept = "0000:01:00.0,0000:11:00.0,0000:61:00.0,0000:71:00.0,0000:81:00.0"
+    assert f"--host-gpus {kept}" in problem.fix
+    assert "remove" not in problem.fix and "mdev" not in problem.fix
+
+
+def test_the_suggested_host_gpus_do_keep_the_vgpu_and_plan() -> None:
+    config = VGPU.replace("01:00.0", "81:00.0")
+    inventory = ct200({VM_310: f"{config}\n"})
+    fix = refusal(inventory, SplitPolicy(lxc=200)).problems[0].fix
+    listed = fix.split("--host-gpus ")[1].split()[0].split(",")
+    plan = plan_split(inventory, SplitPolicy(lxc=200, host_gpus=listed))
+    host = next(g for g in plan.groups if g.role == "host")
+    assert "0000:81:00.0" in host.gpus
+
+
+def test_a_gpu_named_for_vfio_is_taken_out_of_that_list() -> None:
+    config = VGPU.replace("01:00.0", "81:00.0")
+    policy = SplitPolicy(lxc=200, vfio_gpus=["81:00.0", "91:00.0"])
+    error = refusal(ct200({VM_310: f"{config}\n"}), policy)
+    assert error.problems[0].fix == "leave 0000:81:00.0 out of --vfio-gpus"

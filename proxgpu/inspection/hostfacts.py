@@ -1,0 +1,63 @@
+"""What the host says beyond its PCI devices: the first CPU's address bits and 1 GiB pages
+(``/proc/cpuinfo``), the framebuffers the kernel registered (``/proc/fb``), Secure Boot.
+
+>>> from proxgpu.inspection.capture import Capture
+>>> cap = Capture(lines={CPUINFO: ["vendor_id\\t: AuthenticAMD", "flags\\t\\t: fpu pse pdpe1gb lm",
+...                                "address sizes\\t: 52 bits physical, 57 bits virtual"],
+...                      PROC_FB: ["0 EFI VGA"]},
+...               raw={SECURE_BOOT: bytes([6, 0, 0, 0, 1])})
+>>> cpu_phys_bits(cap), cpu_pdpe1gb(cap), framebuffers(cap), secure_boot(cap)
+(52, True, ['EFI VGA'], True)
+"""
+
+from __future__ import annotations
+
+import re
+
+from proxgpu.inspection.capture import Capture
+
+CPUINFO = "/proc/cpuinfo"
+PROC_FB = "/proc/fb"
+#: The UEFI global variable ``SecureBoot`` in efivarfs: four attribute bytes, then one byte that
+#: is 1 while Secure Boot is on (UEFI spec 2.10, section 3.3, Globally Defined Variables).
+SECURE_BOOT = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+
+def cpuinfo_field(capture: Capture, name: str) -> str | None:
+    """The value of the first ``name : value`` line the capture holds of ``/proc/cpuinfo``."""
+    for line in capture.lines.get(CPUINFO, []):
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == name:
+            return value.strip()
+    return None
+
+
+def cpu_phys_bits(capture: Capture) -> int | None:
+    """The physical address bits the kernel found (``address sizes : 46 bits physical, ...``),
+    the number qemu-server reads for ``phys-bits=host``."""
+    match = re.match(r"(\d+) bits physical", cpuinfo_field(capture, "address sizes") or "")
+    return int(match[1]) if match else None
+
+
+def cpu_pdpe1gb(capture: Capture) -> bool | None:
+    """Whether the CPU has 1 GiB pages (the ``pdpe1gb`` flag); ``None`` when not read."""
+    flags = cpuinfo_field(capture, "flags")
+    return None if flags is None else "pdpe1gb" in flags.split()
+
+
+def framebuffers(capture: Capture) -> list[str]:
+    """The framebuffer names ``/proc/fb`` lists, one per ``N NAME`` line (efifb's is
+    ``EFI VGA``, vesafb's ``VESA VGA``, simpledrm's ``simpledrmdrmfb``)."""
+    names = []
+    for line in capture.lines.get(PROC_FB, []):
+        number, _, name = line.strip().partition(" ")
+        if number.isdigit() and name:
+            names.append(name.strip())
+    return names
+
+
+def secure_boot(capture: Capture) -> bool | None:
+    """Whether UEFI Secure Boot is on; ``None`` when the variable was not read (no UEFI, or an
+    older capture)."""
+    data = capture.raw.get(SECURE_BOOT)
+    return None if data is None or len(data) < 5 else data[4] == 1

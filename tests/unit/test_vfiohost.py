@@ -1,0 +1,197 @@
+"""The host's side of moving GPUs to vfio-pci (proxgpu.planning.vfiohost): the boot
+framebuffer, legacy VGA, Secure Boot, resets and qemu-server's new_id."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxgpu.inspection.inventory import Gpu, Inventory, PciFunction
+from proxgpu.planning import plan_split
+from proxgpu.planning.model import SplitPolicy
+from tests.support.factories import ct200, make_fn
+
+MOVED = "0000:81:00.0"
+KEPT = "0000:01:00.0"
+
+
+def changed(inventory: Inventory, address: str, **fields: object) -> Inventory:
+    gpus = [g.model_copy(update=fields) if g.address == address else g for g in inventory.gpus]
+    return inventory.model_copy(update={"gpus": gpus})
+
+
+def every(inventory: Inventory, **fields: object) -> Inventory:
+    return inventory.model_copy(
+        update={"gpus": [g.model_copy(update=fields) for g in inventory.gpus]}
+    )
+
+
+def warnings(inventory: Inventory, word: str) -> list[str]:
+    return [w for w in plan_split(inventory, SplitPolicy(lxc=200)).warnings if word in w]
+
+
+# --- the boot framebuffer -------------------------------------------------------------------------
+
+
+def booted(kernel: str, framebuffers: list[str]) -> Inventory:
+    inventory = changed(ct200(), MOVED, boot_vga=True)
+    return inventory.model_copy(update={"kernel": kernel, "framebuffers": framebuffers})
+
+
+@pytest.mark.parametrize("name", ["EFI VGA", "simpledrmdrmfb", "VESA VGA"])
+def test_since_linux_6_vfio_pci_takes_the_boot_framebuffer_away(name: str) -> None:
+    (warning,) = warnings(booted("6.8.12-11-pve", [name]), "framebuffer")
+    assert warning.startswith(f"{MOVED} holds the host's boot framebuffer ({name} in /proc/fb)")
+    assert "removes that framebuffer" in warning and "serial console" in warning
+
+
+def test_before_linux_6_the_framebuffer_keeps_the_bar_busy() -> None:
+    (warning,) = warnings(booted("5.15.158-2-pve", ["EFI VGA"]), "framebuffer")
+    assert "QEMU cannot map that BAR" in warning and "video=efifb:off" in warning
+
+
+@pytest.mark.parametrize("framebuffers", [[], ["nvidia-drmdrmfb"], ["astdrmfb"]])
+def test_no_firmware_framebuffer_no_warning(framebuffers: list[str]) -> None:
+    assert warnings(booted("6.8.12-11-pve", framebuffers), "framebuffer") == []
+
+
+def test_a_kept_boot_gpu_keeps_its_framebuffer() -> None:
+    inventory = changed(ct200(), KEPT, boot_vga=True).model_copy(
+        update={"framebuffers": ["EFI VGA"]}
+    )
+    assert warnings(inventory, "framebuffer") == []
+
+
+# --- legacy VGA -----------------------------------------------------------------------------------
+
+
+ASPEED = "0000:03:00.0"
+
+
+def vga(inventory: Inventory, bmc: bool = True) -> Inventory:
+    """Every GPU a VGA controller below its own root port, as the ct200 example's are, and a
+    BMC's ASPEED display on the host's root bus."""
+    gpus = [
+        g.model_copy(update={"class_code": "0x030000", "pci_path": [f"0000:{g.address[5:7]}:01.1"]})
+        for g in inventory.gpus
+    ]
+    function = make_fn(ASPEED, 7, class_code="0x030000", vendor_id="1a03", device_id="2000")
+    aspeed = gpus[0].model_copy(
+        update={
+            "address": ASPEED,
+            "vendor_id": "1a03",
+            "device_id": "2000",
+            "driver": "ast",
+            "functions": [ASPEED],
+            "function_info": [function.model_copy(update={"driver": "ast"})],
+            "iommu_group_peers": [],
+            "nvidia_minor": None,
+            "bmc_display": True,
+            "pci_path": [],
+        }
+    )
+    return inventory.model_copy(update={"gpus": [aspeed, *gpus] if bmc else gpus})
+
+
+def test_vga_gpus_moved_beside_a_legacy_vga_device_get_the_disable_vga_advice() -> None:
+    (warning,) = warnings(vga(ct200()), "disable_vga")
+    assert warning.startswith("0000:81:00.0, 0000:91:00.0, 0000:e1:00.0 and 0000:f1:00.0 go")
+    assert f"the host keeps {ASPEED} for legacy VGA" in warning
+    assert "x-vga=1 with SeaBIOS" in warning
+
+
+def test_kept_nvidia_gpus_decode_no_legacy_vga_of_their_own() -> None:
+    assert warnings(vga(ct200(), bmc=False), "disable_vga") == []
+
+
+def test_disable_vga_already_set_is_not_advised_again() -> None:
+    inventory = vga(ct200()).model_copy(
+        update={"host_files": {"/etc/modprobe.d/vfio.conf": "options vfio-pci disable_vga=1\n"}}
+    )
+    assert warnings(inventory, "disable_vga") == []
+
+
+def test_3d_controllers_decode_no_vga_anyway() -> None:
+    assert warnings(ct200(), "disable_vga") == []
+
+
+# --- Secure Boot ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("secure_boot", "version", "warned"),
+    [(True, None, True), (True, "575.57.08", False), (False, None, False), (None, None, False)],
+)
+def test_secure_boot_without_a_loaded_nvidia(
+    secure_boot: bool | None, version: str | None, warned: bool
+) -> None:
+    inventory = ct200().model_copy(
+        update={"secure_boot": secure_boot, "nvidia_driver_version": version}
+    )
+    found = warnings(inventory, "Secure Boot")
+    assert bool(found) is warned
+    if warned:
+        assert "0000:01:00.0, 0000:11:00.0" in found[0] and "mokutil --import" in found[0]
+
+
+# --- resets ---------------------------------------------------------------------------------------
+
+
+def with_resets(gpu: Gpu, methods: list[str]) -> list[PciFunction]:
+    return [f.model_copy(update={"reset_methods": methods}) for f in gpu.function_info]
+
+
+def reset_case(methods: list[str], pci_path: list[str] | None, nic: bool = False) -> list[str]:
+    inventory = ct200()
+    gpu = inventory.gpu(MOVED)
+    functions = [f.model_copy(update={"pci_path": pci_path}) for f in with_resets(gpu, methods)]
+    inventory = changed(inventory, MOVED, function_info=functions)
+    if nic:
+        nic_fn = make_fn("0000:81:00.2", 300, class_code="0x020000", vendor_id="15b3")
+        inventory = inventory.model_copy(update={"nics": [nic_fn]})
+    return warnings(inventory, "reset of its own")
+
+
+@pytest.mark.parametrize(
+    ("methods", "pci_path"),
+    [
+        (["flr", "bus"], []),  # a reset of its own
+        (["pm"], []),
+        (["bus"], ["0000:80:01.1"]),  # alone on its bus: the bus reset is its reset
+        ([], ["0000:80:01.1"]),  # the GPU and its audio function: reset together, same VM
+        ([], None),  # where it sits is unknown
+    ],
+)
+def test_resets_that_work(methods: list[str], pci_path: list[str] | None) -> None:
+    assert reset_case(methods, pci_path) == []
+
+
+def test_no_reset_on_a_root_bus() -> None:
+    found = reset_case([], [])
+    assert found[0].startswith(f"{MOVED} (for vfio-pci) has no reset of its own (no reset_method)")
+    assert "no bus reset reaches it" in found[0]
+
+
+def test_a_bus_reset_shared_with_a_device_the_vm_does_not_get() -> None:
+    found = reset_case([], ["0000:80:01.1"], nic=True)
+    assert found and "which also resets 0000:81:00.2" in found[0]
+
+
+def test_unread_reset_methods_say_nothing() -> None:
+    assert warnings(ct200(), "reset") == []
+
+
+# --- qemu-server's new_id -------------------------------------------------------------------------
+
+
+def test_driverless_kept_twins_are_what_new_id_would_take() -> None:
+    inventory = every(ct200(), driver=None).model_copy(update={"nvidia_driver_version": None})
+    # The moved ones are on vfio-pci already; the kept ones lost nvidia.
+    for address in ("0000:81:00.0", "0000:91:00.0", "0000:e1:00.0", "0000:f1:00.0"):
+        inventory = changed(inventory, address, driver="vfio-pci")
+    (warning,) = warnings(inventory, "new_id")
+    assert warning.startswith("0000:01:00.0, 0000:11:00.0, 0000:61:00.0 and 0000:71:00.0 stay")
+    assert "10de:2330" in warning and "modprobe nvidia" in warning
+
+
+def test_kept_twins_on_their_driver_are_not_at_risk_now() -> None:
+    assert warnings(ct200(), "new_id") == []
