@@ -40,15 +40,20 @@ def _conflicts_in_line(words: list[str], ids: set[str], modules: set[str]) -> st
     return None
 
 
+def _kept_module(ctx: RenderContext, function: PciFunction) -> str | None:
+    """The module that drives a kept function after the boot: the one that drives it now, or,
+    unbound or on vfio-pci, the first that would claim it by its IDs. A blacklist of another
+    module that could claim it (nouveau beside nvidia) takes nothing away."""
+    if function.driver and function.driver != "vfio-pci":
+        # A capture without the driver's module link: its name is the module's, most often.
+        return ctx.inventory.driver_modules.get(function.driver, normalize(function.driver))
+    return next(iter(host_modules(function.vendor_id, function.class_code)), None)
+
+
 def refuse_conflicting_binding(ctx: RenderContext) -> None:
     kept = role_functions(ctx, "host")
     ids = {f"{f.vendor_id}:{f.device_id}" for f in kept}
-    modules = {m for f in kept for m in host_modules(f.vendor_id, f.class_code)[:1]}
-    modules |= {
-        ctx.inventory.driver_modules[f.driver]
-        for f in kept
-        if f.driver in ctx.inventory.driver_modules
-    }
+    modules = {m for f in kept if (m := _kept_module(ctx, f)) is not None}
     sources = dict(theirs(ctx.inventory).files)
     sources["/proc/cmdline"] = ctx.inventory.kernel_cmdline or ""
     for path in (KERNEL_CMDLINE, GRUB_DEFAULT):

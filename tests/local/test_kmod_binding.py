@@ -209,3 +209,21 @@ def test_kmod_order_matches_the_real_modprobe(tmp_path: Path) -> None:
         inserted = [ln for ln in show_depends(root, KERNEL, "amdgpu") if ln.startswith("insmod")]
         extra = [ln.split()[1].rsplit("/", 1)[1] for ln in inserted if "from_" in ln]
         assert extra == [f"{name}.ko" for name in line.softdeps()[1]], (drop, inserted)
+
+
+def test_blacklisting_another_claimant_of_the_kept_gpus_is_fine() -> None:
+    """Found on the e2e host, whose GPUs' IDs name bochs first while nvidia drives them: kept
+    GPUs lose nothing to a blacklist of another module that could claim them, only to one of
+    the module that drives them."""
+    ids = {"vendor_id": "1234", "device_id": "1111", "class_code": "0x038000"}
+    gpus = []
+    for gpu in ct200().gpus:
+        info = [
+            f.model_copy(update=ids) if f.address == gpu.address else f for f in gpu.function_info
+        ]
+        gpus.append(gpu.model_copy(update={**ids, "function_info": info}))
+    standins = ct200().model_copy(update={"gpus": gpus})
+    fine = {"/etc/modprobe.d/testhost-blacklist.conf": "blacklist bochs\n"}
+    assert _changes(_with_files(standins, fine)).changed
+    with pytest.raises(RenderError, match="nvidia would not load by itself"):
+        _changes(_with_files(standins, {"/etc/modprobe.d/x.conf": "blacklist nvidia\n"}))
