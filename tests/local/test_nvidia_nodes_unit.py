@@ -38,7 +38,7 @@ from proxgpu.rendering.nodes import (
     NODES_UNIT,
     NODES_UNIT_NAME,
 )
-from tests.support.tools import find_tool
+from tests.support.tools import require_tool
 from tests.support.trees import copy_example
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hosts"
@@ -230,12 +230,7 @@ def test_a_node_it_cannot_make_fails_the_unit_naming_it(tmp_path: Path) -> None:
 
 
 def test_shellcheck_accepts_the_script(tmp_path: Path) -> None:
-    shellcheck = find_tool("shellcheck")
-    if shellcheck is None:
-        message = "shellcheck not found: install Debian's shellcheck"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    shellcheck = require_tool("shellcheck", "shellcheck")
     for pve_container, name in (("5.2.3", "dev"), ("5.0.6", "raw")):
         script = tmp_path / f"{name}.sh"
         changes = rendered(SplitPolicy(lxc=200), with_mig(tmp_path / name, pve_container))
@@ -372,12 +367,7 @@ def test_a_container_left_without_nvidia_gpus_loses_the_unit() -> None:
 
 
 def test_systemd_accepts_the_unit_and_the_dropins(tmp_path: Path) -> None:
-    analyze = find_tool("systemd-analyze")
-    if analyze is None:
-        message = "systemd-analyze not found: install Debian's systemd"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    analyze = require_tool("systemd-analyze", "systemd")
     root = tmp_path / "root"
     changes = rendered(SplitPolicy(lxc=200))
     for path in UNIT_FILES:

@@ -16,13 +16,20 @@ OURS = (
 WHOLE = {MODPROBE_CONF: OURS, BIND_SCRIPT: "#!/bin/sh\n"}
 
 
-def _why(files: dict[str, str], *, modules: bool = True, override: str | None = None) -> str:
+def _why(
+    files: dict[str, str],
+    *,
+    modules: bool = True,
+    override: str | None = None,
+    initramfs: list[str] | None = None,
+) -> str:
     inventory = Inventory(
         source="t",
         hostname="pve1",
         kernel=KERNEL,
         host_files=files,
         driver_modules={"nvidia": "nvidia"} if modules else {},
+        initramfs_files=initramfs,
     )
     function = PciFunction(
         address="0000:81:00.0",
@@ -73,23 +80,7 @@ def test_an_override_written_too_late_is_told_apart() -> None:
 
 def test_an_initramfs_without_the_binding_is_named() -> None:
     listed = ["nvidia.ko.zst", "vfio-pci.ko.zst"]
-    inventory = Inventory(
-        source="t",
-        hostname="pve1",
-        kernel=KERNEL,
-        host_files=WHOLE,
-        driver_modules={"nvidia": "nvidia"},
-        initramfs_files=listed,
-    )
-    function = PciFunction(
-        address="0000:81:00.0",
-        vendor_id="10de",
-        device_id="2bb1",
-        class_code="0x030000",
-        driver="nvidia",
-    )
-    why = why_not_vfio(inventory, function)
+    why = _why(WHOLE, initramfs=listed)
     assert f"nvidia loads from the initramfs of {KERNEL}, which lacks proxgpu's files" in why
     carried = [*listed, MODPROBE_CONF.rsplit("/", 1)[1], BIND_SCRIPT.rsplit("/", 1)[1]]
-    inventory = inventory.model_copy(update={"initramfs_files": carried})
-    assert "the initramfs carries them" in why_not_vfio(inventory, function)
+    assert "the initramfs carries them" in _why(WHOLE, initramfs=carried)
