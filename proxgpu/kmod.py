@@ -5,10 +5,13 @@ uses for a module.
 The rules, as kmod 28 to 34 (Proxmox VE 7 to 9: Debian 11 to 13) implement them:
 
 * Config files are ``*.conf`` files not starting with ``.`` in ``/etc/modprobe.d``,
-  ``/run/modprobe.d``, ``/usr/local/lib/modprobe.d``, ``/usr/lib/modprobe.d`` (kmod 31 and
-  later; on a merged-/usr host it is ``/lib/modprobe.d``) and ``/lib/modprobe.d``; a name seen
-  in an earlier directory hides the same name in a later one (libkmod-config.c
-  ``conf_files_list``).
+  ``/run/modprobe.d``, ``/usr/local/lib/modprobe.d`` (kmod 29 and later; 28 does not read it),
+  ``/usr/lib/modprobe.d`` (kmod 32 and later; on a merged-/usr host, as every Proxmox VE 8 and
+  9 is, it is ``/lib/modprobe.d``) and ``/lib/modprobe.d`` (libkmod.c ``default_config_paths``);
+  a name seen in an earlier directory hides the same name in a later one (libkmod-config.c
+  ``conf_files_list``). proxgpu reads all five on every release: a line in a directory an old
+  kmod skips can only make it refuse or warn where it need not, never miss a line kmod uses.
+  The initramfs holds ``/etc`` and ``/lib``'s files only (mkinitramfs copies those two).
 * depmod's ``modules.softdep`` in the kernel's module directory, which holds every module's own
   ``MODULE_SOFTDEP``, is read as one more config file named ``modules.softdep``, and all of them
   are read sorted by file name with ``strcmp`` (``kmod_config_new`` and

@@ -51,6 +51,9 @@ def _kept_module(ctx: RenderContext, function: PciFunction) -> str | None:
 
 
 def refuse_conflicting_binding(ctx: RenderContext) -> None:
+    """Refuse settings that would keep the kept GPUs from their driver at boot: ``ids=`` for
+    vfio-pci that names their IDs, a blacklist of the module that drives them, in any modprobe.d
+    file kmod reads, the kernel command line or the boot loader's."""
     kept = role_functions(ctx, "host")
     ids = {f"{f.vendor_id}:{f.device_id}" for f in kept}
     modules = {m for f in kept if (m := _kept_module(ctx, f)) is not None}
@@ -146,15 +149,15 @@ def _softdep_line(ctx: RenderContext, module: str, problems: list[str]) -> str:
         if found is None:
             continue
         if before_ours(found) and "vfio_pci" not in map(normalize, found.softdeps()[0]):
-            problems.append(f"  - {found.where}: {found.text}")
+            entry = f"  - {found.where}: {found.text}"
+            problems += [entry] if entry not in problems else []
             continue
-        if n == 0 and not before_ours(found):
+        if n == 0 and not before_ours(found) and not _ours_in_effect(ctx, module):
             ctx.warnings.append(
-                f"{module}: kmod uses only the first softdep line for a module, and "
-                f"{found.where} (`{found.text}`) comes before a file named "
-                f"{LEGACY_MODPROBE_CONF.rsplit('/', 1)[1]}, leaving vfio-pci to win a race at "
-                f"boot: proxgpu's line is in {MODPROBE_CONF}, which kmod reads first, and keeps "
-                "that line's modules"
+                f"{module}: kmod uses only the first softdep line for a module and reads "
+                f"{found.where} (`{found.text}`) before any modprobe.d file named after it, so "
+                f"a softdep there would leave vfio-pci to win a race at boot; proxgpu's line is "
+                f"in {MODPROBE_CONF}, read first, and keeps that line's modules"
             )
         more_pre, more_post = found.softdeps()
         pre += [m for m in more_pre if m not in pre and normalize(m) != "vfio_pci"]
@@ -162,6 +165,13 @@ def _softdep_line(ctx: RenderContext, module: str, problems: list[str]) -> str:
     return " ".join(
         ["softdep", module, "pre:", "vfio-pci", *pre, *(["post:", *post] if post else [])]
     )
+
+
+def _ours_in_effect(ctx: RenderContext, module: str) -> bool:
+    """Whether kmod already uses proxgpu's softdep line for ``module`` on the host as it is."""
+    config = KmodConfig.of(ctx.inventory.host_files, ctx.inventory.kernel)
+    line = config.softdep(module)
+    return line is not None and line.path == MODPROBE_CONF
 
 
 def _tell_unused(ctx: RenderContext, module: str) -> None:
@@ -173,7 +183,7 @@ def _tell_unused(ctx: RenderContext, module: str) -> None:
         if not line.path.endswith("/" + MODULES_SOFTDEP):
             ctx.warnings.append(
                 f"{line.where}: `{line.text}` is never used: kmod uses only the first softdep "
-                f"line for {module} ({found[0].where}); merge the two"
+                f"line for {module} ({found[0].where}), so its modules do not load with it"
             )
 
 
@@ -189,8 +199,9 @@ def _softdep_lines(ctx: RenderContext, modules: list[str]) -> list[str]:
             "these softdep lines come before proxgpu's in kmod's order, and kmod uses only the "
             "first for a module, so vfio-pci would not load before the driver:\n"
             + "\n".join(problems),
-            f"rename the file to sort after {MODPROBE_CONF.rsplit('/', 1)[1]} or add vfio-pci "
-            "first to its pre: modules",
+            "add vfio-pci first to its pre: modules, or rename the file to sort between "
+            f"{MODPROBE_CONF.rsplit('/', 1)[1]} and {MODULES_SOFTDEP} (proxgpu's line then "
+            "keeps its modules)",
         )
     return lines
 
@@ -229,6 +240,11 @@ def _tell_initramfs(ctx: RenderContext, modules: list[str]) -> None:
     binding always lost)."""
     files = ctx.inventory.initramfs_files
     if files is None:
+        ctx.warnings.append(
+            f"the initramfs of {ctx.inventory.kernel} was not read (no lsinitramfs, or no "
+            f"/boot/initrd.img-{ctx.inventory.kernel}), so which drivers load there is not "
+            "known; the update-initramfs step puts proxgpu's binding in it either way"
+        )
         return
     inside = {module_of(f) for f in files}
     early = [m for m in modules if normalize(m) in inside]
@@ -242,13 +258,25 @@ def _tell_initramfs(ctx: RenderContext, modules: list[str]) -> None:
 
 
 def render_binding(ctx: RenderContext) -> None:
+    """The boot-time binding's files: the modprobe.d file and bind script with the initramfs
+    hook (or driverctl's overrides), and the vfio modules to load; the old modprobe.d file goes.
+
+    >>> from proxgpu.host.local import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> from proxgpu.planning import SplitPolicy, plan_split
+    >>> from proxgpu.rendering.context import RenderOptions
+    >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
+    >>> ctx = RenderContext(inventory, plan_split(inventory, SplitPolicy(lxc=200)), RenderOptions())
+    >>> render_binding(ctx)
+    >>> [f.path for f in ctx.files][:2]
+    ['/etc/modprobe.d/00-proxgpu-vfio.conf', '/usr/local/sbin/proxgpu-vfio-bind']
+    """
     functions = role_functions(ctx, "vfio")
     addresses = [f.address for f in functions]
     modprobe = bool(functions) and ctx.options.bind_method == "modprobe"
     modules = _softdep_modules(ctx, functions) if modprobe else []
     if modprobe:
         refuse_shadowed_hook(ctx, modules)
-        _tell_initramfs(ctx, modules)
     ctx.file(
         MODPROBE_CONF,
         render_template(
@@ -262,6 +290,11 @@ def render_binding(ctx: RenderContext) -> None:
         "load vfio-pci first and bind by PCI address",
     )
     ctx.file(LEGACY_MODPROBE_CONF, None, f"replaced by {MODPROBE_CONF}")
+    conf = next((f for f in ctx.files if f.path == MODPROBE_CONF), None)
+    # Unread, the initramfs is worth a word only while the binding changes; read, always.
+    read = ctx.inventory.initramfs_files is not None
+    if conf is not None and conf.after is not None and (conf.changed or read):
+        _tell_initramfs(ctx, modules)
     ctx.file(
         BIND_SCRIPT,
         render_template(

@@ -2,8 +2,9 @@
 
 The guest is a real Linux kernel on a q35 machine with two NUMA nodes, an emulated IOMMU and
 eight stand-in GPUs (bochs-display 1234:1111, class 0x0380, each with an HDA audio function on .1
-in the same IOMMU group): 21-24:00 sit on NUMA node 0, 81-84:00 on node 1. They stay on whatever
-driver holds them (bochs-drm, snd_hda_intel), which is exactly the non-NVIDIA case.
+in the same IOMMU group): 21-24:00 sit on NUMA node 0, 81-84:00 on node 1. The image's stand-in
+NVIDIA driver (module ``nvidia``, with NVIDIA's own softdep, minors and /proc files) drives them,
+and snd_hda_intel their audio functions, as on the seed host.
 
 The tests in this module run in order and share the guest: inspect, plan, apply, reboot, verify,
 rollback.
@@ -68,34 +69,65 @@ def test_inspect_sees_eight_gpus_four_per_node(testhost: QemuTestHost, tmp_path:
         audio = address[:-1] + "1"
         assert gpu["functions"] == [address, audio]
         assert gpu["class_code"] == "0x038000" and gpu["vendor_id"] == "1234"
-        assert gpu["driver"] == "bochs-drm"
-        assert [f["driver"] for f in gpu["function_info"]] == ["bochs-drm", "snd_hda_intel"]
+        assert gpu["driver"] == "nvidia"
+        assert [f["driver"] for f in gpu["function_info"]] == ["nvidia", "snd_hda_intel"]
         assert [f["iommu_group"] for f in gpu["function_info"]] == [gpu["iommu_group"]] * 2
     groups = [g["iommu_group"] for g in gpus.values()]
     assert len(set(groups)) == 8, "each stand-in GPU has an IOMMU group of its own"
-    assert inventory["driver_modules"]["bochs-drm"] == "bochs"
+    assert inventory["driver_modules"]["nvidia"] == "nvidia"
+    # The driver hands out the lowest free minor in probe order, which follows the kernel's PCI
+    # enumeration (here node 1's expander bridge comes first), not the addresses' order.
+    assert sorted(gpus[a]["nvidia_minor"] for a in NODE0 + NODE1) == list(range(8))
+    for node in (NODE0, NODE1):
+        assert [gpus[a]["nvidia_minor"] for a in node] == sorted(
+            gpus[a]["nvidia_minor"] for a in node
+        )
 
 
 def test_inspect_reads_the_kernels_bars_and_drm_nodes(
     testhost: QemuTestHost, tmp_path: Path
 ) -> None:
-    # bochs-display's BAR0 is its 16 MiB framebuffer; bochs-drm makes a card node, no render node.
+    # bochs-display's BAR0 is its 16 MiB framebuffer; nvidia without nvidia_drm makes no DRM node.
     gpus = json_of(proxgpu(testhost, tmp_path, "inspect", "--json"))["gpus"]
     assert all(16 << 20 in gpu["bar_bytes"] for gpu in gpus), [g["bar_bytes"] for g in gpus]
-    cards = [gpu["drm_nodes"] for gpu in gpus]
-    assert all(len(nodes) == 1 and nodes[0].startswith("card") for nodes in cards), cards
-    assert len({nodes[0] for nodes in cards}) == len(gpus), "each GPU has its own card"
+    assert all(gpu["drm_nodes"] == [] for gpu in gpus), [g["drm_nodes"] for g in gpus]
 
 
 def test_the_busy_check_finds_the_kernels_framebuffers(testhost: QemuTestHost) -> None:
-    # bochs-drm's fbdev emulation gives each GPU a framebuffer whose device link names it: the
-    # record the live rebind refuses an nvidia GPU on. Run as proxgpu runs it: prelude + script.
-    scripts = Path(__file__).resolve().parents[2] / "proxgpu" / "scripts"
-    script = (scripts / "prelude.sh").read_text() + (scripts / "busy.sh").read_text()
-    rc, out, err = testhost.ssh(["sh", "-c", script, "busy", "/", *NODE0, *NODE1])
+    # bochs-drm's fbdev emulation gives a GPU a framebuffer whose device link names it: the
+    # record the live rebind refuses an nvidia GPU on. One GPU goes to bochs-drm for this and
+    # back to nvidia, where it takes its old minor again (the lowest free one).
+    gpu = NODE0[-1]
+    to_bochs = (
+        f"echo {gpu} > /sys/bus/pci/drivers/nvidia/unbind && modprobe bochs && "
+        f"echo bochs-drm > /sys/bus/pci/devices/{gpu}/driver_override && "
+        f"echo {gpu} > /sys/bus/pci/drivers_probe"
+    )
+    back = (
+        f"echo {gpu} > /sys/bus/pci/drivers/bochs-drm/unbind; "
+        f"echo > /sys/bus/pci/devices/{gpu}/driver_override; "
+        f"echo {gpu} > /sys/bus/pci/drivers/nvidia/bind; rmmod bochs"
+    )
+    before = minor_of(testhost, gpu)
+    rc, _, err = testhost.ssh(["sh", "-c", to_bochs])
+    try:
+        assert rc == 0, err
+        scripts = Path(__file__).resolve().parents[2] / "proxgpu" / "scripts"
+        script = (scripts / "prelude.sh").read_text() + (scripts / "busy.sh").read_text()
+        rc, out, err = testhost.ssh(["sh", "-c", script, "busy", "/", *NODE0, *NODE1])
+        assert rc == 0, err
+        records = [line.split("\t")[1] for line in out.splitlines() if line.startswith("#fb\t")]
+        assert records == [gpu], out
+    finally:
+        testhost.ssh(["sh", "-c", back])
+    assert minor_of(testhost, gpu) == before, "back on nvidia with the lowest free minor"
+
+
+def minor_of(host: QemuTestHost, gpu: str) -> int:
+    """The GPU's Device Minor, from the stand-in driver's /proc file."""
+    rc, out, err = host.ssh(["cat", f"/proc/driver/nvidia/gpus/{gpu}/information"])
     assert rc == 0, err
-    framebuffers = [line.split("\t")[1] for line in out.splitlines() if line.startswith("#fb\t")]
-    assert sorted(framebuffers) == NODE0 + NODE1, out
+    return int(next(ln for ln in out.splitlines() if ln.startswith("Device Minor")).split()[-1])
 
 
 def test_inspect_table_groups_by_node(testhost: QemuTestHost, tmp_path: Path) -> None:
@@ -145,8 +177,9 @@ def test_plan_moves_node1_devices_and_their_audio_functions(
     assert vfio["functions"] == sorted(NODE1 + [a[:-1] + "1" for a in NODE1])
     changes = document["changes"]
     modprobe = next(f for f in changes["files"] if f["path"] == MODPROBE_CONF)
-    for module in ("bochs", "snd_hda_intel"):
-        assert f"softdep {module} pre: vfio-pci" in modprobe["after"]
+    # nvidia keeps its own softdep (modules.softdep), which kmod would otherwise use instead.
+    assert "softdep nvidia pre: vfio-pci ecdh_generic,ecdsa_generic" in modprobe["after"]
+    assert "softdep snd_hda_intel pre: vfio-pci" in modprobe["after"]
     assert changes["reboot_required"]
 
 
@@ -165,7 +198,7 @@ def drivers(host: QemuTestHost) -> dict[str, str]:
 def assert_split(host: QemuTestHost) -> None:
     bound = drivers(host)
     for address in NODE0:
-        assert (bound[address], bound[address[:-1] + "1"]) == ("bochs-drm", "snd_hda_intel")
+        assert (bound[address], bound[address[:-1] + "1"]) == ("nvidia", "snd_hda_intel")
     for address in NODE1:
         assert (bound[address], bound[address[:-1] + "1"]) == ("vfio-pci", "vfio-pci")
 
@@ -173,13 +206,18 @@ def assert_split(host: QemuTestHost) -> None:
 def assert_original(host: QemuTestHost) -> None:
     bound = drivers(host)
     for address in NODE0 + NODE1:
-        assert (bound[address], bound[address[:-1] + "1"]) == ("bochs-drm", "snd_hda_intel")
+        assert (bound[address], bound[address[:-1] + "1"]) == ("nvidia", "snd_hda_intel")
 
 
 def test_apply_refuses_a_busy_device_instead_of_hanging(
     testhost: QemuTestHost, tmp_path: Path
 ) -> None:
-    holder = "exec 3</dev/dri/by-path/pci-0000:82:00.0-card; setsid sleep 300 <&3 >/dev/null 2>&1 &"
+    # nvidia-modprobe makes the GPU's node as NVIDIA's tools do.
+    minor = minor_of(testhost, "0000:82:00.0")
+    holder = (
+        f"nvidia-modprobe -c {minor} && exec 3</dev/nvidia{minor}; "
+        "setsid sleep 300 <&3 >/dev/null 2>&1 &"
+    )
     rc, _, err = testhost.ssh(["sh", "-c", holder])
     assert rc == 0, err
     try:
@@ -187,7 +225,7 @@ def test_apply_refuses_a_busy_device_instead_of_hanging(
         assert result.returncode == 10, result.stdout + result.stderr
         assert "0000:82:00.0" in result.stderr and "sleep" in result.stderr
     finally:
-        testhost.ssh(["pkill", "-f", "sleep 300"])
+        testhost.ssh(["pkill", "-f", "sleep [3]00"])
     assert_original(testhost)
     rc, out, _ = testhost.ssh(["ls", "/var/lib/proxgpu/journal"])
     assert rc != 0 or out.strip() == "", "a refused apply leaves no journal entry"
@@ -232,3 +270,99 @@ def test_apply_live_reboot_verify_rollback(
     assert_original(testhost)
     history = json_of(proxgpu(testhost, tmp_path, "history", "--json"))
     assert history[-1]["status"] == "rolled-back"
+
+
+CT = "/etc/pve/lxc/200.conf"
+CT_CONFIG = (
+    "arch: amd64\nhostname: inference\nmemory: 256\nostype: debian\n"
+    "rootfs: local:200/vm-200-disk-0.raw,size=1G\n"
+)
+# Where the stand-in driver's probe writes its line and where the root file system is mounted,
+# in the kernel's log: which came first tells whether nvidia loaded from the initramfs.
+PROBED = "NVRM: stand-in GPU"
+ROOT_MOUNTED = "EXT4-fs (vda): mounted filesystem"
+
+
+def minors(host: QemuTestHost) -> dict[str, int]:
+    """Each GPU on the stand-in nvidia driver and its Device Minor, from the driver's /proc."""
+    script = 'grep -H "Device Minor" /proc/driver/nvidia/gpus/*/information'
+    rc, out, err = host.ssh(["sh", "-c", script])
+    assert rc == 0, err
+    return {line.split("/")[5]: int(line.rsplit(None, 1)[1]) for line in out.splitlines()}
+
+
+def loaded_before_root(host: QemuTestHost) -> bool:
+    rc, log, err = host.ssh(["dmesg"])
+    assert rc == 0, err
+    return log.index(PROBED) < log.index(ROOT_MOUNTED)
+
+
+def nodes(host: QemuTestHost) -> dict[str, tuple[int, int, str]]:
+    """Each /dev/nvidia* char node: its major, minor and mode."""
+    script = "stat -c '%n %t %T %a' /dev/nvidia*"
+    rc, out, err = host.ssh(["sh", "-c", script])
+    assert rc == 0, err
+    found = {}
+    for line in out.splitlines():
+        name, major, minor, mode = line.split()
+        found[name] = (int(major, 16), int(minor, 16), mode)
+    return found
+
+
+@pytest.mark.parametrize("loader", ["udev", "initramfs"])
+def test_a_cold_boot_keeps_the_split_and_makes_the_containers_nodes(
+    testhost: QemuTestHost, tmp_path: Path, loader: str
+) -> None:
+    """After apply and a cold reboot, whatever loads nvidia (coldplug and modules-load.d in the
+    root file system, or the initramfs: early KMS), vfio-pci holds node 1's functions, nvidia
+    node 0's GPUs with the minors the plan predicted, and the unit proxgpu wrote has made the
+    container's nodes with NVIDIA's nvidia-modprobe before the guests start."""
+    rc, _, err = testhost.ssh(["sh", "-c", f"mkdir -p /etc/pve/lxc && cat > {CT}"],
+                              stdin=CT_CONFIG.encode())  # fmt: skip
+    assert rc == 0, err
+    if loader == "initramfs":
+        early = "echo nvidia >> /etc/initramfs-tools/modules && update-initramfs -u -k all"
+        rc, _, err = testhost.ssh(["sh", "-c", early], timeout=600)
+        assert rc == 0, err
+        testhost.reboot()
+        assert loaded_before_root(testhost), "nvidia loads from the initramfs now"
+        assert_original(testhost)
+    plan = json_of(proxgpu(testhost, tmp_path, "plan", "--lxc", "200", "--json"))
+    container = next(f for f in plan["changes"]["files"] if f["path"] == CT)["after"]
+    # The test host has no Proxmox API to ask whether the container runs.
+    applied = proxgpu(testhost, tmp_path, "apply", "--yes", "--lxc", "200", "--skip-guest-check")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    try:
+        testhost.reboot()
+        assert_split(testhost)
+        if loader == "initramfs":
+            assert loaded_before_root(testhost), "nvidia still loads from the initramfs"
+        # The modprobe binding numbers the kept GPUs anew from 0, in PCI order.
+        assert minors(testhost) == {a: n for n, a in enumerate(NODE0)}
+        for minor in range(4):
+            assert f"/dev/nvidia{minor}" in container
+        made = nodes(testhost)
+        uvm = next(int(ln.split()[0]) for ln in devices(testhost) if ln.endswith(" nvidia-uvm"))
+        for minor in range(4):
+            assert made[f"/dev/nvidia{minor}"] == (195, minor, "666")
+        assert made["/dev/nvidiactl"] == (195, 255, "666")
+        assert made["/dev/nvidia-uvm"][:2] == (uvm, 0)
+        rc, saw, _ = testhost.ssh(["cat", "/run/pve-guests-saw"])
+        assert rc == 0 and {"nvidia0", "nvidia3", "nvidiactl", "nvidia-uvm"} <= set(saw.split())
+        verified = proxgpu(testhost, tmp_path, "verify")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+    finally:
+        back = proxgpu(testhost, tmp_path, "rollback", "--yes")
+        if loader == "initramfs":
+            testhost.ssh(["sh", "-c", "sed -i '/^nvidia$/d' /etc/initramfs-tools/modules && "
+                          "update-initramfs -u -k all"], timeout=600)  # fmt: skip
+        testhost.ssh(["rm", "-f", CT])
+        testhost.reboot()
+    assert back.returncode == 0, back.stderr
+    assert_original(testhost)
+
+
+def devices(host: QemuTestHost) -> list[str]:
+    rc, out, err = host.ssh(["cat", "/proc/devices"])
+    assert rc == 0, err
+    return [line.strip() for line in out.splitlines()]

@@ -62,7 +62,8 @@ def boot_id(host: QemuTestHost) -> str:
 
 
 def test_guest_presents_eight_gpus_split_across_two_numa_nodes(testhost: QemuTestHost) -> None:
-    """4 display functions per node, each grouped with its audio function, default drivers."""
+    """4 display functions per node, each grouped with its audio function, on the stand-in
+    nvidia driver and snd_hda_intel."""
     functions = pci_functions(testhost)
     gpus = [f for f in functions.values() if f.pci_class.startswith(DISPLAY_CLASS_PREFIX)]
 
@@ -74,7 +75,7 @@ def test_guest_presents_eight_gpus_split_across_two_numa_nodes(testhost: QemuTes
         assert gpu.iommu_group != "-", f"{gpu.address} is in no IOMMU group"
         assert audio.iommu_group == gpu.iommu_group, (gpu, audio)
         assert audio.numa_node == gpu.numa_node
-        assert (gpu.driver, audio.driver) == ("bochs-drm", "snd_hda_intel")
+        assert (gpu.driver, audio.driver) == ("nvidia", "snd_hda_intel")
     assert len({g.iommu_group for g in gpus}) == 8, "each GPU needs an IOMMU group of its own"
 
 

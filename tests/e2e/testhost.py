@@ -6,8 +6,11 @@ Machine layout (q35, TCG by default; KVM cannot run a stock kernel on the projec
 * emulated VT-d (intel-iommu with interrupt remapping), so the guest has IOMMU groups;
 * two pxb-pcie expander bridges, numa_node 0 (buses 0x20+) and 1 (buses 0x80+), with four root
   ports each. Behind every root port sits a stand-in GPU: a bochs-display (function 0, class
-  0x0380, driver bochs-drm) and an ich9-intel-hda (function 1, driver snd_hda_intel), which
-  share an IOMMU group just like a real GPU and its HDMI audio function.
+  0x0380) and an ich9-intel-hda (function 1, driver snd_hda_intel), which share an IOMMU group
+  just like a real GPU and its HDMI audio function. The image's stand-in NVIDIA driver
+  (``guest/nvidia-standin``, module ``nvidia``) drives the display functions as NVIDIA's open
+  module drives GPUs (its softdep, minors, /proc/driver/nvidia, char devices, an unbind that
+  waits for open files); bochs-drm is blacklisted so that it does not compete.
 
 SSH is forwarded from a free port on 127.0.0.1 only, and the guest's network is restricted to
 the host. The guest's host key is pinned from the image build (no trust on first use).

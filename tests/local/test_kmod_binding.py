@@ -227,3 +227,25 @@ def test_blacklisting_another_claimant_of_the_kept_gpus_is_fine() -> None:
     assert _changes(_with_files(standins, fine)).changed
     with pytest.raises(RenderError, match="nvidia would not load by itself"):
         _changes(_with_files(standins, {"/etc/modprobe.d/x.conf": "blacklist nvidia\n"}))
+
+
+def test_once_proxgpus_line_is_in_effect_the_plan_says_nothing_of_the_race() -> None:
+    softdep = {f"/lib/modules/{KERNEL}/modules.softdep": "softdep nvidia pre: ecdh_generic\n"}
+    first = _changes(_with_files(ct200(), softdep))
+    written = {c.path: c.after for c in first.files if c.after is not None}
+    applied = {**softdep, MODPROBE_CONF: written[MODPROBE_CONF], BIND_SCRIPT: written[BIND_SCRIPT]}
+    again = _changes(_with_files(ct200(), applied))
+    assert any(w.startswith("nvidia: kmod uses only") for w in first.warnings)
+    assert not any(w.startswith("nvidia: kmod uses only") for w in again.warnings)
+
+
+def test_a_line_read_before_proxgpus_is_refused_once_for_every_kernel() -> None:
+    files = {
+        "/etc/modprobe.d/0-nvidia.conf": "softdep nvidia pre: helper\n",
+        "/lib/modules/6.8.12-9-pve/modules.softdep": "softdep nvidia pre: ecdh_generic\n",
+        f"/lib/modules/{KERNEL}/modules.softdep": "softdep nvidia pre: ecdh_generic\n",
+    }
+    with pytest.raises(RenderError) as refused:
+        _changes(_with_files(ct200(), files))
+    assert str(refused.value).count("0-nvidia.conf:1") == 1
+    assert "add vfio-pci first to its pre: modules" in str(refused.value)

@@ -20,28 +20,54 @@ ROOT=$OUT/rootfs
 
 # The tool's inspection is a POSIX sh script using grep -Z, find -printf, base64 and awk, so
 # the providers of those are named even though minbase would pull most of them in anyway.
+# nvidia-modprobe (contrib) is NVIDIA's own tool that makes the /dev/nvidia* nodes.
 PACKAGES=(
   linux-image-amd64 initramfs-tools zstd kmod udev systemd-sysv dbus
   openssh-server openssh-sftp-server
   pciutils driverctl psmisc procps iproute2
   coreutils grep findutils mawk
+  nvidia-modprobe
 )
+# What builds the stand-in NVIDIA driver; removed from the image once it is built.
+TOOLCHAIN=(gcc make)
 
 step() { printf '\n=== %s: %s\n' "$(date +%T)" "$*"; }
 
 step "debootstrap $SUITE from $MIRROR"
 mkdir -p "$ROOT"
-debootstrap --variant=minbase --include="$(IFS=,; echo "${PACKAGES[*]}")" \
-  "$SUITE" "$ROOT" "$MIRROR"
+debootstrap --variant=minbase --components=main,contrib \
+  --include="$(IFS=,; echo "${PACKAGES[*]}")" "$SUITE" "$ROOT" "$MIRROR"
 KVER=$(ls "$ROOT/usr/lib/modules")
 [ "$(wc -w <<<"$KVER")" = 1 ] || { echo "expected one kernel, found: $KVER" >&2; exit 1; }
+
+step "stand-in NVIDIA driver for $KVER"
+# Built in the guest against its own kernel's headers, installed where DKMS puts NVIDIA's
+# modules; the headers and compiler then leave the image again.
+cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# shellcheck disable=SC2016 # dpkg-query's own ${Package}
+chroot "$ROOT" dpkg-query -W -f '${Package}\n' | sort >"$OUT/packages-before"
+chroot "$ROOT" apt-get -qq update
+chroot "$ROOT" apt-get -qq install -y --no-install-recommends "linux-headers-$KVER" "${TOOLCHAIN[@]}"
+mkdir -p "$ROOT/usr/src/nvidia-standin"
+cp "$HERE"/nvidia-standin/* "$ROOT/usr/src/nvidia-standin/"
+chroot "$ROOT" make -s -C "/usr/lib/modules/$KVER/build" M=/usr/src/nvidia-standin modules
+install -d "$ROOT/usr/lib/modules/$KVER/updates/dkms"
+install -m 644 "$ROOT"/usr/src/nvidia-standin/*.ko "$ROOT/usr/lib/modules/$KVER/updates/dkms/"
+rm -rf "$ROOT/usr/src/nvidia-standin"
+# shellcheck disable=SC2016 # dpkg-query's own ${Package}
+chroot "$ROOT" dpkg-query -W -f '${Package}\n' | sort | comm -13 "$OUT/packages-before" - \
+  >"$OUT/packages-toolchain"
+# shellcheck disable=SC2046 # one package name per word
+chroot "$ROOT" dpkg --purge $(cat "$OUT/packages-toolchain")
+rm -f "$OUT/packages-before" "$OUT/packages-toolchain"
 
 step "configuration files"
 # Copy the overlay's contents, not its (git-checkout) ownership or directory modes.
 cp -r --no-preserve=mode,ownership "$HERE/overlay/." "$ROOT/"
+chmod 755 "$ROOT/usr/local/bin/nvidia-smi"
 # The host's resolver configuration means nothing inside the isolated guest.
 : > "$ROOT/etc/resolv.conf"
-chroot "$ROOT" systemctl enable systemd-networkd.service
+chroot "$ROOT" systemctl enable systemd-networkd.service pve-guests.service
 # Nothing in the guest needs "network online"; waiting for it only stretches every boot, as do
 # the periodic maintenance timers.
 chroot "$ROOT" systemctl mask systemd-networkd-wait-online.service apt-daily.timer \
