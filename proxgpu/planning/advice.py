@@ -65,12 +65,14 @@ CUDA's default, FASTEST_FIRST, may differ)
     for selector in selectors:
         for gpu in _select_for_check(inventory, index, selector):
             chosen[gpu.address] = gpu
+    # On a host of one NUMA node every GPU is on it, whatever the firmware says (as for run).
+    only = inventory.numa_nodes[0].id if len(inventory.numa_nodes) == 1 else None
     placements = [
         GpuPlacement(
             index=index.position[gpu.address],
             address=gpu.address,
             model=gpu.model,
-            numa_node=gpu.numa_node,
+            numa_node=gpu.numa_node if only is None else only,
         )
         for gpu in sorted(chosen.values(), key=pci_order)
     ]

@@ -63,15 +63,16 @@ def is_blackwell(gpu: Gpu) -> bool:
 
 
 def _advise_reset(ctx: Context, gpus: list[Gpu]) -> None:
-    # What is known, from NVIDIA/open-gpu-kernel-modules#853: an RTX 5070 Ti on vfio-pci (host
-    # kernel 6.14.5, NVIDIA open driver 570.144) did not reset when its libvirt VM shut down, and
-    # the host froze. No host setting is confirmed to avoid it, so none is advised.
+    # What is known, from NVIDIA/open-gpu-kernel-modules#853 (one report, since closed): an RTX
+    # 5070 Ti on vfio-pci (host kernel 6.14.5, NVIDIA open driver 570.144) did not reset when its
+    # libvirt VM shut down, and the host froze; a later try by the reporter reset fine. No host
+    # setting is confirmed to avoid it, so none is advised.
     blackwell = [gpu for gpu in gpus if is_blackwell(gpu)]
     if blackwell:
         ctx.warnings.append(
-            f"{wording.join(wording.addresses(blackwell))}: Blackwell GPUs (RTX 50 series, RTX "
-            "PRO 6000 Blackwell) have been reported to fail their reset on vfio-pci when their "
-            "VM stops (an RTX 5070 Ti, host kernel 6.14, driver 570.144: the GPU hung and the host "
-            "froze), and no host setting is known to prevent it: stop and start each VM once on "
-            "this host before you rely on it, and keep a way to reboot the host remotely (IPMI)"
+            f"{wording.join(wording.addresses(blackwell))}: a Blackwell GPU (an RTX 5070 Ti, host "
+            "kernel 6.14, driver 570.144) has been reported once to fail its reset on vfio-pci "
+            "when its VM stopped (the GPU hung and the host froze; a later try reset fine), and "
+            "no host setting is known to prevent it: stop and start each VM once on this host "
+            "before you rely on it, and keep a way to reboot the host remotely (IPMI)"
         )

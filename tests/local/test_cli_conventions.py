@@ -151,8 +151,15 @@ def test_check_gpus_tells_straddling_by_its_own_code(gpus: str, code: int) -> No
     assert main(["check-gpus", gpus, "--root", str(EXAMPLES / "ct200")]) == code
 
 
-def test_check_gpus_says_when_it_cannot_tell() -> None:
-    assert main(["check-gpus", "0,1", "--root", str(EXAMPLES / "single-socket")]) == 19
+def test_check_gpus_says_when_it_cannot_tell(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    (root / "sys/bus/pci/devices/0000:11:00.0/numa_node").write_text("-1\n")
+    assert main(["check-gpus", "0,1", "--root", str(root)]) == 19
+
+
+def test_on_a_host_of_one_numa_node_every_gpu_is_on_it() -> None:
+    # single-socket's firmware gives its GPUs numa_node -1, as run places them: on node 0.
+    assert main(["check-gpus", "0,1", "--root", str(EXAMPLES / "single-socket")]) == 0
 
 
 def test_rollback_without_a_terminal_says_how_to_go_ahead(
