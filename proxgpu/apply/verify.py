@@ -35,6 +35,9 @@ class VerifyReport(FrozenModel):
     #: Functions not yet on their planned driver because the host has not rebooted since the
     #: apply that needs it: expected, not drift.
     pending_reboot: list[str] = Field(default_factory=list)
+    #: The driver each function the plan moves to vfio-pci is bound to now (``None``: none), when
+    #: the drivers were read.
+    moved: dict[str, str | None] = Field(default_factory=dict)
 
 
 def verify(
@@ -62,13 +65,18 @@ def verify(
         awaiting_reboot = (
             target.changeset.reboot_required and not target.live and boot_id == target.boot_id
         )
+    moved: dict[str, str | None] = {}
     if plan is not None and (isinstance(target, Plan) or target.status == "applied"):
-        drivers = driver_drift(inventory or inspect(host), plan, explain=not awaiting_reboot)
+        inventory = inventory or inspect(host)
+        moved = moved_drivers(inventory, plan)
+        drivers = driver_drift(inventory, plan, explain=not awaiting_reboot)
         if awaiting_reboot:
             pending = [f"{line} (at the next boot)" for line in drivers]
         else:
             drift += drivers
-    return VerifyReport(host=host.name, drifted=bool(drift), drift=drift, pending_reboot=pending)
+    return VerifyReport(
+        host=host.name, drifted=bool(drift), drift=drift, pending_reboot=pending, moved=moved
+    )
 
 
 def _file_drift(host: Host, entry: JournalEntry) -> tuple[list[str], str | None]:
@@ -121,6 +129,28 @@ def _file_drift(host: Host, entry: JournalEntry) -> tuple[list[str], str | None]
             now = data.decode("utf-8", "replace")
             lines[n] += [f"{path}: {line}" for line in entry_drift(path, left, other, now, who)]
     return [line for per_file in lines for line in per_file], found.boot_id
+
+
+def moved_drivers(inventory: Inventory, plan: Plan) -> dict[str, str | None]:
+    """The driver each function ``plan`` moves to vfio-pci holds now, by address.
+
+    >>> from proxgpu.inspection import Inventory
+    >>> from proxgpu.planning import Plan
+    >>> moved_drivers(Inventory(source="t", hostname="t"), Plan(groups=[], warnings=[],
+    ...                                                          tensor_parallel=[]))
+    {}
+    """
+    drivers = {
+        f.address: f.driver
+        for gpu in inventory.gpus
+        for f in (*gpu.function_info, *gpu.iommu_group_peers)
+    }
+    return {
+        address: drivers.get(address)
+        for group in plan.groups
+        if group.role == "vfio"
+        for address in group.functions
+    }
 
 
 def driver_drift(inventory: Inventory, plan: Plan, *, explain: bool = True) -> list[str]:

@@ -40,12 +40,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print(report.model_dump_json(indent=2))
     elif report.drifted:
-        print("\n".join(f"drift: {line}" for line in report.drift))
+        print("\n".join(f"{host.name}: drift: {line}" for line in report.drift))
     elif report.pending_reboot:
         print(f"{host.name}: no drift; a reboot is pending, after which:")
         print("\n".join(f"  {line}" for line in report.pending_reboot))
     else:
         print(f"{host.name}: no drift, the host matches the applied plan")
+        for address, driver in report.moved.items():
+            print(f"  {address}: on {driver or 'no driver'}")
     return DriftError.exit_code if report.drifted else 0
 
 

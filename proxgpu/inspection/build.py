@@ -107,6 +107,8 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         commands=sorted({p.rsplit("/", 1)[1] for p in capture.files if not p.startswith("/dev/")}),
         device_nodes=sorted(p for p in capture.files if p.startswith("/dev/")),
         nvidia_driver_version=_nvidia_version(capture),
+        nvidia_device_file_mode=_nvidia_param(capture, "DeviceFileMode"),
+        nvidia_device_file_gid=_nvidia_param(capture, "DeviceFileGID"),
         initramfs_files=_initramfs_files(capture),
         is_root=capture.uid == 0,
         guest_configs=_texts(capture, GUEST_FILE_PREFIXES, include=True),
@@ -452,6 +454,16 @@ def _container(capture: Capture) -> str | None:
     ``write_container_id``; lxc ``src/lxc/start.c``, ``do_start``). Neither exists on a host."""
     markers = ("/dev/.lxc-boot-id", "/run/systemd/container")
     return next((path for path in markers if path in capture.lines), None)
+
+
+def _nvidia_param(capture: Capture, name: str) -> int | None:
+    """A number from the nvidia driver's ``params`` file (``DeviceFileMode: 438``, decimal, as
+    nv-procfs.c prints them)."""
+    for line in capture.lines.get("/proc/driver/nvidia/params", []):
+        key, _, value = line.partition(":")
+        if key.strip() == name and value.strip().isdigit():
+            return int(value.strip())
+    return None
 
 
 def _nvidia_version(capture: Capture) -> str | None:

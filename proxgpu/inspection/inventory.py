@@ -168,6 +168,10 @@ class Inventory(FrozenModel):
     commands: list[str] = Field(default_factory=list)
     device_nodes: list[str] = Field(default_factory=list)
     nvidia_driver_version: str | None = None
+    #: The mode and group the nvidia driver gives its device files (``DeviceFileMode`` and
+    #: ``DeviceFileGID`` in ``/proc/driver/nvidia/params``; NVIDIA's defaults are 0666 and 0).
+    nvidia_device_file_mode: int | None = None
+    nvidia_device_file_gid: int | None = None
     #: Base names of the modules (``nvidia.ko.zst``) and proxgpu files in the running kernel's
     #: initramfs; ``None`` when it was not read (no ``lsinitramfs``, no initramfs).
     initramfs_files: list[str] | None = None

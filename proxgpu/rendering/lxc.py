@@ -227,6 +227,7 @@ def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> No
         render_nodes_unit(ctx, nvidia, include)
     managed = _Managed.of(ctx.inventory)
     modes = {p: cap.mode for p in nvidia if (cap := capability(ctx.inventory, p))}
+    modes |= _driver_modes(ctx, [p for p in nvidia if p not in modes], vmid)
     devs = [v for k, v in wanted if k == "dev"] if dev_mode else []
     _sync_dev_entries(config, devs, managed, modes)
     raw = [
@@ -259,6 +260,24 @@ def _match_cores(ctx: RenderContext, config: GuestConfig, cpus: str, vmid: int) 
             f"CT {vmid}: cores {old} becomes {pinned}, the CPUs it is pinned to ({cpus}): "
             f"pinned, it runs on all of them; cap its CPU time with cpulimit: {old} if need be"
         )
+
+
+def _driver_modes(ctx: RenderContext, paths: list[str], vmid: int) -> dict[str, int]:
+    """The mode the host's nvidia driver gives its device files (``NVreg_DeviceFileMode``), for
+    the container's GPU and control nodes when it is narrower than NVIDIA's 0666 default: the
+    container never gets them wider than the host has them. Its group (``DeviceFileGID``) is the
+    admin's to give to the container's users."""
+    mode = ctx.inventory.nvidia_device_file_mode
+    if mode is None or mode & 0o777 == 0o666:
+        return {}
+    gid = ctx.inventory.nvidia_device_file_gid or 0
+    if gid:
+        ctx.warnings.append(
+            f"CT {vmid}: the host's nvidia device files are mode {mode & 0o777:04o}, group {gid} "
+            f"(NVreg_DeviceFileMode/GID): its entries get that mode; add gid={gid} to them (or "
+            "the container's users to that group) for those users to reach the GPUs"
+        )
+    return {path: mode & 0o777 for path in paths if re.fullmatch(r"/dev/nvidia(\d+|ctl)", path)}
 
 
 def _sync_dev_entries(

@@ -39,7 +39,7 @@ rec section lines
 # shellcheck disable=SC2086 # $resources: one word per file, no spaces in sysfs device names
 grep -H -s -Z '' \
     proc/sys/kernel/hostname proc/sys/kernel/osrelease proc/cmdline proc/devices \
-    proc/driver/nvidia/version proc/driver/nvidia/gpus/*/information \
+    proc/driver/nvidia/version proc/driver/nvidia/params proc/driver/nvidia/gpus/*/information \
     sys/devices/system/node/node*/cpulist sys/devices/system/node/node*/meminfo \
     sys/bus/pci/devices/*/class sys/bus/pci/devices/*/vendor sys/bus/pci/devices/*/device \
     sys/bus/pci/devices/*/subsystem_vendor sys/bus/pci/devices/*/subsystem_device \

@@ -6,6 +6,7 @@ Each test takes the ct200 example (inspected once) and changes the one fact it i
 
 from __future__ import annotations
 
+import shutil
 from functools import cache
 from pathlib import Path
 
@@ -93,6 +94,25 @@ def with_caps(text: str | None = None) -> Inventory:
             "nvidia_caps": [NvidiaCap(proc_path=GI_ACCESS, minor=12, mode=0o444)],
         }
     )
+
+
+def test_a_host_that_narrows_nvidias_device_files_narrows_the_containers_too(
+    tmp_path: Path,
+) -> None:
+    # NVreg_DeviceFileMode=0660 and DeviceFileGID=44, as the driver's params file prints them.
+    root = tmp_path / "host"
+    shutil.copytree(EXAMPLES / "ct200", root, symlinks=True)
+    params = root / "proc/driver/nvidia/params"
+    params.write_text(
+        "ModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 44\nDeviceFileMode: 432\n"
+    )
+    inventory = inspect(DirectoryHost(str(root)))
+    assert (inventory.nvidia_device_file_mode, inventory.nvidia_device_file_gid) == (0o660, 44)
+    changes = rendered(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
+    entries = dev_entries(changes)
+    assert entries["/dev/nvidia0"] == "/dev/nvidia0,mode=0660"
+    assert entries["/dev/nvidiactl"] == "/dev/nvidiactl,mode=0660"
+    assert any("add gid=44" in w for w in changes.warnings)
 
 
 def test_capability_nodes_are_given_no_wider_than_nvidia_makes_them() -> None:

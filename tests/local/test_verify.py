@@ -65,6 +65,10 @@ def test_verify_against_a_plan_checks_each_functions_driver(root: Path) -> None:
         "/etc/modprobe.d/00-proxgpu-vfio.conf is missing (run proxgpu apply again)"
     ) in report.drift
     assert not any(line.startswith("0000:01:") for line in report.drift), "host group is fine"
+    # Each moved function's driver now, whether it drifted or not.
+    assert report.moved["0000:81:00.0"] == "nvidia"
+    assert report.moved["0000:81:00.1"] == "snd_hda_intel"
+    assert not any(address.startswith("0000:01:") for address in report.moved)
     assert not verify(host, plan.model_copy(update={"groups": plan.groups[:1]})).drifted
 
 
