@@ -132,12 +132,13 @@ def with_bits(props: dict[str, str], bits: int, host: HostCpu) -> str | None:
     """``props`` with ``phys-bits=bits`` and the 1 GiB pages OVMF needs above 40 bits: a
     ``+pdpe1gb`` flag for the models that lack it (kvm64, qemu64 and qemu-server's x86-64
     levels: qemu-server warns without it), none of ``-pdpe1gb`` for host and max, which pass
-    the host's flags; ``None`` when the host has no 1 GiB pages to give."""
+    the host's flags; ``None`` when the host has no 1 GiB pages to give (KVM passes a guest no
+    CPU flag the host lacks, whatever the model asks for)."""
+    if host.pdpe1gb is False:
+        return None
     props = dict(props)
     flags = flag_set(props)
     if props["cputype"] in HOST_MODELS:
-        if host.pdpe1gb is False:
-            return None
         flags.pop("pdpe1gb", None)
     else:
         flags["pdpe1gb"] = "+"
@@ -166,6 +167,12 @@ def _warning(
         f"({_why(cpu, now, config.get('cpu') is None)})"
     )
     advice = advised_cpu(config, host, ports)
+    if advice is None and host.pdpe1gb is False:
+        return (
+            f"{what}, and no CPU setting gives it more on this host: its CPU has no 1 GiB pages "
+            f"(pdpe1gb), without which OVMF uses at most 40 address bits; give the VM fewer GPUs "
+            f"(--vm {vmid}:N) or move it to a host whose CPU has them"
+        )
     if advice is None:
         top = f"the host has {host.phys_bits}" if host.phys_bits else "the host's are unknown"
         return (

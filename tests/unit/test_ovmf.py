@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxgpu.planning.bars import advised_cpu, with_bits
 from proxgpu.planning.guestcpu import GuestCpu, HostCpu, guest_cpu
 from proxgpu.planning.ovmf import (
     CLASSIC_WINDOW,
@@ -133,3 +134,14 @@ def test_what_the_vms_cpu_reports(config: str, fields: tuple[str, str, int, str,
 )
 def test_a_cpu_proxgpu_cannot_tell_is_not_guessed(config: str, host: HostCpu) -> None:
     assert guest_cpu(GuestConfig.parse(config), host) is None
+
+
+def test_no_advice_asks_for_1_gib_pages_the_host_lacks() -> None:
+    """KVM gives a guest no CPU flag the host lacks, so +pdpe1gb on such a host changes nothing:
+    OVMF stays at 40 bits, and no cpu: value is advised."""
+    bare = HostCpu(vendor="AuthenticAMD", phys_bits=48, pdpe1gb=False)
+    assert with_bits({"cputype": "kvm64"}, 43, bare) is None
+    assert with_bits({"cputype": "kvm64"}, 43, AMD) == "kvm64,flags=+pdpe1gb,phys-bits=43"
+    config = GuestConfig.parse("bios: ovmf\nmemory: 4096\n")
+    assert advised_cpu(config, bare, {0: [128 * GIB]}) is None
+    assert advised_cpu(config, AMD, {0: [128 * GIB]}) is not None
