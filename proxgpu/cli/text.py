@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.kmod import KmodConfig, module_of
+from proxgpu.paths import MODPROBE_CONF
 
 
 def table(rows: Sequence[Sequence[str]], indent: str = "") -> str:
@@ -72,6 +74,30 @@ def _size(size: int) -> str:
     return f"{size / 2**30:g} GiB" if size >= 2**30 else f"{size / 2**20:g} MiB"
 
 
+def _boot_loading(inv: Inventory) -> list[str]:
+    """What decides which driver takes a GPU at boot: the softdep line kmod uses for each GPU
+    driver's module, and what the running kernel's initramfs holds."""
+    config = KmodConfig.of(inv.host_files, inv.kernel)
+    modules = sorted(
+        {inv.driver_modules[g.driver] for g in inv.gpus if g.driver in inv.driver_modules}
+    )
+    lines = []
+    for module in modules:
+        line = config.softdep(module)
+        used = f"{line.where}: {line.text}" if line else "none"
+        lines.append(f"softdep kmod uses for {module}: {used}")
+    if inv.initramfs_files is None:
+        lines.append(f"initramfs of {inv.kernel or '?'}: not read")
+    else:
+        inside = sorted({m for f in inv.initramfs_files if (m := module_of(f)) in modules})
+        ours = MODPROBE_CONF.rsplit("/", 1)[1] in inv.initramfs_files
+        lines.append(
+            f"initramfs of {inv.kernel}: GPU drivers {', '.join(inside) or 'none'}; "
+            f"proxgpu's binding {'in it' if ours else 'not in it'}"
+        )
+    return lines
+
+
 def render_inventory(inv: Inventory) -> str:
     """The inventory as a sysadmin reads it at a glance."""
     lines = [_header(inv), f"Kernel command line: {inv.kernel_cmdline or '?'}", ""]
@@ -101,6 +127,11 @@ def render_inventory(inv: Inventory) -> str:
         lines.append(
             f"NVSwitches (one NVLink fabric): {', '.join(f.address for f in inv.nvswitches)}"
         )
+    lines += _boot_loading(inv)
+    if inv.pve_container_version:
+        lines.append(f"pve-container {inv.pve_container_version}")
+    for cap in inv.nvidia_caps:
+        lines.append(f"NVIDIA capability {cap.proc_path}: minor {cap.minor}, mode {cap.mode:04o}")
     lines.append(f"Guest configs: {len(inv.guest_configs)}, host files read: {len(inv.host_files)}")
     if inv.warnings:
         lines += ["", "Warnings:", *(f"  - {w}" for w in inv.warnings)]

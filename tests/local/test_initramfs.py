@@ -12,6 +12,9 @@ import gzip
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from proxgpu.cli import main
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.build import GpuFilter
@@ -88,3 +91,15 @@ def test_a_snapshot_keeps_the_initramfs_list(tmp_path: Path) -> None:
 def test_no_initramfs_reads_as_unknown(tmp_path: Path) -> None:
     inventory = inspect(DirectoryHost(str(copy_example(tmp_path))), GpuFilter())
     assert inventory.initramfs_files is None
+
+
+def test_inspect_says_what_decides_the_boot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_tool("lsinitramfs", "initramfs-tools-core")
+    root = copy_example(tmp_path)
+    _initramfs(root, EARLY)
+    assert main(["inspect", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"softdep kmod uses for nvidia: /lib/modules/{KERNEL}/modules.softdep:3" in out
+    assert f"initramfs of {KERNEL}: GPU drivers nvidia; proxgpu's binding not in it" in out
