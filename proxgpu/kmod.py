@@ -191,7 +191,13 @@ class KmodConfig:
         return cls(tuple((path, host_files[path]) for _, path in ordered))
 
     def lines(self, command: str | None = None) -> list[ConfigLine]:
-        """Every command line, in the order kmod reads them (``command`` ones only if given)."""
+        """Every command line, in the order kmod reads them (``command`` ones only if given).
+
+        >>> config = KmodConfig.of({"/etc/modprobe.d/b.conf": "blacklist nouveau\\n",
+        ...                         "/lib/modprobe.d/a.conf": "softdep amdgpu post: x\\n"}, None)
+        >>> [line.where for line in config.lines()], [l.text for l in config.lines("blacklist")]
+        (['/lib/modprobe.d/a.conf:1', '/etc/modprobe.d/b.conf:1'], ['blacklist nouveau'])
+        """
         return [
             line
             for path, text in self.files
@@ -200,14 +206,20 @@ class KmodConfig:
         ]
 
     def softdep(self, module: str) -> ConfigLine | None:
-        """The ``softdep`` line kmod uses for ``module``: the first that matches it."""
+        """The ``softdep`` line kmod uses for ``module``: the first that matches it.
+
+        >>> text = "softdep snd-hda-* pre: x\\nsoftdep snd_hda_intel pre: y\\n"
+        >>> config = KmodConfig.of({"/etc/modprobe.d/a.conf": text}, None)
+        >>> config.softdep("snd_hda_intel").text
+        'softdep snd-hda-* pre: x'
+        """
         return next((line for line in self.lines("softdep") if line.matches(module)), None)
 
     def install(self, module: str) -> ConfigLine | None:
-        """The ``install`` command kmod runs instead of loading ``module``: the first one."""
-        return next((line for line in self.lines("install") if line.matches(module)), None)
+        """The ``install`` command kmod runs instead of loading ``module``: the first one.
 
-    def position(self, path: str) -> int | None:
-        """Where ``path`` comes in kmod's order (``None`` when kmod does not read it)."""
-        paths = [p for p, _ in self.files]
-        return paths.index(path) if path in paths else None
+        >>> config = KmodConfig.of({"/etc/modprobe.d/a.conf": "install vfio_pci /bin/t\\n"}, None)
+        >>> config.install("vfio-pci").where, config.install("nvidia")
+        ('/etc/modprobe.d/a.conf:1', None)
+        """
+        return next((line for line in self.lines("install") if line.matches(module)), None)
