@@ -21,7 +21,12 @@ from __future__ import annotations
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.kmod import module_of, normalize
 from proxgpu.paths import BIND_SCRIPT, MODPROBE_CONF
-from proxgpu.rendering.binding import before_ours, initramfs_lacks_binding, theirs
+from proxgpu.rendering.binding import (
+    before_ours,
+    initramfs_lacks_binding,
+    ours_in_effect,
+    theirs,
+)
 
 
 def why_not_vfio(inventory: Inventory, function: PciFunction) -> str:
@@ -54,7 +59,7 @@ def _broken_link(inventory: Inventory, driver: str) -> str:
     install = config.install("vfio_pci")
     if install is not None and before_ours(install):
         return f"{install.where} (`{install.text}`) runs instead of proxgpu's hook"
-    if f"softdep {module} pre: vfio-pci" not in inventory.host_files[MODPROBE_CONF]:
+    if not ours_in_effect(inventory, module):
         return f"{MODPROBE_CONF} has no softdep for {module} (run proxgpu plan and apply again)"
     if BIND_SCRIPT not in inventory.host_files:
         return f"{BIND_SCRIPT} is missing (run proxgpu apply again)"

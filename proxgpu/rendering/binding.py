@@ -138,21 +138,23 @@ def _kernels(inventory: Inventory) -> list[str | None]:
     return [inventory.kernel, *(k for k in found if k != inventory.kernel)]
 
 
-def _softdep_line(ctx: RenderContext, module: str, problems: list[str]) -> str:
+def _softdep_line(
+    ctx: RenderContext, module: str, configs: list[KmodConfig], problems: list[str]
+) -> str:
     """``softdep MODULE pre: vfio-pci ...``, keeping the pre and post modules of the line kmod
-    would use without proxgpu's (the module's own ``MODULE_SOFTDEP`` in ``modules.softdep``, or
-    an admin's line): ours comes first, so kmod would drop that one."""
+    would use without proxgpu's in each kernel's config (the module's own ``MODULE_SOFTDEP`` in
+    ``modules.softdep``, or an admin's line): ours comes first, so kmod would drop that one."""
     pre: list[str] = []
     post: list[str] = []
-    for n, kernel in enumerate(_kernels(ctx.inventory)):
-        found = theirs(ctx.inventory, kernel).softdep(module)
+    for n, config in enumerate(configs):
+        found = config.softdep(module)
         if found is None:
             continue
         if before_ours(found) and "vfio_pci" not in map(normalize, found.softdeps()[0]):
             entry = f"  - {found.where}: {found.text}"
             problems += [entry] if entry not in problems else []
             continue
-        if n == 0 and not before_ours(found) and not _ours_in_effect(ctx, module):
+        if n == 0 and not before_ours(found) and not ours_in_effect(ctx.inventory, module):
             ctx.warnings.append(
                 f"{module}: kmod uses only the first softdep line for a module and reads "
                 f"{found.where} (`{found.text}`) before any modprobe.d file named after it, so "
@@ -167,10 +169,9 @@ def _softdep_line(ctx: RenderContext, module: str, problems: list[str]) -> str:
     )
 
 
-def _ours_in_effect(ctx: RenderContext, module: str) -> bool:
-    """Whether kmod already uses proxgpu's softdep line for ``module`` on the host as it is."""
-    config = KmodConfig.of(ctx.inventory.host_files, ctx.inventory.kernel)
-    line = config.softdep(module)
+def ours_in_effect(inventory: Inventory, module: str) -> bool:
+    """Whether kmod uses proxgpu's softdep line for ``module`` on the host as it is now."""
+    line = KmodConfig.of(inventory.host_files, inventory.kernel).softdep(module)
     return line is not None and line.path == MODPROBE_CONF
 
 
@@ -189,7 +190,9 @@ def _tell_unused(ctx: RenderContext, module: str) -> None:
 
 def _softdep_lines(ctx: RenderContext, modules: list[str]) -> list[str]:
     problems: list[str] = []
-    lines = [_softdep_line(ctx, module, problems) for module in modules]
+    # One config per installed kernel, running one first: each differs only in modules.softdep.
+    configs = [theirs(ctx.inventory, kernel) for kernel in _kernels(ctx.inventory)]
+    lines = [_softdep_line(ctx, module, configs, problems) for module in modules]
     for module in modules:
         _tell_unused(ctx, module)
     if problems:
