@@ -44,6 +44,9 @@ MODPROBE_CONF = "/etc/modprobe.d/00-proxgpu-vfio.conf"
 #: Where earlier proxgpu wrote it, after ``modules.softdep``; a plan replaces it.
 LEGACY_MODPROBE_CONF = "/etc/modprobe.d/proxgpu-vfio.conf"
 BIND_SCRIPT = "/usr/local/sbin/proxgpu-vfio-bind"
+#: The two files' base names: kmod sorts config files by it, and an initramfs lists them by it.
+MODPROBE_CONF_NAME = MODPROBE_CONF.rsplit("/", 1)[1]
+BIND_SCRIPT_NAME = BIND_SCRIPT.rsplit("/", 1)[1]
 INITRAMFS_HOOK = "/etc/initramfs-tools/hooks/proxgpu"
 MODULES_LOAD = "/etc/modules-load.d/proxgpu-vfio.conf"
 DRIVERCTL_DIR = "/etc/driverctl.d/"

@@ -71,6 +71,16 @@ def host_driver(vendor_id: str, class_code: str) -> str | None:
     return _DRIVER_NAME.get(modules[0], modules[0]) if modules else None
 
 
+def module_name(driver: str) -> str:
+    """The name of the module that provides a PCI driver, as kmod writes it.
+
+    >>> module_name("bochs-drm"), module_name("vfio-pci"), module_name("nvidia")
+    ('bochs', 'vfio_pci', 'nvidia')
+    """
+    modules = {name: module for module, name in _DRIVER_NAME.items()}
+    return modules.get(driver, driver.replace("-", "_"))
+
+
 def returning_driver(driver: str | None, vendor_id: str, class_code: str) -> str | None:
     """The driver a GPU of a host group holds after a split: its own, or, when it is unbound or
     on vfio-pci, the one it returns to (``None`` when proxgpu cannot tell).

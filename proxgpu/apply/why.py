@@ -48,7 +48,7 @@ def why_not_vfio(inventory: Inventory, function: PciFunction) -> str:
 def _broken_link(inventory: Inventory, driver: str) -> str:
     if MODPROBE_CONF not in inventory.host_files:
         return f"{MODPROBE_CONF} is missing (run proxgpu apply again)"
-    module = inventory.driver_modules.get(driver)
+    module = inventory.driver_module(driver)
     if module is None:
         return f"{driver} is built into the kernel, so nothing loads before it (bind with --live)"
     config = theirs(inventory)

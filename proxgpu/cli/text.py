@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.kmod import KmodConfig, module_of
-from proxgpu.paths import MODPROBE_CONF
+from proxgpu.paths import MODPROBE_CONF_NAME
 
 
 def table(rows: Sequence[Sequence[str]], indent: str = "") -> str:
@@ -90,7 +90,7 @@ def _boot_loading(inv: Inventory) -> list[str]:
         lines.append(f"initramfs of {inv.kernel or '?'}: not read")
     else:
         inside = sorted({m for f in inv.initramfs_files if (m := module_of(f)) in modules})
-        ours = MODPROBE_CONF.rsplit("/", 1)[1] in inv.initramfs_files
+        ours = MODPROBE_CONF_NAME in inv.initramfs_files
         lines.append(
             f"initramfs of {inv.kernel}: GPU drivers {', '.join(inside) or 'none'}; "
             f"proxgpu's binding {'in it' if ours else 'not in it'}"

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from proxgpu.cpulist import parse_cpulist
 from proxgpu.model import FrozenModel
-from proxgpu.pci import returning_driver
+from proxgpu.pci import module_name, returning_driver
 
 SCHEMA_VERSION = 1
 
@@ -195,6 +195,36 @@ class Inventory(FrozenModel):
         'pve1'
         """
         return self.hostname.split(".")[0]
+
+    def driver_module(self, driver: str) -> str | None:
+        """The module that provides ``driver``, a PCI driver loaded now (the name ``softdep`` and
+        ``blacklist`` lines use), or ``None`` when it is built into the kernel: its sysfs
+        directory has no ``module`` link. A capture that recorded no module link at all (one
+        taken before proxgpu read them) cannot tell, and gets the name its module would have.
+
+        >>> inventory = Inventory(source="s", hostname="h", driver_modules={"bochs-drm": "bochs"})
+        >>> inventory.driver_module("bochs-drm"), inventory.driver_module("pcieport")
+        ('bochs', None)
+        """
+        if driver in self.driver_modules:
+            return self.driver_modules[driver]
+        return None if self.driver_modules else module_name(driver)
+
+    def host_module(self, function: PciFunction) -> str | None:
+        """The module that drives ``function`` on the host: its driver's, or, unbound or on
+        vfio-pci, the module of the driver it returns to; ``None`` for a built-in driver or one
+        proxgpu cannot tell.
+
+        >>> fn = PciFunction(address="0000:81:00.1", vendor_id="10de", device_id="22e8",
+        ...                  class_code="0x040300", driver="vfio-pci")
+        >>> Inventory(source="s", hostname="h", driver_modules={"nvidia": "nvidia"}).host_module(fn)
+        'snd_hda_intel'
+        """
+        driver = returning_driver(function.driver, function.vendor_id, function.class_code)
+        if driver is None:
+            return None
+        # Only a driver bound now is known to be loaded, and so whether it is built in.
+        return self.driver_module(driver) if driver == function.driver else module_name(driver)
 
     def gpu(self, address: str) -> Gpu:
         """The GPU at ``address`` (any function of its slot).

@@ -168,12 +168,17 @@ def _new_id(ctx: Context, moved: list[Gpu], kept: list[Gpu]) -> None:
     PVE/SysFSTools.pm). The kernel then offers vfio-pci every device of that ID without a
     driver, and only a device whose ``driver_override`` names another driver escapes
     (``pci_match_device``): kept GPUs of the same ID, left driverless when their driver fails to
-    load, go to vfio-pci then. proxgpu warns while they are driverless."""
+    load, go to vfio-pci then. proxgpu's bind script writes each kept function's driver into its
+    ``driver_override`` at every boot; until a boot has done so, proxgpu warns while they are
+    driverless."""
     ids = {(gpu.vendor_id, gpu.device_id) for gpu in moved}
     twins = [gpu for gpu in kept if (gpu.vendor_id, gpu.device_id) in ids]
-    if not twins:
-        return
-    loose = [gpu for gpu in twins if gpu.driver is None]
+    loose = [
+        gpu
+        for gpu in twins
+        if gpu.driver is None
+        and (gpu.host_driver is None or gpu.driver_override != gpu.host_driver)
+    ]
     if not loose:
         return
     named = "/".join(sorted({f"{gpu.vendor_id}:{gpu.device_id}" for gpu in loose}))
@@ -184,5 +189,6 @@ def _new_id(ctx: Context, moved: list[Gpu], kept: list[Gpu]) -> None:
         f"module): a VM start that finds a {named} device off vfio-pci writes that ID to "
         "vfio-pci's new_id (qemu-server's pci_dev_bind_to_vfio), and vfio-pci then takes every "
         f"driverless device of that ID, these too: get {driver} loaded (dkms status, modprobe "
-        f"{driver}) before starting VMs"
+        f"{driver}) before starting VMs; from the next boot with the modprobe binding, proxgpu's "
+        f"bind script sets their driver_override to {driver}, so new_id cannot take them"
     )

@@ -10,15 +10,17 @@ from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.kmod import MODULES_SOFTDEP, ConfigLine, KmodConfig, module_of, normalize
 from proxgpu.paths import (
     BIND_SCRIPT,
+    BIND_SCRIPT_NAME,
     DRIVERCTL_DIR,
     GRUB_DEFAULT,
     INITRAMFS_HOOK,
     KERNEL_CMDLINE,
     LEGACY_MODPROBE_CONF,
     MODPROBE_CONF,
+    MODPROBE_CONF_NAME,
     MODULES_LOAD,
 )
-from proxgpu.pci import host_modules
+from proxgpu.pci import host_modules, returning_driver
 from proxgpu.rendering.context import RenderContext, functions_by_address, role_functions
 from proxgpu.rendering.templating import render_template
 
@@ -40,23 +42,15 @@ def _conflicts_in_line(words: list[str], ids: set[str], modules: set[str]) -> st
     return None
 
 
-def _kept_module(ctx: RenderContext, function: PciFunction) -> str | None:
-    """The module that drives a kept function after the boot: the one that drives it now, or,
-    unbound or on vfio-pci, the first that would claim it by its IDs. A blacklist of another
-    module that could claim it (nouveau beside nvidia) takes nothing away."""
-    if function.driver and function.driver != "vfio-pci":
-        # A capture without the driver's module link: its name is the module's, most often.
-        return ctx.inventory.driver_modules.get(function.driver, normalize(function.driver))
-    return next(iter(host_modules(function.vendor_id, function.class_code)), None)
-
-
 def refuse_conflicting_binding(ctx: RenderContext) -> None:
     """Refuse settings that would keep the kept GPUs from their driver at boot: ``ids=`` for
     vfio-pci that names their IDs, a blacklist of the module that drives them, in any modprobe.d
     file kmod reads, the kernel command line or the boot loader's."""
     kept = role_functions(ctx, "host")
     ids = {f"{f.vendor_id}:{f.device_id}" for f in kept}
-    modules = {m for f in kept if (m := _kept_module(ctx, f)) is not None}
+    # The module that drives each after the boot; a blacklist of another that could claim it
+    # (nouveau beside nvidia) takes nothing away.
+    modules = {m for f in kept if (m := ctx.inventory.host_module(f)) is not None}
     sources = dict(theirs(ctx.inventory).files)
     sources["/proc/cmdline"] = ctx.inventory.kernel_cmdline or ""
     for path in (KERNEL_CMDLINE, GRUB_DEFAULT):
@@ -124,7 +118,7 @@ def theirs(inventory: Inventory, kernel: str | None = None) -> KmodConfig:
 
 def before_ours(line: ConfigLine) -> bool:
     """Whether kmod reads ``line``'s file before proxgpu's (file names sorted by ``strcmp``)."""
-    return line.path.rsplit("/", 1)[1].encode() < MODPROBE_CONF.rsplit("/", 1)[1].encode()
+    return line.path.rsplit("/", 1)[1].encode() < MODPROBE_CONF_NAME.encode()
 
 
 def _kernels(inventory: Inventory) -> list[str | None]:
@@ -203,7 +197,7 @@ def _softdep_lines(ctx: RenderContext, modules: list[str]) -> list[str]:
             "first for a module, so vfio-pci would not load before the driver:\n"
             + "\n".join(problems),
             "add vfio-pci first to its pre: modules, or rename the file to sort between "
-            f"{MODPROBE_CONF.rsplit('/', 1)[1]} and {MODULES_SOFTDEP} (proxgpu's line then "
+            f"{MODPROBE_CONF_NAME} and {MODULES_SOFTDEP} (proxgpu's line then "
             "keeps its modules)",
         )
     return lines
@@ -215,7 +209,7 @@ def _softdep_modules(ctx: RenderContext, functions: list[PciFunction]) -> list[s
         # The modules that would claim it by its IDs, even when it sits on vfio-pci today.
         modules.update(host_modules(function.vendor_id, function.class_code))
         if function.driver and function.driver != "vfio-pci":
-            module = ctx.inventory.driver_modules.get(function.driver)
+            module = ctx.inventory.driver_module(function.driver)
             if module is None:
                 ctx.warnings.append(
                     f"{function.address}: driver {function.driver} is built into the kernel, so "
@@ -234,7 +228,7 @@ def initramfs_lacks_binding(inventory: Inventory) -> bool:
     """Whether the running kernel's initramfs (as inspection listed it) lacks proxgpu's
     modprobe.d file or bind script."""
     listed = set(inventory.initramfs_files or ())
-    return not {MODPROBE_CONF.rsplit("/", 1)[1], BIND_SCRIPT.rsplit("/", 1)[1]} <= listed
+    return not {MODPROBE_CONF_NAME, BIND_SCRIPT_NAME} <= listed
 
 
 def _tell_initramfs(ctx: RenderContext, modules: list[str]) -> None:
@@ -303,11 +297,12 @@ def render_binding(ctx: RenderContext) -> None:
         render_template(
             "vfio-bind.sh.j2",
             functions=addresses,
+            kept=kept_overrides(ctx),
             modprobe_conf=MODPROBE_CONF,
         )
         if modprobe
         else None,
-        "mark the vfio functions' driver_override",
+        "mark the functions' driver_override: vfio ones for vfio-pci, kept ones for their driver",
         mode=0o755,
     )
     ctx.file(
@@ -333,6 +328,33 @@ def render_binding(ctx: RenderContext) -> None:
         "load the vfio modules at boot",
     )
     _render_driverctl(ctx, addresses if ctx.options.bind_method == "driverctl" else [])
+
+
+#: What a driver's sysfs name may hold to be written into the bind script unquoted.
+_DRIVER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def kept_overrides(ctx: RenderContext) -> list[tuple[str, str]]:
+    """``(address, driver)`` for each function the plan keeps on the host, its driver the one it
+    holds now or returns to: the bind script writes that driver into its ``driver_override``,
+    after which the kernel matches it to no other driver, vfio-pci's ``new_id`` included
+    (``pci_match_device``). One whose driver proxgpu cannot tell is left as it is.
+
+    >>> from proxgpu.host.local import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> from proxgpu.planning import SplitPolicy, plan_split
+    >>> from proxgpu.rendering.context import RenderOptions
+    >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
+    >>> ctx = RenderContext(inventory, plan_split(inventory, SplitPolicy(lxc=200)), RenderOptions())
+    >>> kept_overrides(ctx)[:2]
+    [('0000:01:00.0', 'nvidia'), ('0000:01:00.1', 'snd_hda_intel')]
+    """
+    kept = []
+    for function in role_functions(ctx, "host"):
+        driver = returning_driver(function.driver, function.vendor_id, function.class_code)
+        if driver is not None and _DRIVER_NAME.match(driver):
+            kept.append((function.address, driver))
+    return kept
 
 
 def _render_driverctl(ctx: RenderContext, addresses: list[str]) -> None:

@@ -249,3 +249,28 @@ def test_a_line_read_before_proxgpus_is_refused_once_for_every_kernel() -> None:
         _changes(_with_files(ct200(), files))
     assert str(refused.value).count("0-nvidia.conf:1") == 1
     assert "add vfio-pci first to its pre: modules" in str(refused.value)
+
+
+def test_one_notion_of_the_module_that_drives_a_gpu() -> None:
+    """The moved GPUs' softdeps and the kept GPUs' blacklist check ask the same question: a
+    driver bound now without a module link (where the capture read them) is built in; one not
+    loaded now is its module by name; a capture without module links cannot tell built-ins."""
+    blacklist = {"/etc/modprobe.d/x.conf": "blacklist nvidia\n"}
+    links = ct200().model_copy(update={"driver_modules": {"snd_hda_intel": "snd_hda_intel"}})
+    built_in = _changes(_with_files(links, blacklist))
+    # modprobe.d cannot keep a built-in driver from its GPUs, and nothing loads before it.
+    assert any("driver nvidia is built into the kernel" in w for w in built_in.warnings)
+    gpus = [
+        g.model_copy(
+            update={
+                "driver": None,
+                "function_info": [f.model_copy(update={"driver": None}) for f in g.function_info],
+            }
+        )
+        for g in links.gpus
+    ]
+    unbound = links.model_copy(update={"gpus": gpus})
+    with pytest.raises(RenderError, match="nvidia would not load by itself"):
+        _changes(_with_files(unbound, blacklist))
+    unknown = _changes(_with_files(ct200(), {}))
+    assert not any("built into the kernel" in w for w in unknown.warnings)

@@ -87,9 +87,12 @@ def test_binding_names_only_vfio_functions() -> None:
     inventory, changes = scenario("ct200-lxc-vm")
     script = next(f.after for f in changes.files if f.path == BIND_SCRIPT) or ""
     conf = next(f.after for f in changes.files if f.path == MODPROBE_CONF) or ""
+    # The script's loops: the functions marked for vfio-pci, then the kept ones with their driver.
+    marked, kept = [line for line in script.splitlines() if line.startswith("for ")]
     for gpu in inventory.gpus:
         for address in gpu.functions:
-            assert (address in script) == (gpu.numa_node == 1)
+            assert (f" {address} " in marked.replace(";", " ")) == (gpu.numa_node == 1)
+            assert (f" {address}=" in kept) == (gpu.numa_node == 0)
             assert (address in conf) == (gpu.numa_node == 1)
     settings = [line for line in conf.splitlines() if not line.startswith("#")]
     assert not any("ids=" in line for line in settings), "ids= would take all eight GPUs"

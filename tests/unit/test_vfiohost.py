@@ -193,5 +193,17 @@ def test_driverless_kept_twins_are_what_new_id_would_take() -> None:
     assert "10de:2330" in warning and "modprobe nvidia" in warning
 
 
+def test_driverless_kept_twins_marked_for_their_driver_are_not_at_risk() -> None:
+    # A boot with proxgpu's bind script wrote nvidia into their driver_override.
+    inventory = every(ct200(), driver=None, driver_override="nvidia")
+    for address in ("0000:81:00.0", "0000:91:00.0", "0000:e1:00.0", "0000:f1:00.0"):
+        inventory = changed(inventory, address, driver="vfio-pci", driver_override="vfio-pci")
+    assert warnings(inventory, "new_id") == []
+    # One left unmarked (a boot before the binding) is still named.
+    inventory = changed(inventory, "0000:11:00.0", driver_override=None)
+    (warning,) = warnings(inventory, "new_id")
+    assert warning.startswith("0000:11:00.0 stay")
+
+
 def test_kept_twins_on_their_driver_are_not_at_risk_now() -> None:
     assert warnings(ct200(), "new_id") == []

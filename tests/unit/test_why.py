@@ -28,7 +28,8 @@ def _why(
         hostname="pve1",
         kernel=KERNEL,
         host_files=files,
-        driver_modules={"nvidia": "nvidia"} if modules else {},
+        # Without nvidia's module link beside another driver's, nvidia is built in.
+        driver_modules={"nvidia": "nvidia"} if modules else {"ahci": "ahci"},
         initramfs_files=initramfs,
     )
     function = PciFunction(
