@@ -106,6 +106,7 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
     targets = ctx.targets()
     held: dict[tuple[GuestRef, str], list[DeviceClaim]] = defaultdict(list)
     vgpus: dict[GuestRef, dict[str, list[DeviceClaim]]] = defaultdict(lambda: defaultdict(list))
+    unbound: dict[tuple[GuestRef, str], list[DeviceClaim]] = defaultdict(list)  # driver=keep
     for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
         # A vGPU entry stays as it is, a target's too: it needs its GPU on the host driver.
         if claim.keeps_host_driver:
@@ -114,11 +115,16 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
             continue
         # The plan rewrites the targets' own device entries, so those never conflict.
         if claim.guest in targets:
+            if claim.keep_driver:
+                unbound[claim.guest, claim.pci_address or ""].append(claim)
             continue
         for gpu in _claimed_gpus(ctx.index, claim):
             held[claim.guest, gpu.address].append(claim)
     for guest, by_gpu in vgpus.items():
         _judge_vgpu_claims(ctx, groups, guest, by_gpu, guest in targets)
+    for claims in unbound.values():
+        for gpu in _claimed_gpus(ctx.index, claims[0]):
+            _tell_kept_binding(ctx, group_of.get(gpu.address), gpu, claims)
     taken: dict[GuestRef, list[str]] = defaultdict(list)  # container -> GPUs going to vfio-pci
     for (guest, address), claims in held.items():
         if guest.type != "lxc":
@@ -178,15 +184,39 @@ def _refuse_container_claim(
     )
 
 
+def _tell_kept_binding(
+    ctx: Context, group: PlanGroup | None, gpu: Gpu, claims: list[DeviceClaim]
+) -> None:
+    """A ``driver=keep`` entry leaves the binding to the host: qemu-server does not move the GPU
+    to vfio-pci at the VM's start, so the VM starts only once proxgpu's binding holds."""
+    claims = [c for c in claims if c.keep_driver]
+    if not claims or group is None or group.role != "vfio" or gpu.driver == "vfio-pci":
+        return
+    vmid = claims[0].guest.vmid
+    ctx.warnings.append(
+        f"VM {vmid} passes {gpu.address} through with driver=keep ({wording.claim_lines(claims)}),"
+        f" so qemu-server will not bind it to vfio-pci itself: VM {vmid} starts only once it is "
+        f"there (after the reboot, or now with apply --live); it is on "
+        f"{gpu.driver or 'no driver'} today"
+    )
+
+
 def _judge_vm_claim(
     ctx: Context, group: PlanGroup, address: str, claims: list[DeviceClaim]
 ) -> None:
     vmid = claims[0].guest.vmid
     if group.role == "host":
+        # With driver=keep qemu-server leaves the GPU where it is, and QEMU cannot open it there.
+        outcome = (
+            f"VM {vmid} could not start while it stays there (driver=keep: qemu-server does not "
+            "move it to vfio-pci)"
+            if any(c.keep_driver for c in claims)
+            else f"starting VM {vmid} would take it from the host"
+        )
         ctx.problem(
             "claimed",
             f"{address} stays on the host driver but VM {vmid} passes it through: "
-            f"{wording.claim_lines(claims)}; starting VM {vmid} would take it from the host",
+            f"{wording.claim_lines(claims)}; {outcome}",
             f"remove that hostpci entry (or the GPU's map line in the PCI mapping), or move the "
             f"GPU to vfio-pci for that VM (--vm {vmid} with --vfio-gpus {address})",
         )
@@ -203,6 +233,7 @@ def _judge_vm_claim(
             f"{wording.claim_lines(claims)}); binding it to "
             "vfio-pci keeps that working"
         )
+        _tell_kept_binding(ctx, group, ctx.index.at(address)[0], claims)
 
 
 def _judge_vgpu_claims(

@@ -5,9 +5,13 @@ A container claims an NVIDIA GPU through its device node (``devN: /dev/nvidia3``
 every GPU); a VM claims a PCI device through ``hostpciN`` with an address or a ``mapping=`` from
 ``/etc/pve/mapping/pci.cfg``. A ``hostpciN`` with ``mdev=`` is a vGPU: qemu-server creates a
 mediated device on the GPU (``prepare_pci_device`` in PVE/QemuServer/PCI.pm) and leaves the GPU
-on its host driver, so that claim needs the GPU kept there, not moved to vfio-pci. Only the main
-section of a config counts: pending changes and snapshots do not hold devices. The claims keep
-the addresses and minors as written; matching them to GPUs is the planner's job.
+on its host driver, so that claim needs the GPU kept there, not moved to vfio-pci. A
+``hostpciN`` with ``driver=keep`` is still a passthrough (QEMU gets ``vfio-pci,host=ADDR``, as
+``print_hostpci_devices`` writes it), but qemu-server neither resets the device nor binds it to
+vfio-pci (``prepare_pci_device``): the host must have it on vfio-pci before the VM starts, and a
+GPU that stays on its host driver stops the VM from starting, not the host's use of it. Only the
+main section of a config counts: pending changes and snapshots do not hold devices. The claims
+keep the addresses and minors as written; matching them to GPUs is the planner's job.
 
 >>> configs = {"/etc/pve/lxc/201.conf": "dev0: /dev/nvidia3,gid=44\\n",
 ...            "/etc/pve/qemu-server/300.conf": "hostpci0: 81:00,pcie=1\\n"}
@@ -51,7 +55,8 @@ class DeviceClaim(FrozenModel):
 
     Exactly one of ``pci_address`` (as written: ``81:00``, ``0000:81:00.0``) and ``nvidia_minor``
     (``"*"`` for ``c 195:* rwm``) is set. ``mapping`` names the PCI mapping the address came from,
-    ``mdev`` the mediated device type of a vGPU entry.
+    ``mdev`` the mediated device type of a vGPU entry; ``keep_driver`` marks a ``driver=keep``
+    entry, whose binding qemu-server leaves to the host.
 
     >>> DeviceClaim(guest=GuestRef(type="lxc", vmid=201), path="/etc/pve/lxc/201.conf",
     ...             line="lxc.cgroup2.devices.allow: c 195:* rwm", nvidia_minor="*").nvidia_minor
@@ -65,6 +70,7 @@ class DeviceClaim(FrozenModel):
     nvidia_minor: int | Literal["*"] | None = None
     mapping: str | None = None
     mdev: str | None = None
+    keep_driver: bool = False
 
     @property
     def keeps_host_driver(self) -> bool:
@@ -96,10 +102,16 @@ def device_claims(configs: Mapping[str, str], node: str) -> list[DeviceClaim]:
         for key, value in GuestConfig.parse(configs[path]).entries():
             line = f"{key}: {value}"
             if guest.type == "vm" and _HOSTPCI.match(key):
-                mdev = hostpci_mdev(value)
+                mdev, keep = hostpci_mdev(value), hostpci_keeps_binding(value)
                 claims.extend(
                     DeviceClaim(
-                        guest=guest, path=path, line=line, pci_address=pci, mapping=name, mdev=mdev
+                        guest=guest,
+                        path=path,
+                        line=line,
+                        pci_address=pci,
+                        mapping=name,
+                        mdev=mdev,
+                        keep_driver=keep,
                     )
                     for pci, name in _hostpci_addresses(value, mappings)
                 )
@@ -118,6 +130,19 @@ def hostpci_mdev(value: str) -> str | None:
         return parse_property_string(value, "host").get("mdev") or None
     except ValueError:
         return None
+
+
+def hostpci_keeps_binding(value: str) -> bool:
+    """Whether a ``hostpciN`` value says ``driver=keep`` (qemu-server's ``driver`` option, ``vfio``
+    by default): qemu-server then leaves the device on the driver it has.
+
+    >>> hostpci_keeps_binding("0000:81:00,driver=keep"), hostpci_keeps_binding("81:00,pcie=1")
+    (True, False)
+    """
+    try:
+        return parse_property_string(value, "host").get("driver") == "keep"
+    except ValueError:
+        return False
 
 
 def _hostpci_addresses(

@@ -187,3 +187,45 @@ def test_a_gpu_named_for_vfio_is_taken_out_of_that_list() -> None:
     policy = SplitPolicy(lxc=200, vfio_gpus=["81:00.0", "91:00.0"])
     error = refusal(ct200({VM_310: f"{config}\n"}), policy)
     assert error.problems[0].fix == "leave 0000:81:00.0 out of --vfio-gpus"
+
+
+# --- driver=keep: a passthrough whose binding qemu-server leaves to the host --------------------
+
+KEEP = "hostpci0: 0000:81:00.0,driver=keep,pcie=1"
+
+
+def test_a_driver_keep_entry_is_a_passthrough_claim_that_keeps_its_binding() -> None:
+    claims = device_claims({VM_310: f"{KEEP}\n"}, "pve1")
+    assert [(c.pci_address, c.keep_driver, c.keeps_host_driver) for c in claims] == [
+        ("0000:81:00.0", True, False)
+    ]
+
+
+def test_driver_keep_on_a_gpu_going_to_vfio_waits_for_the_binding() -> None:
+    plan = plan_split(ct200({VM_310: f"{KEEP}\n"}), SplitPolicy(lxc=200))
+    (warning,) = [w for w in plan.warnings if "through with driver=keep" in w]
+    assert warning.startswith("VM 310 passes 0000:81:00.0 through with driver=keep")
+    assert "it is on nvidia today" in warning
+
+
+def test_driver_keep_on_a_gpu_already_on_vfio_says_nothing_more() -> None:
+    inventory = ct200({VM_310: f"{KEEP}\n"})
+    gpus = [
+        g.model_copy(update={"driver": "vfio-pci"}) if g.address == "0000:81:00.0" else g
+        for g in inventory.gpus
+    ]
+    plan = plan_split(inventory.model_copy(update={"gpus": gpus}), SplitPolicy(lxc=200))
+    assert not [w for w in plan.warnings if "through with driver=keep" in w]
+
+
+def test_a_target_vms_driver_keep_entry_waits_for_the_binding_too() -> None:
+    policy = SplitPolicy(lxc=200, vms=[(310, None)])
+    plan = plan_split(ct200({VM_310: f"{KEEP}\n"}), policy)
+    assert [w for w in plan.warnings if w.startswith("VM 310 passes 0000:81:00.0 through")]
+
+
+def test_driver_keep_on_a_kept_gpu_is_refused_as_a_vm_that_cannot_start() -> None:
+    config = KEEP.replace("81:00.0", "01:00.0")
+    error = refusal(ct200({VM_310: f"{config}\n"}), SplitPolicy(lxc=200))
+    assert codes(error) == ["claimed"]
+    assert "VM 310 could not start while it stays there" in error.problems[0].what
