@@ -64,6 +64,17 @@ def place_job(inventory: Inventory, size: int, node: int | None = None) -> JobPl
     vendor to choose another); the indexes are that runtime's (see
     :mod:`~proxgpu.planning.runtimes`).
 
+    >>> from proxgpu.inspection import Gpu, NumaNode
+    >>> gpus = [Gpu(address=f"0000:{bus}:00.0", vendor_id="10de", device_id="2330",
+    ...             class_code="0x030200", numa_node=node, driver="nvidia",
+    ...             functions=[f"0000:{bus}:00.0"], function_info=[])
+    ...         for bus, node in (("01", 0), ("81", 1), ("91", 1))]
+    >>> inventory = Inventory(source="doc", hostname="pve1", gpus=gpus,
+    ...                       numa_nodes=[NumaNode(id=0, cpus="0-7"), NumaNode(id=1, cpus="8-15")])
+    >>> job = place_job(inventory, 2)
+    >>> job.numa_node, job.cpus, [gpu.index for gpu in job.gpus]
+    (1, '8-15', [1, 2])
+
     :raises UsageError: when ``size`` is below 1, the host has no such node, no runtime sees a
         GPU, or no node (or not ``node``) has ``size`` of them, naming each node's count.
     """

@@ -74,7 +74,13 @@ _AMD_HT_START = 1012 * GIB
 
 
 def address_width(cpu: GuestCpu) -> int | None:
-    """The address bits OVMF uses, or ``None`` when it does not trust the CPU's."""
+    """The address bits OVMF uses, or ``None`` when it does not trust the CPU's.
+
+    >>> address_width(GuestCpu("host", "host", 52, "AuthenticAMD", True, None))
+    46
+    >>> address_width(GuestCpu("host", "host", 48, "GenuineIntel", False, None))
+    40
+    """
     bits = min(cpu.phys_bits, cpu.guest_phys_bits or cpu.phys_bits)
     trusted = (
         bits >= 41
@@ -88,7 +94,13 @@ def address_width(cpu: GuestCpu) -> int | None:
 
 
 def first_non_address(config: GuestConfig, cpu: GuestCpu, host: HostCpu) -> int:
-    """The end of the VM's RAM and memory hotplug area, where the classic window starts."""
+    """The end of the VM's RAM and memory hotplug area, where the classic window starts.
+
+    >>> cpu = GuestCpu("kvm64", "kvm64", 40, "GenuineIntel", False, None)
+    >>> host = HostCpu("GenuineIntel", 46, True)
+    >>> first_non_address(GuestConfig.parse("memory: 65536"), cpu, host) >> 30
+    66
+    """
     memory = (memory_mib(config) or 0) * MIB
     if hotplugs_memory(config):
         # Only the static 1 GiB is RAM at boot; the hotplug area follows it above 4 GiB.
@@ -117,7 +129,11 @@ def _max_hotplug_memory(config: GuestConfig, host: HostCpu) -> int:
 
 
 def window_size(width: int | None, first_non: int) -> int:
-    """The 64-bit PCI window's size for trusted ``width`` bits (``None``: not trusted)."""
+    """The 64-bit PCI window's size for trusted ``width`` bits (``None``: not trusted).
+
+    >>> window_size(None, 66 * GIB) >> 30, window_size(46, 66 * GIB) >> 40
+    (32, 8)
+    """
     if width is None:
         return CLASSIC_WINDOW
     classic_base = _align(_align(first_non, GIB), CLASSIC_WINDOW)
@@ -128,7 +144,11 @@ def window_size(width: int | None, first_non: int) -> int:
 
 
 def hotplug_reservation(window: int) -> int:
-    """What each hotplug bridge reserves of a window this size (PciHotPlugInitDxe)."""
+    """What each hotplug bridge reserves of a window this size (PciHotPlugInitDxe).
+
+    >>> hotplug_reservation(8 * TIB) >> 30, hotplug_reservation(CLASSIC_WINDOW)
+    (32, 0)
+    """
     return 1 << ((window >> 8) - 1).bit_length() if window > CLASSIC_WINDOW else 0
 
 
@@ -145,7 +165,11 @@ def needed_bytes(ports: Mapping[int, list[int]], window: int) -> int:
     """The 64-bit space the root bridge's layout takes: ``ports`` maps each ``hostpciN`` index
     on a root port to its devices' 64-bit prefetchable BAR sizes (``[]``: another device, whose
     BARs are not known), with every other bridge reserving what :func:`hotplug_reservation`
-    says."""
+    says.
+
+    >>> needed_bytes({0: [128 * GIB, 32 * MIB]}, CLASSIC_WINDOW) >> 20
+    131104
+    """
     pad = hotplug_reservation(window)
     indices = sorted({*range(FIXED_ROOT_PORTS), *ports}, key=lambda i: (i < FIXED_ROOT_PORTS, i))
     # PciBusDxe meets the extra root ports (slot 0x10) before the fixed ones (0x1c), then the
@@ -196,11 +220,27 @@ class Fit:
 
     @property
     def fits(self) -> bool:
+        """Whether the layout fits the window.
+
+        >>> Fit(width=None, window=CLASSIC_WINDOW, needed=128 * GIB).fits
+        False
+        """
         return self.needed <= self.window
 
 
 def fit(config: GuestConfig, cpu: GuestCpu, host: HostCpu, ports: Mapping[int, list[int]]) -> Fit:
-    """How the VM's GPUs on root ports ``ports`` fit the window its CPU gets."""
+    """How the VM's GPUs on root ports ``ports`` fit the window its CPU gets.
+
+    >>> config = GuestConfig.parse("memory: 65536")
+    >>> host = HostCpu("AuthenticAMD", 48, True)
+    >>> one_gpu = {0: [128 * GIB, 32 * MIB]}
+    >>> small = fit(config, GuestCpu("kvm64", "kvm64", 40, "AuthenticAMD", False, None), host,
+    ...             one_gpu)
+    >>> small.width, small.window >> 30, small.needed >> 30, small.fits
+    (40, 128, 132, False)
+    >>> fit(config, GuestCpu("host", "host", 48, "AuthenticAMD", True, None), host, one_gpu).fits
+    True
+    """
     width = address_width(cpu)
     window = window_size(width, first_non_address(config, cpu, host))
     return Fit(width, window, needed_bytes(ports, window))
