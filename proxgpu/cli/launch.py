@@ -36,7 +36,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("name the command to run: proxgpu run --tp N -- COMMAND...")
     inventory = read_inventory(args)
-    job = place_job(inventory, args.tp, args.node)
+    # This machine's limits (a container's cpuset shows in the affinity the kernel gives every
+    # process in it) apply to this machine only: a --root tree is described as it is.
+    usable = None if args.root is not None else os.sched_getaffinity(0)
+    job = place_job(inventory, args.tp, args.node, usable)
     numactl = shutil.which("numactl")
     node = job.numa_node
     argv = [numactl, f"--cpunodebind={node}", f"--membind={node}", "--", *command]

@@ -22,9 +22,11 @@ ask for fewer with --tp
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 
 from pydantic import Field
 
+from proxgpu.cpulist import format_cpulist, parse_cpulist
 from proxgpu.errors import UsageError
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.model import FrozenModel
@@ -55,11 +57,19 @@ class JobPlacement(FrozenModel):
     numbering: str
 
 
-def place_job(inventory: Inventory, size: int, node: int | None = None) -> JobPlacement:
+def place_job(
+    inventory: Inventory,
+    size: int,
+    node: int | None = None,
+    usable_cpus: Collection[int] | None = None,
+) -> JobPlacement:
     """``size`` GPUs of one NUMA node, the first ``size`` in PCI order on it, for one job.
 
-    The node is ``node``, else the lowest-numbered one with ``size`` GPUs; a GPU of unknown
-    node is on none, unless the host has only one. The runtime is the
+    The node is ``node``, else the lowest-numbered one with ``size`` GPUs and a CPU in
+    ``usable_cpus``; a GPU of unknown node is on none, unless the host has only one.
+    ``usable_cpus`` are the CPUs the job may run on (a container's cpuset, an inherited
+    affinity; ``None``: every CPU): the job gets the node's CPUs among them, never one the
+    kernel would not let it use. The runtime is the
     first of CUDA, ROCm and Level Zero that numbers a GPU on the host (narrow the inventory to one
     vendor to choose another); the indexes are that runtime's (see
     :mod:`~proxgpu.planning.runtimes`).
@@ -74,6 +84,8 @@ def place_job(inventory: Inventory, size: int, node: int | None = None) -> JobPl
     >>> job = place_job(inventory, 2)
     >>> job.numa_node, job.cpus, [gpu.index for gpu in job.gpus]
     (1, '8-15', [1, 2])
+    >>> place_job(inventory, 2, usable_cpus=range(4, 12)).cpus
+    '8-11'
 
     :raises UsageError: when ``size`` is below 1, the host has no such node, no runtime sees a
         GPU, or no node (or not ``node``) has ``size`` of them, naming each node's count.
@@ -89,12 +101,13 @@ def place_job(inventory: Inventory, size: int, node: int | None = None) -> JobPl
     by_node: dict[int | None, list[Gpu]] = defaultdict(list)
     for gpu in gpus:
         by_node[only if only is not None else gpu.numa_node].append(gpu)
-    chosen = _node(inventory, runtime, by_node, size, node)
+    cpus = _usable(inventory, usable_cpus)
+    chosen = _node(inventory, runtime, by_node, size=size, node=node, cpus=cpus)
     picked = by_node[chosen][:size]
     return JobPlacement(
         runtime=runtime.name,
         numa_node=chosen,
-        cpus=inventory.numa_node(chosen).cpus,
+        cpus=cpus[chosen],
         gpus=[
             GpuPlacement(
                 index=index[gpu.address],
@@ -110,6 +123,17 @@ def place_job(inventory: Inventory, size: int, node: int | None = None) -> JobPl
     )
 
 
+def _usable(inventory: Inventory, usable: Collection[int] | None) -> dict[int, str]:
+    """Each node's CPUs that the job may use, as a CPU list ("" when none)."""
+    if usable is None:
+        return {n.id: n.cpus for n in inventory.numa_nodes}
+    allowed = set(usable)
+    return {
+        n.id: format_cpulist(c for c in parse_cpulist(n.cpus) if c in allowed)
+        for n in inventory.numa_nodes
+    }
+
+
 def _runtime(inventory: Inventory) -> Runtime:
     for runtime in RUNTIMES:
         if numbered(inventory, runtime):
@@ -123,8 +147,10 @@ def _node(
     inventory: Inventory,
     runtime: Runtime,
     by_node: dict[int | None, list[Gpu]],
+    *,
     size: int,
     node: int | None,
+    cpus: dict[int, str],
 ) -> int:
     known = sorted(n.id for n in inventory.numa_nodes)
     counts = ", ".join(
@@ -142,10 +168,23 @@ def _node(
                 f"{inventory.hostname}: NUMA node {node} has fewer than {size} {noun}: {counts}; "
                 "choose another --node or ask for fewer with --tp"
             )
+        if not cpus[node]:
+            raise UsageError(
+                f"{inventory.hostname}: none of NUMA node {node}'s CPUs "
+                f"({inventory.numa_node(node).cpus}) is one this process may run on (its "
+                "container's cpuset or inherited affinity): choose another --node"
+            )
         return node
-    for candidate in known:
-        if len(by_node.get(candidate, [])) >= size:
+    enough = [n for n in known if len(by_node.get(n, [])) >= size]
+    for candidate in enough:
+        if cpus[candidate]:
             return candidate
+    if enough:
+        raise UsageError(
+            f"{inventory.hostname}: the NUMA nodes with {size} {noun} (node "
+            f"{wording.join([str(n) for n in enough])}) have no CPU this process may run on (its "
+            "container's cpuset or inherited affinity); ask for fewer with --tp"
+        )
     raise UsageError(
         f"{inventory.hostname}: no NUMA node has {size} {noun}: {counts}; ask for fewer with --tp"
     )

@@ -10,12 +10,16 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pytest_mock import MockerFixture
 
 from proxgpu.cli import main
 from proxgpu.cpulist import format_cpulist
+from proxgpu.host.local import DirectoryHost
+from proxgpu.inspection import inspect
 from tests.support.trees import REPO, copy_example
 
 PCI = "sys/bus/pci/devices"
@@ -254,3 +258,36 @@ def stand_in_numactl(directory: Path) -> Path:
     )
     script.chmod(0o755)
     return script
+
+
+@pytest.fixture
+def one_cpu() -> Iterator[int]:
+    """This process narrowed to its first allowed CPU, as a container's cpuset narrows it."""
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
+    os.sched_setaffinity(0, {cpu})
+    yield cpu
+    os.sched_setaffinity(0, before)
+
+
+def test_on_this_machine_run_claims_only_the_cpus_it_may_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mocker: MockerFixture, one_cpu: int
+) -> None:
+    root, _ = this_machine(tmp_path)
+    # The inventory is this machine's (no --root), but its GPUs are ct200's: this one has none.
+    tree = inspect(DirectoryHost(str(root)))
+    mocker.patch("proxgpu.cli.launch.read_inventory", return_value=tree)
+    assert main(["run", "--tp", "2", "--node", "0", "--dry-run", "--json", "--", "x"]) == 0
+    assert json.loads(capsys.readouterr().out)["cpus"] == str(one_cpu)
+
+
+def test_with_root_run_describes_the_tree_not_this_machines_cpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], one_cpu: int
+) -> None:
+    root = copy_example(tmp_path)
+    argv = ["run", "--tp", "2", "--node", "1", "--root", str(root), "--dry-run", "--json"]
+    assert main([*argv, "--", "x"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    # ct200's node 1, though this process may run on one CPU only.
+    assert document["cpus"] == "32-63"
+    assert "CPUs 32-63 and node 1's memory" in document["summary"]

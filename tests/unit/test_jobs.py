@@ -123,3 +123,21 @@ def test_a_host_where_no_runtime_sees_a_gpu_says_why() -> None:
         "pve1: CUDA sees no GPU: 0000:81:00.0 is on vfio-pci, not nvidia; "
         "nor does ROCm (amdgpu) or Level Zero (i915, xe)"
     )
+
+
+def test_a_job_gets_only_the_cpus_it_may_use() -> None:
+    # A container pinned to half of node 1's CPUs.
+    job = place_job(ct200(), 4, node=1, usable_cpus=range(32, 48))
+    assert job.cpus == "32-47"
+
+
+def test_a_node_whose_cpus_are_all_out_of_reach_is_passed_over() -> None:
+    job = place_job(ct200(), 4, usable_cpus=[40, 41])
+    assert (job.numa_node, job.cpus) == (1, "40-41")
+
+
+def test_no_usable_cpu_on_the_node_asked_for_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="none of NUMA node 0's CPUs"):
+        place_job(ct200(), 4, node=0, usable_cpus=[40])
+    with pytest.raises(UsageError, match="have no CPU this process may run on"):
+        place_job(ct200(), 4, usable_cpus=[200])
