@@ -184,7 +184,9 @@ def _new_id(ctx: Context, moved: list[Gpu], kept: list[Gpu]) -> None:
     named = "/".join(sorted({f"{gpu.vendor_id}:{gpu.device_id}" for gpu in loose}))
     driver = loose[0].host_driver or "their driver"
     ctx.warnings.append(
-        f"{wording.join(wording.addresses(loose))} stay on the host but have no driver now "
+        f"{wording.join(wording.addresses(loose))} "
+        f"{'stays on the host but has' if len(loose) == 1 else 'stay on the host but have'} "
+        "no driver now "
         f"({driver} is not loaded or not bound, as after a kernel upgrade without a matching "
         f"module): a VM start that finds a {named} device off vfio-pci writes that ID to "
         "vfio-pci's new_id (qemu-server's pci_dev_bind_to_vfio), and vfio-pci then takes every "

@@ -202,7 +202,7 @@ def test_driverless_kept_twins_marked_for_their_driver_are_not_at_risk() -> None
     # One left unmarked (a boot before the binding) is still named.
     inventory = changed(inventory, "0000:11:00.0", driver_override=None)
     (warning,) = warnings(inventory, "new_id")
-    assert warning.startswith("0000:11:00.0 stay")
+    assert warning.startswith("0000:11:00.0 stays on the host but has no driver now")
 
 
 def test_kept_twins_on_their_driver_are_not_at_risk_now() -> None:
