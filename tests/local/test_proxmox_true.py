@@ -317,3 +317,15 @@ def test_a_target_vms_vgpu_entry_stays_as_written(tmp_path: Path) -> None:
     assert f"\n{vgpu}\n" in text
     assert not [w for w in plan_split(inventory, policy).warnings if "vGPU" in w]
     assert_all_ok(validate_tree(write_tree(tmp_path / "host", {VM_300: text}), "ct200"))
+
+
+def test_a_target_vms_driver_keep_entry_stays_and_qemu_server_starts_it(tmp_path: Path) -> None:
+    keep = "hostpci7: 0000:81:00,driver=keep,pcie=1"
+    inventory = with_configs({VM_300: ct200().guest_configs[VM_300] + keep + "\n"})
+    policy = SplitPolicy(lxc=200, vms=[(300, None)])
+    text = after(rendered(inventory, policy), VM_300)
+    assert f"\n{keep}\n" in text
+    assert "0000:81:00," not in text.replace(keep, ""), "the GPU is not given twice"
+    (told,) = [w for w in plan_split(inventory, policy).warnings if "with driver=keep" in w]
+    assert told.startswith("VM 300 passes 0000:81:00.0 through with driver=keep")
+    assert_all_ok(validate_tree(write_tree(tmp_path / "host", {VM_300: text}), "ct200"))
