@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     except proxgpu.ProxgpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    for change in result.changes.changed_files():
+    # Shown, not written: secrets in guest configs (cipassword) are redacted, as the CLI does.
+    for change in result.shown.changed_files():
         print(unified_diff(change))
     for group in result.plan.groups:
         print(f"{group.role}: {', '.join(group.gpus)} -> {group.driver}")

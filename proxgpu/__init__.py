@@ -3,7 +3,8 @@
 The pipeline, one package per stage: :mod:`proxgpu.host` (reach a host) ->
 :mod:`proxgpu.pve` (Proxmox's formats and API) -> :mod:`proxgpu.inspection` ->
 :mod:`proxgpu.planning` -> :mod:`proxgpu.rendering` -> :mod:`proxgpu.apply` ->
-:mod:`proxgpu.pipeline` (the whole job in one call) -> :mod:`proxgpu.cli`.
+:mod:`proxgpu.pipeline` (the whole job in one call) -> :mod:`proxgpu.fleet` (many hosts,
+clusters) -> :mod:`proxgpu.cli`. The names a script needs are here, loaded on first use.
 
 >>> import proxgpu
 >>> host = proxgpu.connect(root="examples/hosts/ct200")
@@ -19,13 +20,43 @@ from typing import TYPE_CHECKING
 from proxgpu.errors import ProxgpuError
 
 if TYPE_CHECKING:
+    from proxgpu.fleet import (
+        Target,
+        apply_cluster,
+        each_host,
+        find_nodes,
+        plan_cluster,
+        roll_out,
+        snapshot_nodes,
+    )
     from proxgpu.host import connect
+    from proxgpu.host.ssh import SSHOptions
     from proxgpu.inspection import Gpu, GpuFilter, Inventory, NumaNode, PciFunction, inspect
+    from proxgpu.pipeline import propose, split_host
+    from proxgpu.planning import SplitPolicy
+    from proxgpu.rendering import RenderOptions
 
 # Loaded on first use (PEP 562): they bring pydantic, dataclasses and subprocess, which the
 # command line's --help and usage errors never need.
 _LAZY = {
     "connect": "proxgpu.host",
+    "SSHOptions": "proxgpu.host.ssh",
+    "SplitPolicy": "proxgpu.planning",
+    "RenderOptions": "proxgpu.rendering",
+    "propose": "proxgpu.pipeline",
+    "split_host": "proxgpu.pipeline",
+    **{
+        name: "proxgpu.fleet"
+        for name in (
+            "Target",
+            "apply_cluster",
+            "each_host",
+            "find_nodes",
+            "plan_cluster",
+            "roll_out",
+            "snapshot_nodes",
+        )
+    },
     **{
         name: "proxgpu.inspection"
         for name in ("Gpu", "GpuFilter", "Inventory", "NumaNode", "PciFunction", "inspect")
@@ -46,6 +77,18 @@ __all__ = [
     "NumaNode",
     "PciFunction",
     "ProxgpuError",
+    "RenderOptions",
+    "SSHOptions",
+    "SplitPolicy",
+    "Target",
+    "apply_cluster",
     "connect",
+    "each_host",
+    "find_nodes",
     "inspect",
+    "plan_cluster",
+    "propose",
+    "roll_out",
+    "snapshot_nodes",
+    "split_host",
 ]

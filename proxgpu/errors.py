@@ -185,6 +185,26 @@ class PlanRefusedError(ProxgpuError):
         return "\n".join(problem.fix for problem in self.problems) or None
 
 
+class ClusterNotPlannedError(ProxgpuError):
+    """A cluster apply refused before any node changed: ``nodes`` could not be planned (each
+    node's own error says why).
+
+    >>> print(ClusterNotPlannedError(["pve2"]))
+    nothing was applied: pve2 could not be planned
+    """
+
+    exit_code = 9
+
+    def __init__(self, nodes: Sequence[str]) -> None:
+        super().__init__(f"nothing was applied: {', '.join(nodes)} could not be planned")
+        self.nodes = list(nodes)
+
+    @property
+    def fix(self) -> str | None:
+        """What to do about it."""
+        return "fix what each node's error names, then plan the cluster again"
+
+
 class PreflightError(HostError):
     """apply or rollback refused before writing anything (running guest, ``lock:``, ...)."""
 

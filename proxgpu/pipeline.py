@@ -154,6 +154,46 @@ def with_change(changes: ChangeSet, change: FileChange) -> ChangeSet:
 
 
 @dataclass(frozen=True)
+class ApplyOptions:
+    """How an apply runs: ``--dry-run``, ``--live``, ``--skip-guest-check`` and
+    ``--break-lock``, as one type for the command line, the library and Ansible.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> host = DirectoryHost("examples/hosts/ct200")
+    >>> proposal = propose(host, SplitPolicy(lxc=200, vms=[(300, None)]))
+    >>> ApplyOptions(dry_run=True).apply(host, proposal.changes, plan=proposal.plan).changed
+    True
+    """
+
+    dry_run: bool = False
+    live: bool = False
+    skip_guest_check: bool = False
+    break_lock: bool = False
+
+    def apply(
+        self,
+        host: Host,
+        changes: ChangeSet,
+        *,
+        plan: Plan,
+        inventory: Inventory | None = None,
+        progress: Progress | None = None,
+    ) -> ApplyResult:
+        """Apply ``changes`` (see :func:`proxgpu.apply.apply_changes`) with these options."""
+        return apply_changes(
+            host,
+            changes,
+            plan=plan,
+            inventory=inventory,
+            progress=progress,
+            dry_run=self.dry_run,
+            live=self.live,
+            skip_guest_check=self.skip_guest_check,
+            break_lock=self.break_lock,
+        )
+
+
+@dataclass(frozen=True)
 class SplitResult:
     """Everything one run found, decided and did."""
 
@@ -170,7 +210,12 @@ class SplitResult:
     @property
     def diff(self) -> list[dict[str, str]]:
         """The file changes in Ansible's before/after format, secrets redacted."""
-        return shown(self.changes).ansible_diff()
+        return self.shown.ansible_diff()
+
+    @property
+    def shown(self) -> ChangeSet:
+        """The changes for display: secrets in guest configs redacted (never write these)."""
+        return shown(self.changes)
 
     def document(self) -> dict[str, Any]:
         """The run as ``apply --json`` prints it (``plan``, ``result``, ``diff``)."""
@@ -200,15 +245,9 @@ def split_host(
         (everything written is then restored).
     """
     proposal = propose(host, policy, options, gpu_filter)
-    applied = apply_changes(
-        host,
-        proposal.changes,
-        plan=proposal.plan,
-        dry_run=check,
-        live=live,
-        progress=progress,
-        inventory=proposal.inventory,
-        skip_guest_check=skip_guest_check,
+    how = ApplyOptions(dry_run=check, live=live, skip_guest_check=skip_guest_check)
+    applied = how.apply(
+        host, proposal.changes, plan=proposal.plan, inventory=proposal.inventory, progress=progress
     )
     return SplitResult(proposal.inventory, proposal.plan, proposal.changes, applied)
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from pydantic import Field
 
 from proxgpu.apply.entries import entry_drift, partly_ours
-from proxgpu.apply.journal import JournalEntry
+from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import probe, read_files
 from proxgpu.apply.why import why_not_vfio
+from proxgpu.errors import UsageError
 from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
@@ -40,10 +41,29 @@ class VerifyReport(FrozenModel):
     moved: dict[str, str | None] = Field(default_factory=dict)
 
 
+def applied_entry(host: Host, to: str | None = None) -> JournalEntry:
+    """The journal entry ``to``, or the last applied one (what ``verify`` compares with).
+
+    :raises UsageError: when there is none (or none named ``to``).
+    """
+    entry = select_entry(host, read_journal(host), to, latest=("applied",))
+    if entry is None:
+        raise UsageError(f"{host.name}: no applied entry in the journal (see proxgpu history)")
+    return entry
+
+
 def verify(
-    host: Host, target: JournalEntry | Plan, *, inventory: Inventory | None = None
+    host: Host, target: JournalEntry | Plan | None = None, *, inventory: Inventory | None = None
 ) -> VerifyReport:
-    """Compare the host with an applied journal entry (its files and plan) or with a plan alone.
+    """Compare the host with an applied journal entry (its files and plan; by default the last
+    applied, as ``proxgpu verify`` does) or with a plan alone.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> verify(DirectoryHost("examples/hosts/ct200"))
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.UsageError: dir:examples/hosts/ct200: no applied entry in the journal (see \
+proxgpu history)
 
     Drivers come from a fresh inspection (``inventory`` replaces it when given): each function of
     a vfio group must be on vfio-pci, each GPU of the host group on the group's driver. An entry's
@@ -53,6 +73,7 @@ def verify(
 
     :raises HostUnreachableError: when the host cannot be read.
     """
+    target = applied_entry(host) if target is None else target
     plan = target if isinstance(target, Plan) else target.plan
     drift: list[str] = []
     pending: list[str] = []

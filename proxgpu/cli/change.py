@@ -7,19 +7,28 @@ nothing to change, 2 changes (or a reboot) pending, 1 any error.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
+from typing import NamedTuple
 
-from proxgpu.apply import ApplyResult, apply_changes
+from proxgpu.apply import ApplyResult
 from proxgpu.apply.verify import driver_drift
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes, render_plan
 from proxgpu.cli.proposing import proposal
+from proxgpu.cli.shown import Progress, Shown, emit, run_one
 from proxgpu.errors import UsageError
+from proxgpu.fleet import Say
 from proxgpu.host.base import Host
 from proxgpu.inspection import Inventory
-from proxgpu.pipeline import apply_document, load_plan, plan_document, save_plan, shown
+from proxgpu.pipeline import (
+    ApplyOptions,
+    Proposal,
+    apply_document,
+    load_plan,
+    plan_document,
+    save_plan,
+    shown,
+)
 from proxgpu.planning import Plan
 from proxgpu.rendering.changes import ChangeSet
 
@@ -29,48 +38,42 @@ PENDING = 2
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Show the split and the exact file changes it needs, without changing anything."""
-    with open_host(args) as host:
-        inventory, plan, changes = proposal(args, host)
+    return run_one(args, host_plan)
+
+
+def host_plan(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+    """One host's plan, saved to ``--out`` when given (``{host}`` in it: the host's name)."""
+    return plan_shown(args, host.name, proposal(args, host), say.name)
+
+
+def plan_shown(args: argparse.Namespace, host: str, proposed: Proposal, name: str = "") -> Shown:
+    """A proposal as ``plan`` shows it (a cluster's node comes planned already)."""
+    inventory, plan, changes = proposed
     pending = [] if changes.changed else driver_drift(inventory, plan, explain=False)
-    if args.out:
-        save_plan(args.out, host.name, plan, changes)
-    if args.json:
-        document = plan_document(plan, changes)
-        document["reboot_pending"] = pending
-        print(json.dumps(document, indent=2))
-    else:
-        print(render_plan(plan, inventory))
-        print()
-        print(render_changes(shown(changes), color=args.use_color), end="")
-        _say_pending(pending)
-        if args.out:
-            print(
-                f"Saved to {args.out}: apply exactly this with `proxgpu apply --plan {args.out}`."
-            )
-    if args.detailed_exitcode:
-        return PENDING if changes.changed or pending else 0
-    return 0
+    saved = getattr(args, "out", None)  # apply shows a cluster's plans too, and saves none
+    out = saved.replace("{host}", name or host) if saved else None
+    if out:
+        save_plan(out, host, plan, changes)
+    document = plan_document(plan, changes)
+    document["reboot_pending"] = pending
+    text = (
+        render_plan(plan, inventory) + "\n\n" + render_changes(shown(changes), color=args.use_color)
+    )
+    text += _pending(pending)
+    if out:
+        text += f"Saved to {out}: apply exactly this with `proxgpu apply --plan {out}`.\n"
+    code = PENDING if args.detailed_exitcode and (changes.changed or pending) else 0
+    return Shown(text, document, code)
 
 
-def _say_pending(pending: list[str]) -> None:
-    if pending:
-        print(
-            f"Reboot pending: the files are in place, but {len(pending)} functions are not on "
-            "their planned driver yet; reboot (or apply --live) to finish:"
-        )
-        print("\n".join(f"  {line}" for line in pending))
-
-
-class Progress:
-    """Progress on stderr (so that --json stays one document on stdout), with elapsed time:
-    rebuilding the initramfs for every kernel takes minutes."""
-
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-
-    def __call__(self, step: str, message: str) -> None:
-        elapsed = time.monotonic() - self.start
-        print(f"[{elapsed:6.1f}s] {step}: {message}", file=sys.stderr, flush=True)
+def _pending(pending: list[str]) -> str:
+    if not pending:
+        return ""
+    head = (
+        f"Reboot pending: the files are in place, but {len(pending)} functions are not on "
+        "their planned driver yet; reboot (or apply --live) to finish:\n"
+    )
+    return head + "".join(f"  {line}\n" for line in pending)
 
 
 def confirm(question: str, action: str = "apply") -> bool:
@@ -81,15 +84,17 @@ def confirm(question: str, action: str = "apply") -> bool:
 
 
 def _what_to_apply(
-    args: argparse.Namespace, host: Host
+    args: argparse.Namespace, host: Host, name: str = ""
 ) -> tuple[Inventory | None, Plan, ChangeSet]:
-    """A fresh proposal, or the saved plan ``--plan FILE`` names (checked to be for this host;
-    its inventory is not saved: the compare-and-swap on every file stands in for it)."""
+    """A fresh proposal, or the saved plan ``--plan FILE`` names (``{host}`` in it: the host's
+    name; checked to be for this host; its inventory is not saved: the compare-and-swap on
+    every file stands in for it)."""
     if not args.plan:
         return proposal(args, host)
-    saved = load_plan(args.plan)
+    path = args.plan.replace("{host}", name or host.name)
+    saved = load_plan(path)
     if saved.host != host.name:
-        raise UsageError(f"{args.plan}: made for {saved.host}, not {host.name}")
+        raise UsageError(f"{path}: made for {saved.host}, not {host.name}")
     return None, saved.plan, saved.changes
 
 
@@ -100,33 +105,69 @@ def cmd_apply(args: argparse.Namespace) -> int:
     with open_host(args) as host:
         inventory, plan, changes = _what_to_apply(args, host)
         if not args.json:
-            if inventory is not None:
-                print(render_plan(plan, inventory), end="\n\n")
-            print(render_changes(shown(changes), color=args.use_color), end="")
+            print(_shown_plan(args, inventory, plan, changes), end="")
         proceed = args.dry_run or args.yes or not changes.changed
         if not proceed and not confirm(f"Apply these changes to {host.name}?"):
             print("Nothing changed.", file=sys.stderr)
             return 1
-        result = apply_changes(
-            host,
-            changes,
-            plan=plan,
-            dry_run=args.dry_run,
-            live=args.live,
-            inventory=inventory,
-            skip_guest_check=args.skip_guest_check,
-            break_lock=args.break_lock,
-            progress=None if args.json else Progress(),
+        result = _apply(
+            args, host, Proposed(inventory, plan, changes), Progress(host.name, quiet=args.json)
         )
-    _report(args, plan, changes, result)
-    if args.detailed_exitcode:
-        return PENDING if result.changed else 0
-    return 0
-
-
-def _report(args: argparse.Namespace, plan: Plan, changes: ChangeSet, result: ApplyResult) -> None:
     if args.json:
-        print(json.dumps(apply_document(plan, result, changes), indent=2))
-    elif result.changed:
-        # Without changes the summary printed above already said so.
-        print("\n".join(result.messages))
+        emit(args, Shown(document=apply_document(plan, result, changes)))
+    else:
+        print(_result_text(result), end="")
+    return PENDING if args.detailed_exitcode and result.changed else 0
+
+
+def host_apply(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+    """One host's apply among several: ``--yes`` was given, nothing is asked."""
+    return apply_shown(args, host, Proposed(*_what_to_apply(args, host, say.name)), say)
+
+
+class Proposed(NamedTuple):
+    """What an apply applies: a fresh proposal (with its inventory) or a saved plan."""
+
+    inventory: Inventory | None
+    plan: Plan
+    changes: ChangeSet
+
+
+def apply_shown(args: argparse.Namespace, host: Host, proposed: Proposed, say: Say) -> Shown:
+    """Apply a proposal without asking (a cluster's node comes planned already); the plan, its
+    diff and what was done."""
+    return applied_shown(args, proposed, _apply(args, host, proposed, say))
+
+
+def applied_shown(args: argparse.Namespace, proposed: Proposed, result: ApplyResult) -> Shown:
+    """An apply's result as ``apply`` shows it: the plan, its diff, what was done."""
+    text = _shown_plan(args, *proposed) + _result_text(result)
+    code = PENDING if args.detailed_exitcode and result.changed else 0
+    return Shown(text, apply_document(proposed.plan, result, proposed.changes), code)
+
+
+def apply_options(args: argparse.Namespace) -> ApplyOptions:
+    """``--dry-run``, ``--live``, ``--skip-guest-check`` and ``--break-lock``."""
+    return ApplyOptions(
+        dry_run=args.dry_run,
+        live=args.live,
+        skip_guest_check=args.skip_guest_check,
+        break_lock=args.break_lock,
+    )
+
+
+def _apply(args: argparse.Namespace, host: Host, proposed: Proposed, say: Say) -> ApplyResult:
+    changes, plan, inventory = proposed.changes, proposed.plan, proposed.inventory
+    return apply_options(args).apply(host, changes, plan=plan, inventory=inventory, progress=say)
+
+
+def _result_text(result: ApplyResult) -> str:
+    # Without changes the summary shown with the plan already said so.
+    return "".join(f"{line}\n" for line in result.messages) if result.changed else ""
+
+
+def _shown_plan(
+    args: argparse.Namespace, inventory: Inventory | None, plan: Plan, changes: ChangeSet
+) -> str:
+    text = render_plan(plan, inventory) + "\n\n" if inventory is not None else ""
+    return text + render_changes(shown(changes), color=args.use_color)

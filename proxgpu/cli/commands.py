@@ -5,18 +5,21 @@ one JSON document, return the exit code. ``plan`` and ``apply`` are in :mod:`~pr
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 
-from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
+from proxgpu.apply.journal import read_journal
 from proxgpu.apply.rollback import rollback
-from proxgpu.apply.verify import verify
-from proxgpu.cli.change import Progress, confirm
+from proxgpu.apply.verify import applied_entry, verify
+from proxgpu.cli.change import confirm
 from proxgpu.cli.hosts import open_host
-from proxgpu.cli.setup import gpu_filter, read_inventory
+from proxgpu.cli.setup import gpu_filter
+from proxgpu.cli.shown import Progress, Shown, emit, run_one
 from proxgpu.cli.text import table
-from proxgpu.errors import DriftError, UsageError
+from proxgpu.errors import DriftError
+from proxgpu.fleet import Say
 from proxgpu.host.base import Host
+from proxgpu.inspection import inspect
 from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import gather, write_tree
 from proxgpu.planning.advice import check_gpu_set
@@ -26,29 +29,26 @@ STRADDLES = 18
 UNKNOWN_NODE = 19
 
 
-def _journal_entry(host: Host, to: str | None) -> JournalEntry:
-    entry = select_entry(host, read_journal(host), to, latest=("applied",))
-    if entry is None:
-        raise UsageError(f"{host.name}: no applied entry in the journal (see proxgpu history)")
-    return entry
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     """Compare the host with the last (or the named) apply; exit 17 on drift."""
-    with open_host(args) as host:
-        report = verify(host, _journal_entry(host, args.to))
-    if args.json:
-        print(report.model_dump_json(indent=2))
-    elif report.drifted:
-        print("\n".join(f"{host.name}: drift: {line}" for line in report.drift))
+    return run_one(args, host_verify)
+
+
+def host_verify(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+    """One host's verify (see :func:`cmd_verify`)."""
+    report = verify(host, applied_entry(host, args.to))
+    if report.drifted:
+        lines = [f"{host.name}: drift: {line}" for line in report.drift]
     elif report.pending_reboot:
-        print(f"{host.name}: no drift; a reboot is pending, after which:")
-        print("\n".join(f"  {line}" for line in report.pending_reboot))
+        lines = [f"{host.name}: no drift; a reboot is pending, after which:"]
+        lines += [f"  {line}" for line in report.pending_reboot]
     else:
-        print(f"{host.name}: no drift, the host matches the applied plan")
-        for address, driver in report.moved.items():
-            print(f"  {address}: on {driver or 'no driver'}")
-    return DriftError.exit_code if report.drifted else 0
+        lines = [f"{host.name}: no drift, the host matches the applied plan"]
+        lines += [
+            f"  {address}: on {driver or 'no driver'}" for address, driver in report.moved.items()
+        ]
+    code = DriftError.exit_code if report.drifted else 0
+    return Shown(_lines(lines), report.model_dump(mode="json"), code)
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
@@ -58,63 +58,82 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         if not args.yes and not confirm(question, "roll back"):
             print("Nothing changed.", file=sys.stderr)
             return 1
-        result = rollback(
-            host,
-            args.to,
-            force=args.force,
-            live=args.live,
-            break_lock=args.break_lock,
-            progress=None if args.json else Progress(),
-        )
-    if args.json:
-        print(result.model_dump_json(indent=2))
-    else:
-        print("\n".join(result.messages or [f"restored {len(result.files)} files"]))
-    return 0
+        shown = host_rollback(args, host, Progress(host.name, quiet=args.json))
+    emit(args, shown)
+    return shown.code
+
+
+def host_rollback(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+    """One host's rollback, without asking (see :func:`cmd_rollback`)."""
+    result = rollback(
+        host, args.to, force=args.force, live=args.live, break_lock=args.break_lock, progress=say
+    )
+    text = _lines(result.messages or [f"restored {len(result.files)} files"])
+    return Shown(text, result.model_dump(mode="json"))
 
 
 def cmd_history(args: argparse.Namespace) -> int:
     """List the journal, oldest first."""
-    with open_host(args) as host:
-        journal = read_journal(host)
-    for path, why in journal.unreadable.items():
-        print(f"proxgpu: {host.name}: {path}: {why}; the other entries are listed", file=sys.stderr)
+    return run_one(args, host_history)
+
+
+def host_history(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+    """One host's journal (see :func:`cmd_history`)."""
+    journal = read_journal(host)
+    notes = tuple(
+        f"{host.name}: {path}: {why}; the other entries are listed"
+        for path, why in journal.unreadable.items()
+    )
     entries = journal.entries
-    if args.json:
-        print(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
-        return 0
     rows = [["ID", "STATUS", "STARTED", "BY", "FILES"]]
     rows += [[e.id, e.status, e.started, e.client, str(len(e.files))] for e in entries]
-    print(table(rows) if entries else f"{host.name}: the journal is empty")
-    return 0
+    text = table(rows) if entries else f"{host.name}: the journal is empty"
+    document = [e.model_dump(mode="json") for e in entries]
+    return Shown(text + "\n", document, notes=notes)
 
 
 def cmd_check_gpus(args: argparse.Namespace) -> int:
     """Exit 0 when a GPU set is NUMA-local, 18 when it straddles nodes, 19 when a GPU's node is
     unknown; the explanation says which GPU is where."""
-    inventory = read_inventory(args)
-    check = check_gpu_set(inventory, [s.strip() for s in args.gpus.split(",") if s.strip()])
-    if args.json:
-        print(check.model_dump_json(indent=2))
+    with open_host(args) as host:
+        shown = host_check_gpus(args, host, Progress(host.name, quiet=True))
+    if not args.json and shown.code:
+        print(shown.text, end="", file=sys.stderr)
     else:
-        print(check.explanation, file=sys.stdout if check.numa_local else sys.stderr)
-    if check.numa_local:
-        return 0
-    return UNKNOWN_NODE if any(p.numa_node is None for p in check.gpus) else STRADDLES
+        emit(args, shown)
+    return shown.code
+
+
+def host_check_gpus(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+    """One host's check (see :func:`cmd_check_gpus`)."""
+    inventory = inspect(host, gpu_filter(args))
+    check = check_gpu_set(inventory, [s.strip() for s in args.gpus.split(",") if s.strip()])
+    code = 0
+    if not check.numa_local:
+        code = UNKNOWN_NODE if any(p.numa_node is None for p in check.gpus) else STRADDLES
+    return Shown(check.explanation + "\n", check.model_dump(mode="json"), code)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """Capture what inspection reads into a directory that ``--root`` reads back."""
-    with open_host(args) as host:
-        capture = gather(host)
-        entries = write_tree(capture, args.output)
-        inventory = build_inventory(capture, host.name, gpu_filter(args))
-    if args.json:
-        document = {"host": host.name, "output": args.output, "entries": entries}
-        print(json.dumps({**document, "gpus": [g.address for g in inventory.gpus]}, indent=2))
-        return 0
-    print(
-        f"{host.name}: wrote {entries} entries to {args.output} "
-        f"({len(inventory.gpus)} GPUs); read it back with: proxgpu inspect --root {args.output}"
+    return run_one(args, host_snapshot)
+
+
+def host_snapshot(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+    """One host's snapshot, in ``-o DIR`` (``DIR/HOST`` among several hosts)."""
+    several = len(getattr(args, "hosts", None) or []) > 1
+    output = os.path.join(args.output, say.name) if several else args.output
+    capture = gather(host)
+    entries = write_tree(capture, output)
+    inventory = build_inventory(capture, host.name, gpu_filter(args))
+    document = {"host": host.name, "output": output, "entries": entries}
+    document["gpus"] = [g.address for g in inventory.gpus]
+    text = (
+        f"{host.name}: wrote {entries} entries to {output} "
+        f"({len(inventory.gpus)} GPUs); read it back with: proxgpu inspect --root {output}\n"
     )
-    return 0
+    return Shown(text, document)
+
+
+def _lines(lines: list[str]) -> str:
+    return "".join(f"{line}\n" for line in lines)

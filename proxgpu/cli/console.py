@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,8 +81,25 @@ def write_output(text: str, path: str | None) -> None:
     if path is None:
         sys.stdout.write(text)
         return
+    # Written beside it and renamed over it: a reader never sees half a file, an interrupted
+    # run leaves the old one.
+    folder = os.path.dirname(path) or "."
     try:
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(text)
+        descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=".proxgpu-")
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.chmod(temporary, 0o666 & ~_umask())
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
     except OSError as exc:
         raise UsageError(f"{path}: cannot write: {exc.strerror}") from None
+
+
+def _umask() -> int:
+    # Read by setting it: called once output is written, after every host's thread ended.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from importlib import import_module
 
 from proxgpu.cli.console import report_error, setup_logging, wants_color
-from proxgpu.cli.fleet import expand_hosts, run_fleet
 from proxgpu.cli.hosts import close_unused, open_early
 from proxgpu.errors import ProxgpuError, UsageError
 
@@ -32,28 +32,55 @@ def run(args: argparse.Namespace, detailed: bool) -> int:
     color = getattr(args, "color", "never")
     args.use_color = wants_color(color, tty=sys.stdout.isatty(), environ=os.environ)
     args.json = getattr(args, "json", False)
-    hosts = expand_hosts(getattr(args, "host", None))
+    hosts = _expand(getattr(args, "host", None))
+    args.hosts, args.host = hosts, hosts[0] if hosts else None
     if getattr(args, "cluster", False):
         # Every online node of the cluster, as a fleet keyed by node name (see .cluster).
-        args.hosts, args.host = hosts, hosts[0] if hosts else None
-        args.node_handler, args.handler = args.handler, "cluster:cmd_cluster"
-        args.run_node = lambda one: _run(one, detailed)
-        return _run(args, detailed)
+        return _guarded(args, detailed, lambda: _cluster(args, hosts, detailed))
     if len(hosts) > 1 and getattr(args, "fleet", "read") != "self":
-        return run_fleet(args, hosts, lambda one: _run(one, detailed))
-    args.hosts = hosts
-    args.host = hosts[0] if hosts else None
+        return _guarded(args, detailed, lambda: _fleet(args, hosts, detailed))
     return _run(args, detailed)
+
+
+def _expand(values: list[str] | None) -> list[str]:
+    # The fleet engine is imported only for several hosts: it brings the planner along.
+    if not values or (len(values) == 1 and "," not in values[0]):
+        return [v.strip() for v in values or [] if v.strip()]
+    return list(import_module("proxgpu.fleet.engine").expand_hosts(values))
+
+
+def _fleet(args: argparse.Namespace, hosts: list[str], detailed: bool) -> int:
+    fleet = import_module("proxgpu.cli.fleet")
+    fleet.check_several(args)
+    targets = {h: fleet.Target(h, args.root) for h in hosts}
+    work = fleet.host_work(args.handler)
+    return int(fleet.run_fleet(args, targets, work, detailed=detailed))
+
+
+def _cluster(args: argparse.Namespace, hosts: list[str], detailed: bool) -> int:
+    return int(import_module("proxgpu.cli.cluster").run_cluster(args, hosts, detailed))
 
 
 def _run(args: argparse.Namespace, detailed: bool) -> int:
     """Run the command for one host (or none): its exit code, every failure on one line."""
-    try:
+
+    def one() -> int:
         # The SSH handshake then overlaps the command's imports (see .hosts).
         open_early(args)
         # Imported once a command runs: it brings pydantic, paramiko and jinja2 along.
         module, _, handler = args.handler.partition(":")
         return int(getattr(import_module(f"proxgpu.cli.{module}"), handler)(args))
+
+    try:
+        return _guarded(args, detailed, one)
+    finally:
+        close_unused(args)
+
+
+def _guarded(args: argparse.Namespace, detailed: bool, work: Callable[[], int]) -> int:
+    """``work``'s exit code, every failure on one line."""
+    try:
+        return work()
     except ProxgpuError as exc:
         report_error(exc, args.json)
         return 1 if detailed else exc.exit_code
@@ -74,5 +101,3 @@ def _run(args: argparse.Namespace, detailed: bool) -> int:
             file=sys.stderr,
         )
         return 1
-    finally:
-        close_unused(args)

@@ -1,194 +1,219 @@
-"""Many hosts in one run: each inspected over its own connection, concurrently (``--forks``),
-or, for ``apply`` and ``rollback``, one at a time (``--parallel N`` for more), stopping at the
-first failure.
+"""Many hosts in one run, as the command line shows them (the engine is :mod:`proxgpu.fleet`).
 
-Each host runs the same command as a run for that host alone would, with its output captured;
-the results are then printed in the order the hosts were given: one section per host, or with
-``--json`` one document ``{"hosts": {TARGET: document}}`` holding each host's document (an error
-document for a host that failed). A summary line per host goes to stderr, and the exit code is
-the worst of the hosts' codes.
-
->>> expand_hosts(["pve1,pve2", "pve3"])
-['pve1', 'pve2', 'pve3']
+Each host's steps stream to stderr as they happen, prefixed with the host
+(``pve2: [  3.1s] write: replacing 5 files``), with ``pve2: ok`` or ``failed (exit N)`` as it
+ends; then the results in the order the hosts were given: one section per host, or with
+``--json`` one document ``{"hosts": {TARGET: document}}`` (an error document for a host that
+failed). With ``-o FILE`` the output is one file holding every host (see :func:`write_all`).
+The exit code is the worst host's.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from functools import partial
+from importlib import import_module
+from typing import Any
 
-#: How many hosts are read at once by default, as Ansible's forks.
-FORKS = 5
-
-
-def expand_hosts(values: Sequence[str] | None) -> list[str]:
-    """``--host`` values, each possibly a comma list, in order, without repeats."""
-    hosts = [h.strip() for value in values or [] for h in value.split(",") if h.strip()]
-    return list(dict.fromkeys(hosts))
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One host's run: its exit code and what it printed."""
-
-    target: str
-    code: int
-    out: str
-    err: str
-
-
-class _PerThread(io.TextIOBase):
-    """sys.stdout or sys.stderr, written to a buffer of the running host's thread if it has one."""
-
-    def __init__(self, real: TextIO) -> None:
-        self.real = real
-        self.local = threading.local()
-
-    def write(self, text: str) -> int:
-        buffer: io.StringIO | None = getattr(self.local, "buffer", None)
-        return (buffer or self.real).write(text)
-
-    def flush(self) -> None:
-        if getattr(self.local, "buffer", None) is None:
-            self.real.flush()
-
-    def isatty(self) -> bool:
-        return False  # output is captured, then printed: no colour, no prompts
-
-
-@contextmanager
-def _captured(stream: _PerThread) -> Iterator[io.StringIO]:
-    buffer = io.StringIO()
-    stream.local.buffer = buffer
-    try:
-        yield buffer
-    finally:
-        stream.local.buffer = None
-
-
-Runner = Callable[[argparse.Namespace], int]
+from proxgpu.cli.console import error_document, write_output
+from proxgpu.cli.hosts import connector
+from proxgpu.cli.shown import HostWork, Shown
+from proxgpu.errors import UsageError
+from proxgpu.fleet import Event, Outcome, Target, each_host, roll_out
+from proxgpu.picture.svg import stack_svgs
 
 
 @dataclass(frozen=True)
-class Cluster:
-    """What a run over a cluster's nodes adds to a fleet's: each node's own options (its SSH
-    target or tree), what is said once for the whole cluster (first in the text, ``"cluster"``
-    in the JSON document), the members not run with why, an exit code of its own, and the node
-    a rollout runs alone before any other (the one whose apply writes the cluster's mapping)."""
+class Header:
+    """What a run over a cluster says once: first in the text, ``"cluster"`` in the JSON
+    document; the members not run with why, and an exit code of its own."""
 
-    options: dict[str, dict[str, Any]]
     text: str = ""
     document: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     code: int = 0
-    lead: str | None = None
 
 
 def run_fleet(
-    args: argparse.Namespace, hosts: list[str], one: Runner, cluster: Cluster | None = None
+    args: argparse.Namespace,
+    targets: dict[str, Target],
+    work: HostWork,
+    header: Header | None = None,
+    *,
+    lead: str | None = None,
+    detailed: bool = False,
 ) -> int:
-    """Run ``one`` for each host (for a cluster, each node with its own options); print the
-    results in order; return the worst exit code."""
-    # Commands that change hosts roll out one host at a time unless --parallel says otherwise.
+    """Run ``work`` on every host (a rollout for the commands that change hosts), print the
+    results in order; the worst exit code."""
+    header = header or Header()
     rolling = args.fleet == "rolling"
-    if rolling and not (getattr(args, "yes", False) or getattr(args, "dry_run", False)):
-        print(
-            "proxgpu: several hosts cannot be asked one by one: review them with "
-            "`proxgpu plan --host ...`, then pass --yes",
-            file=sys.stderr,
+    if rolling:
+        require_yes(args)
+    listen = Listener(verbose=rolling)
+    one = partial(work, args)
+    if rolling:
+        rollout = roll_out(
+            targets,
+            one,
+            connect=connector(args),
+            parallel=args.parallel,
+            lead=lead,
+            on_event=listen,
         )
-        return 2
-    fleet = _Fleet(args, one, cluster.options if cluster else {})
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = fleet.out, fleet.err
-    workers = max(1, args.parallel if rolling else args.forks)
-    try:
-        outcomes = fleet.run(hosts, workers, rolling, cluster.lead if cluster else None)
-    finally:
-        sys.stdout, sys.stderr = saved
-    _print(args, hosts, outcomes, cluster or Cluster({}))
-    codes = [o.code for o in outcomes.values()]
-    return max([*codes, cluster.code if cluster else 0], default=0)
-
-
-class _Fleet:
-    """One run over many hosts: the command, and the streams each host's output is caught in."""
-
-    def __init__(
-        self, args: argparse.Namespace, one: Runner, options: dict[str, dict[str, Any]]
-    ) -> None:
-        self.args = args
-        self.one = one
-        self.options = options
-        self.out = _PerThread(sys.stdout)
-        self.err = _PerThread(sys.stderr)
-
-    def for_host(self, target: str) -> Outcome:
-        with _captured(self.out) as stdout, _captured(self.err) as stderr:
-            mine = {"host": target, **self.options.get(target, {}), "use_color": False}
-            own = argparse.Namespace(**{**vars(self.args), **mine})
-            code = self.one(own)
-        return Outcome(target, code, stdout.getvalue(), stderr.getvalue())
-
-    def run(
-        self, hosts: list[str], workers: int, rolling: bool, lead: str | None = None
-    ) -> dict[str, Outcome]:
-        outcomes: dict[str, Outcome] = {}
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            if not rolling:
-                return dict(zip(hosts, pool.map(self.for_host, hosts), strict=True))
-            rest = [h for h in hosts if h != lead]
-            batches = [[lead]] if lead in hosts else []
-            batches += [rest[start : start + workers] for start in range(0, len(rest), workers)]
-            # A rollout stops at the first failure: the hosts after it are not touched.
-            for batch in batches:
-                outcomes.update(zip(batch, pool.map(self.for_host, batch), strict=True))
-                if any(outcomes[h].code != 0 for h in batch):
-                    break
-        return outcomes
-
-
-def _print(
-    args: argparse.Namespace, hosts: list[str], outcomes: dict[str, Outcome], cluster: Cluster
-) -> None:
-    if args.json:
-        documents = {t: _document(o) for t, o in outcomes.items()}
-        extra = {"cluster": cluster.document} if cluster.document else {}
-        print(json.dumps({**extra, "hosts": documents}, indent=2))
+        outcomes = rollout.outcomes
     else:
-        print(cluster.text, end="")
-        for target in hosts:
-            if target in outcomes:
-                print(f"== {target} ==")
-                print(outcomes[target].out, end="" if outcomes[target].out.endswith("\n") else "\n")
-    for target in hosts:
-        outcome = outcomes.get(target)
-        sys.stderr.write("".join(f"{target}: {line}\n" for line in _lines(outcome)))
-        print(f"{target}: {_summary(outcome)}", file=sys.stderr)
-    for name, why in cluster.skipped.items():
+        outcomes = each_host(
+            targets, one, connect=connector(args), forks=args.forks, on_event=listen
+        )
+    print_all(args, list(targets), outcomes, header, listen.ended)
+    codes = [exit_code(o, detailed) for o in outcomes.values()]
+    return max([*codes, header.code], default=0)
+
+
+def require_yes(args: argparse.Namespace) -> None:
+    """Several hosts are changed only with ``--yes`` (or checked with ``--dry-run``).
+
+    :raises UsageError: without either.
+    """
+    if not (getattr(args, "yes", False) or getattr(args, "dry_run", False)):
+        raise UsageError(
+            "several hosts cannot be asked one by one: review them with "
+            "`proxgpu plan --host ...`, then pass --yes"
+        )
+
+
+def host_work(handler: str) -> HostWork:
+    """The per-host work of the command ``handler`` names (``module:cmd_NAME`` has
+    ``host_NAME`` beside it)."""
+    module, _, name = handler.partition(":")
+    work: HostWork = getattr(
+        import_module(f"proxgpu.cli.{module}"), name.replace("cmd_", "host_", 1)
+    )
+    return work
+
+
+def exit_code(outcome: Outcome[Shown], detailed: bool = False) -> int:
+    """A host's exit code: its error's (1 with ``--detailed-exitcode``), else what it showed."""
+    if outcome.error is not None:
+        return 1 if detailed else outcome.error.exit_code
+    return outcome.result.code if outcome.result else 0
+
+
+class Listener:
+    """Each host's events on stderr as they happen: steps (for changes), heartbeats, ends."""
+
+    def __init__(self, *, verbose: bool) -> None:
+        self.verbose = verbose
+        self.lock = threading.Lock()
+        self.ended: set[str] = set()
+
+    def __call__(self, event: Event) -> None:
+        if event.step == "end":
+            self.ended.add(event.host)
+        elif not (self.verbose or event.step == "still"):
+            return
+        with self.lock:
+            print(event, file=sys.stderr, flush=True)
+
+
+def print_all(
+    args: argparse.Namespace,
+    hosts: list[str],
+    outcomes: dict[str, Outcome[Shown]],
+    header: Header,
+    ended: set[str] | frozenset[str] = frozenset(),
+) -> None:
+    """Every host's result in the order given, then what stderr says of each host (how it
+    ended, unless that was said as it happened: ``ended``)."""
+    for name in hosts:
+        outcome = outcomes.get(name)
+        for note in outcome.result.notes if outcome and outcome.result else ():
+            print(f"{name}: proxgpu: {note}", file=sys.stderr)
+        if outcome is not None and outcome.error is not None:
+            lines = str(outcome.error).splitlines()
+            sys.stderr.write("".join(f"{name}: proxgpu: {line}\n" for line in lines))
+        if outcome is None:
+            print(f"{name}: not touched (an earlier host failed)", file=sys.stderr)
+        elif name not in ended:
+            print(
+                f"{name}: {'ok' if outcome.ok else f'failed (exit {outcome.code})'}",
+                file=sys.stderr,
+            )
+    for name, why in header.skipped.items():
         print(f"{name}: {why}", file=sys.stderr)
+    write_all(args, hosts, outcomes, header)
 
 
-def _document(outcome: Outcome) -> object:
-    try:
-        return json.loads(outcome.out)
-    except ValueError:
-        return {"error": {"code": outcome.code, "message": outcome.err.strip()}}
+def write_all(
+    args: argparse.Namespace, hosts: list[str], outcomes: dict[str, Outcome[Shown]], header: Header
+) -> None:
+    """stdout, or ``-o FILE``: one document holding every host (JSON: the fleet document;
+    text: a section per host), written whole (see :func:`~.console.write_output`)."""
+    if args.json:
+        documents = {n: _document(o) for n, o in outcomes.items()}
+        extra = {"cluster": header.document} if header.document else {}
+        text = json.dumps({**extra, "hosts": documents}, indent=2) + "\n"
+    elif getattr(args, "format", "text") == "svg" and not getattr(args, "tree", False):
+        text = stack_svgs([(n, _svg_or_error(outcomes.get(n))) for n in hosts])
+    else:
+        text = header.text
+        for name in hosts:
+            outcome = outcomes.get(name)
+            if outcome is not None and outcome.result is not None:
+                body = outcome.result.text
+                text += f"== {name} ==\n{body}" + ("" if body.endswith("\n") else "\n")
+    output = getattr(args, "output", None) if _combined(args) else None
+    if output is not None and _per_host(output):
+        for name in hosts:
+            outcome = outcomes.get(name)
+            if outcome is not None and outcome.result is not None:
+                own = json.dumps(_document(outcome), indent=2) + "\n"
+                write_output(own if args.json else outcome.result.text, per_host_path(output, name))
+        return
+    write_output(text, output)
 
 
-def _lines(outcome: Outcome | None) -> list[str]:
-    return [] if outcome is None else outcome.err.splitlines()
+def per_host_path(output: str, name: str) -> str:
+    """``-o`` for one host of several: ``{host}`` replaced, or the host's file in ``DIR/``.
+
+    >>> per_host_path("out/{host}.svg", "pve1"), per_host_path("out/", "pve2")
+    ('out/pve1.svg', 'out/pve2')
+    """
+    return output.replace("{host}", name) if "{host}" in output else output + name
 
 
-def _summary(outcome: Outcome | None) -> str:
-    if outcome is None:
-        return "not touched (an earlier host failed)"
-    return "ok" if outcome.code == 0 else f"failed (exit {outcome.code})"
+def _per_host(output: str) -> bool:
+    return "{host}" in output or output.endswith("/")
+
+
+def check_several(args: argparse.Namespace) -> None:
+    """Refuse what several hosts cannot share: one ``--out``/``--plan`` file for all.
+
+    :raises UsageError: naming the option and the way out.
+    """
+    for option in ("out", "plan"):
+        value = getattr(args, option, None)
+        if value and "{host}" not in value:
+            raise UsageError(
+                f"--{option} {value}: several hosts cannot share one plan file; "
+                "put {host} in the name (e.g. plans/{host}.json)"
+            )
+
+
+def _svg_or_error(outcome: Outcome[Shown] | None) -> str | None:
+    return outcome.result.text if outcome and outcome.result else None
+
+
+def _combined(args: argparse.Namespace) -> bool:
+    """Whether ``-o`` is the command's output (``snapshot -o DIR`` is where it writes trees)."""
+    return bool(args.handler == "inspecting:cmd_inspect")
+
+
+def _document(outcome: Outcome[Shown]) -> object:
+    if outcome.error is not None:
+        return error_document(outcome.error)
+    return outcome.result.document if outcome.result else None

@@ -17,9 +17,14 @@ from __future__ import annotations
 import argparse
 import threading
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from proxgpu.host import connect
 from proxgpu.host.base import Host
+
+if TYPE_CHECKING:
+    from proxgpu.fleet.engine import Connect, Target
+    from proxgpu.host.ssh import SSHOptions
 
 _EARLY = "_early_host"
 
@@ -61,17 +66,29 @@ def close_unused(args: argparse.Namespace) -> None:
         host.close()
 
 
+def connector(args: argparse.Namespace) -> Connect:
+    """Opens each host of a fleet with the SSH options ``args`` give (``--user``, ``-i``, ...)."""
+
+    def open_target(target: Target) -> Host:
+        options = _ssh_options(args) if target.host else None
+        return connect(target.host, target.root, options)
+
+    return open_target
+
+
 def _connect(args: argparse.Namespace) -> Host:
-    options = None
-    if args.host:
-        # Imported only for a remote host: paramiko would slow down every other command.
-        options = import_module("proxgpu.host.ssh").SSHOptions(
-            user=args.user,
-            port=args.port,
-            identity_file=args.identity,
-            known_hosts=args.known_hosts,
-            accept_new_host_key=args.accept_new_host_key,
-            connect_timeout=args.connect_timeout,
-            ssh_config=args.ssh_config,
-        )
-    return connect(args.host, args.root, options)
+    return connect(args.host, args.root, _ssh_options(args) if args.host else None)
+
+
+def _ssh_options(args: argparse.Namespace) -> SSHOptions:
+    # Imported only for a remote host: paramiko would slow down every other command.
+    options: SSHOptions = import_module("proxgpu.host.ssh").SSHOptions(
+        user=args.user,
+        port=args.port,
+        identity_file=args.identity,
+        known_hosts=args.known_hosts,
+        accept_new_host_key=args.accept_new_host_key,
+        connect_timeout=args.connect_timeout,
+        ssh_config=args.ssh_config,
+    )
+    return options

@@ -7,26 +7,35 @@ picture, when one is asked for.
 from __future__ import annotations
 
 import argparse
-import json
 from importlib import import_module
 
-from proxgpu.cli.console import write_output
-from proxgpu.cli.setup import read_inventory
+from proxgpu.cli.setup import gpu_filter
+from proxgpu.cli.shown import Shown, run_one
 from proxgpu.cli.text import render_inventory
 from proxgpu.errors import UsageError
+from proxgpu.fleet import Say
+from proxgpu.host.base import Host
+from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print the host's inventory."""
-    inventory = read_inventory(args)
+    check_inspect(args)
+    return run_one(args, host_inspect, args.output)
+
+
+def check_inspect(args: argparse.Namespace) -> None:
+    """Refuse options that cannot go together, before any host is read."""
     if args.json and (args.tree or args.format != "text"):
         raise UsageError("--json prints the inventory: leave out --tree and --format svg")
-    if args.json:
-        text = json.dumps(inventory_document(inventory), indent=2) + "\n"
-    elif args.tree or args.format == "svg":
+
+
+def host_inspect(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+    """One host's inventory, as text, a picture, and its JSON document."""
+    inventory = inspect(host, gpu_filter(args))
+    if args.tree or args.format == "svg":
         text = import_module("proxgpu.cli.report").picture_of(inventory, tree=args.tree)
     else:
         text = render_inventory(inventory) + "\n"
-    write_output(text, args.output)
-    return 0
+    return Shown(text, None if not args.json else inventory_document(inventory))

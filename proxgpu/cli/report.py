@@ -10,18 +10,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from proxgpu.cli.console import write_output
-from proxgpu.cli.hosts import open_host
+from proxgpu.cli.hosts import connector
 from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import PlanRefusedError, ProxgpuError
+from proxgpu.fleet import ClusterNodes, Outcome, Target, each_host
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
-from proxgpu.picture.report import HostReport, plan_report
-from proxgpu.pipeline import node_policy
+from proxgpu.picture.report import ClusterHeader, HostReport, plan_report
+from proxgpu.pipeline import Proposal, node_policy, pool_mapping
+from proxgpu.rendering.changes import FileChange
 
 
 def picture_of(inventory: Inventory, *, tree: bool) -> str:
@@ -33,48 +35,75 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write the plan of each host as one self-contained HTML report, a section per host; exit 9
     when a plan was refused (the report says why), or a host's error code when one could not be
     read (the others are still reported)."""
-    # A cluster's nodes come with their own options (--cluster); hosts with their targets.
-    targets = getattr(args, "targets", None) or {
-        target: {"host": target} for target in getattr(args, "hosts", None) or [args.host]
-    }
-    with ThreadPoolExecutor(max_workers=max(1, getattr(args, "forks", 1))) as pool:
-        results = list(pool.map(lambda own: _host_report(args, own), targets.values()))
+    hosts = getattr(args, "hosts", None) or [args.host]
+    return write_report(args, {str(Target(h, args.root)): Target(h, args.root) for h in hosts})
+
+
+def write_report(
+    args: argparse.Namespace, targets: dict[str, Target], cluster: ClusterNodes | None = None
+) -> int:
+    """The report of ``targets`` (a cluster's nodes each planned with the guests it holds)."""
+    read = each_host(
+        targets,
+        lambda host, say: inspect(host, gpu_filter(args)),
+        connect=connector(args),
+        forks=getattr(args, "forks", 1),
+    )
+    results = [_host_report(args, name, outcome, cluster) for name, outcome in read.items()]
     sections = [section for _, section, _ in results]
+    header = None
+    if cluster is not None:
+        sections, mapping = _pooled(dict(zip(read, sections, strict=True)), args.mapping, cluster)
+        header = ClusterHeader(cluster.summary(), mapping, args.mapping)
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    write_output(render_report(sections, generated=generated), args.output)
+    write_output(render_report(sections, generated=generated, cluster=header), args.output)
     codes = [code for _, _, code in results]
     if args.json:
         print(json.dumps({"output": args.output, "hosts": [r[0] for r in results]}, indent=2))
     else:
-        read = sum(isinstance(section, HostReport) for section in sections)
-        print(f"wrote {args.output}: {read} of {len(targets)} hosts read")
+        done = sum(isinstance(section, HostReport) for section in sections)
+        print(f"wrote {args.output}: {done} of {len(targets)} hosts read")
     return max(codes)
 
 
+def _pooled(
+    sections: dict[str, HostReport | UnreadHost], name: str | None, cluster: ClusterNodes
+) -> tuple[list[HostReport | UnreadHost], FileChange | None]:
+    """A cluster's sections without their own mapping change, and the one pooled change (as
+    ``plan --cluster`` pools it: :func:`proxgpu.pipeline.pool_mapping`)."""
+    planned = {
+        node: Proposal(s.inventory, s.plan, s.changes)
+        for node, s in sections.items()
+        if isinstance(s, HostReport) and s.plan is not None and s.changes is not None
+    }
+    pooled, mapping = pool_mapping(planned, name, cluster.first)
+    shown = [
+        replace(s, changes=pooled[node].changes) if node in pooled else s  # type: ignore[arg-type]
+        for node, s in sections.items()
+    ]
+    return shown, mapping
+
+
 def _host_report(
-    args: argparse.Namespace, own: dict[str, object]
+    args: argparse.Namespace,
+    name: str,
+    read: Outcome[Inventory],
+    cluster: ClusterNodes | None,
 ) -> tuple[dict[str, object], HostReport | UnreadHost, int]:
     """One host's section (why it could not be read, for one that could not), with a line about
     it for the summary and its exit code."""
-    one = argparse.Namespace(**{**vars(args), **own})
-    try:
-        with open_host(one) as host:
-            inventory = inspect(host, gpu_filter(one))
-    except ProxgpuError as exc:
+    if read.error is not None or read.result is None:
+        exc = read.error or ProxgpuError("not read")
         print(f"proxgpu: {exc}", file=sys.stderr)
-        name = str(one.host or one.root or "this machine")
         return {"host": name, "error": str(exc)}, UnreadHost(name, str(exc)), exc.exit_code
-    options = render_options(args)
+    inventory = read.result
     policy = split_policy(args)
-    if getattr(args, "targets", None):
+    if cluster is not None:
         policy = node_policy(policy, inventory)  # a cluster's node: only the guests it holds
-    section = plan_report(inventory, policy, options)
+    section = plan_report(inventory, policy, render_options(args))
     refused = bool(section.refusals or section.error)
+    host = inventory.hostname
     if refused:
-        print(f"{host.name}: plan refused; the report says why", file=sys.stderr)
-    summary = {
-        "host": host.name,
-        "refused": refused,
-        "problems": [r.what for r in section.refusals],
-    }
+        print(f"{host}: plan refused; the report says why", file=sys.stderr)
+    summary = {"host": host, "refused": refused, "problems": [r.what for r in section.refusals]}
     return summary, section, PlanRefusedError.exit_code if refused else 0

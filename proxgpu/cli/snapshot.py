@@ -9,30 +9,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import read_files
-from proxgpu.cli.hosts import open_host
+from proxgpu.cli.hosts import connector
 from proxgpu.errors import ProxgpuError, SysfsError, UsageError
+from proxgpu.fleet import ClusterNodes, Say, each_host
+from proxgpu.host.base import Host
 from proxgpu.inspection.capture import Capture, as_cluster_node, gather, guest_files, write_tree
 from proxgpu.paths import MEMBERS
 
-if TYPE_CHECKING:
-    from proxgpu.cli.cluster import Nodes
 
-
-def snapshot_cluster(args: argparse.Namespace, nodes: Nodes) -> int:
+def snapshot_cluster(args: argparse.Namespace, nodes: ClusterNodes) -> int:
     """Capture every online node, then write each one's tree; exit with the worst node's code
     (a node that could not be read has no tree, and says why)."""
     out = Path(args.output)
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out}: exists and is not empty; choose a new directory")
-    with ThreadPoolExecutor(max_workers=max(1, args.forks)) as pool:
-        names = list(nodes.options)
-        read = dict(zip(names, pool.map(lambda n: _read(args, nodes, n), names), strict=True))
+    outcomes = each_host(nodes.targets, _read, connect=connector(args), forks=args.forks)
+    read = {n: o.or_error() for n, o in outcomes.items()}
     captured = {n: r for n, r in read.items() if not isinstance(r, ProxgpuError)}
     guests = {n: guest_files(capture) for n, (capture, _) in captured.items()}
     written: dict[str, Any] = {}
@@ -56,17 +53,13 @@ def snapshot_cluster(args: argparse.Namespace, nodes: Nodes) -> int:
     return max((exc.exit_code for exc in failed.values()), default=0)
 
 
-def _read(
-    args: argparse.Namespace, nodes: Nodes, name: str
-) -> tuple[Capture, bytes] | ProxgpuError:
-    """One node's capture and its own ``.members`` (it names the node), or why it failed."""
-    one = argparse.Namespace(**{**vars(args), **nodes.options[name]})
-    try:
-        with open_host(one) as host:
-            capture = gather(host)
-            (members,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
-    except ProxgpuError as exc:
-        return exc
+def _read(host: Host, say: Say) -> tuple[Capture, bytes]:
+    """One node's capture and its own ``.members`` (it names the node).
+
+    :raises SysfsError: when the node has no ``.members``.
+    """
+    capture = gather(host)
+    (members,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
     if members is None:
-        return SysfsError(host.name, MEMBERS, "missing: is this node still in the cluster?")
+        raise SysfsError(host.name, MEMBERS, "missing: is this node still in the cluster?")
     return capture, members

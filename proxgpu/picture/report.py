@@ -27,7 +27,7 @@ from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import plan_inventory, shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy
 from proxgpu.rendering import RenderOptions
-from proxgpu.rendering.changes import ChangeSet, unified_diff
+from proxgpu.rendering.changes import ChangeSet, FileChange, unified_diff
 from proxgpu.rendering.templating import render_markup
 
 
@@ -79,6 +79,17 @@ def plan_report(
 
 
 @dataclass(frozen=True)
+class ClusterHeader:
+    """What a cluster's report says once, before its nodes: the cluster's line (name, quorum,
+    nodes online and skipped) and the cluster-wide mapping's one change, as ``plan --cluster``
+    shows them."""
+
+    summary: str
+    mapping: FileChange | None = None
+    mapping_name: str | None = None
+
+
+@dataclass(frozen=True)
 class UnreadHost:
     """A host the report could not read (unreachable, refused its key...): its section says
     why, so a report of a fleet never hides the hosts missing from it."""
@@ -92,6 +103,7 @@ def render_report(
     *,
     title: str = "GPU split",
     generated: str | None = None,
+    cluster: ClusterHeader | None = None,
 ) -> str:
     """The HTML report of ``hosts``; secrets in guest configs are redacted in every diff.
 
@@ -106,7 +118,14 @@ def render_report(
         {"host": h.name, "unread": h.error} if isinstance(h, UnreadHost) else _section(h)
         for h in hosts
     ]
-    return render_markup("report.html.j2", title=title, generated=generated, sections=sections)
+    head = None
+    if cluster is not None:
+        mapping = cluster.mapping
+        diffs = _diffs(ChangeSet(host="cluster", files=[mapping])) if mapping is not None else []
+        head = {"summary": cluster.summary, "mapping": cluster.mapping_name, "diffs": diffs}
+    return render_markup(
+        "report.html.j2", title=title, generated=generated, sections=sections, cluster=head
+    )
 
 
 def _section(host: HostReport) -> dict[str, Any]:

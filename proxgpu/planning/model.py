@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic import (
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from proxgpu.errors import UsageError
 from proxgpu.model import FrozenModel
@@ -52,8 +58,13 @@ class SplitPolicy(FrozenModel):
     ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
     :class:`~proxgpu.rendering.RenderOptions` ``mapping``); the planner checks it can be written.
 
+    ``vms`` entries may be spelt as the command line and Ansible spell them, ``300`` or
+    ``"300:2"``:
+
     >>> SplitPolicy(lxc=200, vms=[(300, 2), (301, None)]).vms
     [(300, 2), (301, None)]
+    >>> SplitPolicy(vms=[300, "301:2"]).vms
+    [(300, None), (301, 2)]
     """
 
     split: Literal["numa"] = "numa"
@@ -65,6 +76,14 @@ class SplitPolicy(FrozenModel):
     vms: list[tuple[int, int | None]] = Field(default_factory=list)
     enable_iommu: bool = False
     mapping: str | None = None
+
+    @field_validator("vms", mode="before")
+    @classmethod
+    def _vm_specs(cls, value: Any) -> Any:
+        """``300`` and ``"300:2"`` as ``(300, None)`` and ``(300, 2)``; pairs as they are."""
+        if not isinstance(value, list | tuple):
+            return value
+        return [parse_vm_spec(str(v)) if isinstance(v, int | str) else v for v in value]
 
     @model_validator(mode="wrap")
     @classmethod

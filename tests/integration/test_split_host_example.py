@@ -73,3 +73,13 @@ def test_default_is_the_ct200_example_and_a_refusal_keeps_proxgpus_exit_code() -
     # single-socket's GPUs have no NUMA node: the NUMA split is refused (exit 9, as proxgpu's).
     refused = run(str(EXAMPLES / "single-socket"), "--lxc", "101", "--vm", "none")
     assert refused.returncode == 9 and "NUMA node" in refused.stderr
+
+
+def test_the_diff_it_prints_redacts_secrets_as_the_cli_does(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    vm = root / "etc/pve/qemu-server/300.conf"
+    vm.write_text(vm.read_text() + "cipassword: $5$salt$hash\n")
+    done = run(str(root))
+    assert done.returncode == 0, done.stderr
+    assert "qemu-server/300.conf" in done.stdout, "the VM's diff is printed"
+    assert "$5$salt$hash" not in done.stdout and "<redacted by proxgpu>" in done.stdout

@@ -70,7 +70,7 @@ def test_an_internal_error_is_one_line_unless_debugging(
     def broken(*_args: object) -> None:
         raise KeyError("boom")
 
-    monkeypatch.setattr("proxgpu.cli.setup.inspect", broken)
+    monkeypatch.setattr("proxgpu.cli.inspecting.inspect", broken)
     assert main(["inspect", "--root", CT200]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error: KeyError" in err and "PROXGPU_DEBUG" in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,40 @@ def test_snapshot_of_a_cluster_reads_back_as_the_same_cluster(
         for node in document["hosts"].values():
             node["changes"].pop("host")  # the tree's own path
     assert again == original
+
+
+class _Codes(HTMLParser):
+    """The text of every ``<code>`` element and of the whole page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: list[str] = []
+        self.text: list[str] = []
+        self.inside = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.inside = self.inside or tag == "code"
+        if tag == "code":
+            self.codes.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.inside = self.inside and tag != "code"
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self.inside:
+            self.codes[-1] += data
+
+
+def test_the_cluster_report_shows_the_cluster_and_its_mapping_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cluster.html"
+    assert main(["report", "--root", str(CLUSTER), "--cluster", *GUESTS, "-o", str(out)]) == 0
+    page = _Codes()
+    page.feed(out.read_text())
+    assert page.codes.count("/etc/pve/mapping/pci.cfg") == 1, "one mapping, one end state"
+    text = " ".join(page.text)
+    assert "Cluster gpu-lab: 3 of 4 nodes (pve1, pve2, pve3); pve4 offline" in text
+    assert "PCI mapping gpu-vfio, one for the whole cluster" in text
+    assert "pve4: offline" in capsys.readouterr().err

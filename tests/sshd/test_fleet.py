@@ -78,3 +78,36 @@ def test_several_hosts_are_never_changed_without_yes(
     assert main([*argv, "--host", "gpu1,gpu2"]) == 2
     assert "pass --yes" in capsys.readouterr().err
     assert "hostpci0" not in (root / "etc/pve/qemu-server/300.conf").read_text()
+
+
+def test_each_hosts_steps_are_prefixed_with_the_host_and_its_end_said(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    config = fleet_config(sshd, tmp_path, ["gpu1", "gpu2"])
+    argv = ["apply", "--ssh-config", str(config), "--root", str(root), "--lxc", "200"]
+    assert main([*argv, "--vm", "300", "--yes", "--skip-guest-check", "--host", "gpu1,gpu2"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    gpu1 = [line for line in err if line.startswith("gpu1: [")]
+    assert any("] preflight: checking" in line for line in gpu1), err
+    assert any("] write: replacing" in line for line in gpu1), err
+    # Said as they happen: gpu1's steps, then its end, then gpu2's (one host at a time; gpu2
+    # shares the tree, so it finds nothing left to change).
+    assert err.index(gpu1[-1]) < err.index("gpu1: ok") < err.index("gpu2: ok")
+
+
+def test_several_hosts_write_one_output_file_or_a_snapshot_each(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    config = fleet_config(sshd, tmp_path, ["gpu1", "gpu2"])
+    ssh = ["--ssh-config", str(config), "--root", str(root), "--host", "gpu1,gpu2"]
+    both = tmp_path / "both.json"
+    assert main(["inspect", *ssh, "--json", "-o", str(both)]) == 0
+    assert list(json.loads(both.read_text())["hosts"]) == ["gpu1", "gpu2"]
+    snap = tmp_path / "snap"
+    assert main(["snapshot", *ssh, "-o", str(snap)]) == 0
+    assert sorted(p.name for p in snap.iterdir()) == ["gpu1", "gpu2"]
+    capsys.readouterr()
+    assert main(["inspect", "--root", str(snap / "gpu2"), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["gpus"]) == 8, "each tree reads back"

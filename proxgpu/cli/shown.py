@@ -1,0 +1,71 @@
+"""One host's result as the command line shows it, for one host or as a section of many.
+
+Each command that runs per host has a ``host_NAME(args, host, say)`` function returning a
+:class:`Shown`: the text, the ``--json`` document, the exit code and lines for stderr. A run for
+one host prints it (:func:`run_one`); a fleet prints every host's in order (:mod:`.fleet`).
+
+>>> Shown("ok\\n", {"ok": True}, notes=("careful",)).code
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proxgpu.cli.console import write_output
+from proxgpu.cli.hosts import open_host
+from proxgpu.fleet import Say
+from proxgpu.host.base import Host
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a command shows for one host: stdout's text, the JSON document, the exit code, and
+    lines for stderr (warnings that do not fail the command)."""
+
+    text: str = ""
+    document: Any = None
+    code: int = 0
+    notes: tuple[str, ...] = ()
+
+
+#: A command's work on one opened host.
+HostWork = Callable[[argparse.Namespace, Host, Say], Shown]
+
+
+class Progress:
+    """Steps on stderr (so that ``--json`` stays one document on stdout), with elapsed time:
+    rebuilding the initramfs for every kernel takes minutes. Silent when ``quiet``."""
+
+    def __init__(self, name: str = "", *, quiet: bool = False) -> None:
+        self.name = name
+        self.quiet = quiet
+        self.start = time.monotonic()
+
+    def __call__(self, step: str, message: str) -> None:
+        if not self.quiet:
+            elapsed = time.monotonic() - self.start
+            print(f"[{elapsed:6.1f}s] {step}: {message}", file=sys.stderr, flush=True)
+
+
+def run_one(args: argparse.Namespace, work: HostWork, output: str | None = None) -> int:
+    """Run ``work`` on the host ``args`` name and print what it shows (to ``output`` when
+    given); the exit code."""
+    with open_host(args) as host:
+        shown = work(args, host, Progress(host.name, quiet=args.json))
+    emit(args, shown, output)
+    return shown.code
+
+
+def emit(args: argparse.Namespace, shown: Shown, output: str | None = None) -> None:
+    """Print one host's :class:`Shown`: its notes on stderr, its text or document on stdout."""
+    for note in shown.notes:
+        print(f"proxgpu: {note}", file=sys.stderr)
+    text = json.dumps(shown.document, indent=2) + "\n" if args.json else shown.text
+    write_output(text, output)

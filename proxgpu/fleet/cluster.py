@@ -1,0 +1,289 @@
+"""A Proxmox VE cluster as one: its online nodes, a plan of every node before any write, one
+pooled PCI mapping written first by the lead node, and the rollout.
+
+The members come from ``/etc/pve/.members`` of one node (over SSH, this machine, or a cluster
+snapshot's tree); each online node is reached at its member address with the first target's
+user and port (in a snapshot: its own tree ``DIR/NODE``); an offline node is skipped and never
+connected to. VMIDs are unique in a cluster: each node is planned with the guests it holds.
+
+>>> from proxgpu.planning import SplitPolicy
+>>> nodes = snapshot_nodes("examples/hosts/cluster-3")
+>>> planned = plan_cluster(nodes, SplitPolicy(vms=[(300, None), (310, None), (320, None)]),
+...                        mapping="gpu-vfio")
+>>> list(planned.proposals), planned.mapping.changed, planned.lead
+(['pve1', 'pve2', 'pve3'], True, 'pve1')
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import import_module
+from pathlib import Path
+
+from proxgpu.apply import ApplyResult
+from proxgpu.errors import ClusterNotPlannedError, ProxgpuError, UsageError
+from proxgpu.fleet.engine import FORKS, Connect, Listener, Rollout, Say, Target, each_host, roll_out
+from proxgpu.host import Host, connect
+from proxgpu.inspection import GpuFilter, inspect
+from proxgpu.paths import MEMBERS, guest_config
+from proxgpu.pipeline import (
+    ApplyOptions,
+    Proposal,
+    node_policy,
+    plan_inventory,
+    pool_mapping,
+    read_members,
+)
+from proxgpu.pipeline import with_change as first_in
+from proxgpu.planning import SplitPolicy
+from proxgpu.pve.cluster import ClusterMembers
+from proxgpu.rendering import RenderOptions
+from proxgpu.rendering.changes import FileChange
+
+#: Why a member is not run.
+OFFLINE = "offline: skipped (not planned, not changed)"
+
+
+@dataclass
+class ClusterNodes:
+    """A cluster's members, the node they were read from (``first``), how each online node is
+    reached, the members skipped with why, and whether the nodes are live hosts."""
+
+    members: ClusterMembers
+    first: str
+    targets: dict[str, Target] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    live: bool = True
+
+    def summary(self) -> str:
+        """One line about the cluster, as ``plan --cluster`` prints it first.
+
+        >>> snapshot_nodes("examples/hosts/cluster-3").summary()
+        'Cluster gpu-lab: 3 of 4 nodes (pve1, pve2, pve3); pve4 offline: skipped ...'
+        """
+        online = ", ".join(self.targets) or "none"
+        text = f"Cluster {self.members.name or '?'}: {len(self.targets)} of "
+        text += f"{len(self.members.members)} nodes ({online})"
+        text += "".join(f"; {name} {why}" for name, why in self.skipped.items())
+        if not self.members.quorate:
+            text += "; NOT QUORATE: /etc/pve is read-only until it is"
+        return text
+
+    def document(self) -> dict[str, object]:
+        """The cluster as ``--json`` shows it beside the nodes' documents."""
+        return {
+            "name": self.members.name,
+            "quorate": self.members.quorate,
+            "members": [m.model_dump(mode="json") for m in self.members.members],
+            "skipped": self.skipped,
+        }
+
+
+def find_nodes(first: Target, *, connect: Connect | None = None) -> ClusterNodes:
+    """The cluster ``first`` belongs to (an SSH target, this machine, or a tree on a remote
+    host), and how each online node is reached. A snapshot on this machine: :func:`snapshot_nodes`.
+
+    :raises SysfsError: when ``/etc/pve/.members`` is missing or unreadable.
+    :raises UsageError: when it names a member in a way that is not an address or node name.
+    """
+    with (connect or _connect)(first) as host:
+        members = read_members(host)
+        live = host.is_live
+    nodes = ClusterNodes(members, members.nodename, live=live)
+    for member in members.members:
+        if not member.online:
+            nodes.skipped[member.name] = OFFLINE
+        elif member.name == members.nodename:
+            nodes.targets[member.name] = first
+        elif member.ip is None:
+            nodes.skipped[member.name] = "no address in .members: skipped"
+        else:
+            root = None if first.root is None else _sibling(first.root, member.name)
+            nodes.targets[member.name] = Target(_address(first.host, member.ip), root)
+    return _first_first(nodes)
+
+
+def snapshot_nodes(root: str | Path) -> ClusterNodes:
+    """A cluster snapshot (``DIR/NODE/`` trees, as ``snapshot --cluster`` writes) or one node's
+    tree in one.
+
+    :raises UsageError: when ``root`` holds no node's tree.
+    """
+    root = Path(root)
+    member_file = MEMBERS.lstrip("/")
+    if (root / member_file).is_file():
+        top, first = root.parent, root.name
+    else:
+        top = root
+        trees = sorted(p.name for p in root.iterdir() if (p / member_file).is_file())
+        if not trees:
+            raise UsageError(f"{root}: no NODE/{member_file} below: not a cluster snapshot")
+        first = trees[0]
+    with connect(root=str(top / first)) as host:
+        members = read_members(host)
+    nodes = ClusterNodes(members, first, live=False)
+    for member in members.members:
+        if not member.online:
+            nodes.skipped[member.name] = OFFLINE
+        elif not (top / member.name / member_file).is_file():
+            nodes.skipped[member.name] = f"no tree {top / member.name} in the snapshot: skipped"
+        else:
+            nodes.targets[member.name] = Target(root=str(top / member.name))
+    return _first_first(nodes)
+
+
+@dataclass
+class ClusterPlan:
+    """Every online node planned (its proposal, or the error that stopped it) and the cluster's
+    one mapping change, shown once and written once with the lead node's apply."""
+
+    nodes: ClusterNodes
+    proposals: dict[str, Proposal | ProxgpuError]
+    mapping: FileChange | None = None
+    mapping_name: str | None = None
+
+    @property
+    def failed(self) -> dict[str, ProxgpuError]:
+        """The nodes that could not be planned, with why."""
+        return {n: p for n, p in self.proposals.items() if isinstance(p, ProxgpuError)}
+
+    @property
+    def lead(self) -> str | None:
+        """The node applied alone before any other: the one whose apply writes the mapping."""
+        return self.nodes.first if self.mapping is not None and self.mapping.changed else None
+
+    def to_apply(self) -> dict[str, Proposal]:
+        """Each node's proposal, the lead's with the mapping first in its change set, so one
+        transaction holds it (journal entry, backup, restore on failure, rollback); on a live
+        cluster that apply writes it through the Proxmox API before the VM configs naming it.
+
+        :raises ClusterNotPlannedError: when a node could not be planned: nothing is applied.
+        """
+        if self.failed:
+            raise ClusterNotPlannedError(list(self.failed))
+        planned = {n: p for n, p in self.proposals.items() if isinstance(p, Proposal)}
+        lead = self.lead
+        if lead is not None and self.mapping is not None:
+            if lead not in planned:
+                raise UsageError(f"{lead}, which holds the mapping, is not among the nodes run")
+            proposal = planned[lead]
+            planned[lead] = proposal._replace(changes=first_in(proposal.changes, self.mapping))
+        return planned
+
+
+def plan_cluster(
+    nodes: ClusterNodes,
+    policy: SplitPolicy,
+    options: RenderOptions | None = None,
+    gpu_filter: GpuFilter | None = None,
+    *,
+    mapping: str | None = None,
+    connect: Connect | None = None,
+    forks: int = FORKS,
+) -> ClusterPlan:
+    """Plan every online node (``forks`` at a time) with the guests it holds, and pool the
+    vfio GPUs of every node into one mapping (``mapping``, named in ``options`` too). Nothing
+    is written. A node that cannot be planned keeps its error in the plan.
+
+    :raises UsageError: when a named guest is on no node read.
+    """
+    options = (options or RenderOptions()).model_copy(update={"mapping": mapping})
+
+    def one(host: Host, say: Say) -> Proposal:
+        inventory = inspect(host, gpu_filter)
+        _same_name(host, inventory.node_name, say.name)
+        own = node_policy(policy, inventory)
+        return Proposal(inventory, *plan_inventory(inventory, own, options))
+
+    outcomes = each_host(nodes.targets, one, connect=connect, forks=forks)
+    proposals = {n: o.or_error() for n, o in outcomes.items()}
+    _check_guests(policy, nodes, proposals)
+    planned = {n: p for n, p in proposals.items() if isinstance(p, Proposal)}
+    pooled, change = pool_mapping(planned, mapping, nodes.first)
+    return ClusterPlan(nodes, {**proposals, **pooled}, change, mapping)
+
+
+def apply_cluster(
+    planned: ClusterPlan,
+    *,
+    connect: Connect | None = None,
+    parallel: int = 1,
+    dry_run: bool = False,
+    options: ApplyOptions | None = None,
+    on_event: Listener | None = None,
+) -> Rollout[ApplyResult]:
+    """Apply a cluster plan node by node (the lead first and alone), with ``options`` (or, with
+    ``dry_run``, only check), stopping at the first node that fails: the nodes before it stay
+    applied (``rollback`` undoes them), the rest untouched. Each node's file texts are compared
+    with what its plan read, so a node changed since the plan is refused.
+
+    :raises ClusterNotPlannedError: when a node could not be planned (nothing is applied).
+    """
+    proposals = planned.to_apply()
+    how = options or ApplyOptions(dry_run=dry_run)
+
+    def one(host: Host, say: Say) -> ApplyResult:
+        proposal = proposals[say.name]
+        return how.apply(host, proposal.changes, plan=proposal.plan, progress=say)
+
+    targets = {n: planned.nodes.targets[n] for n in proposals}
+    return roll_out(
+        targets, one, connect=connect, parallel=parallel, lead=planned.lead, on_event=on_event
+    )
+
+
+def _same_name(host: Host, hostname: str, name: str) -> None:
+    """A member address that reaches another machine would plan it with this node's guests."""
+    if hostname != name:
+        raise UsageError(
+            f"{host.name}: its hostname is {hostname}, but {MEMBERS} calls it {name}: "
+            "the mapping and guests would be another node's; check the member addresses"
+        )
+
+
+def _check_guests(
+    policy: SplitPolicy, nodes: ClusterNodes, found: Mapping[str, Proposal | ProxgpuError]
+) -> None:
+    held = {
+        path
+        for p in found.values()
+        if isinstance(p, Proposal)
+        for path in p.inventory.guest_configs
+    }
+    wanted = [guest_config("lxc", policy.lxc)] if policy.lxc else []
+    wanted += [guest_config("vm", vmid) for vmid, _ in policy.vms]
+    missing = [path.rsplit("/", 1)[1].removesuffix(".conf") for path in wanted if path not in held]
+    # A node that could not be read may hold it: its own error says why, node by node.
+    if missing and all(isinstance(p, Proposal) for p in found.values()):
+        also = f" (not read: {', '.join(nodes.skipped)})" if nodes.skipped else ""
+        raise UsageError(
+            f"guest {', '.join(missing)} is on no node read{also}: check the VMID with "
+            "`pvesh get /cluster/resources --type vm`"
+        )
+
+
+def _address(first: str | None, ip: str) -> str:
+    """``ip`` with the user and port of the first host's target, as SSH takes it."""
+    # Imported for a live cluster only: paramiko is slow to import.
+    parse_target = import_module("proxgpu.host.ssh").parse_target
+    user, _, port = (None, "", None) if first is None else parse_target(first)
+    address = f"[{ip}]" if ":" in ip else ip
+    return f"{user + '@' if user else ''}{address}{f':{port}' if port else ''}"
+
+
+def _sibling(root: str, name: str) -> str:
+    """A node's tree beside the first node's in a cluster snapshot on the remote host."""
+    return posixpath.join(posixpath.dirname(root.rstrip("/")) or "/", name)
+
+
+def _first_first(nodes: ClusterNodes) -> ClusterNodes:
+    """The first node first: it is read first, and a snapshot's mapping goes with its apply."""
+    if nodes.first in nodes.targets:
+        nodes.targets = {nodes.first: nodes.targets[nodes.first], **nodes.targets}
+    return nodes
+
+
+def _connect(target: Target) -> Host:
+    return connect(target.host, target.root)
