@@ -36,6 +36,7 @@ from proxgpu.inspection.inventory import (
     NvidiaCap,
     PciFunction,
 )
+from proxgpu.inspection.names import check_names
 from proxgpu.inspection.validate import validate
 from proxgpu.paths import GUEST_FILE_PREFIXES, NVIDIA_GPUS, PCI_DEVICES, PCI_IDS
 from proxgpu.pci import is_bmc_display
@@ -73,8 +74,9 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     """Interpret a capture. Pure: the same capture always gives the same inventory.
 
     :raises SysfsError: when the PCI tree is missing, or a file says what cannot be (see
-        :mod:`~proxgpu.inspection.validate`).
+        :mod:`~proxgpu.inspection.validate` and :mod:`~proxgpu.inspection.names`).
     """
+    check_names(capture, source)
     warnings: list[str] = [f"{path}: cannot read (run as root)" for path in capture.unreadable]
     warnings += [
         f"{path!r}: skipped, a file name with a newline or tab" for path in capture.bad_names
