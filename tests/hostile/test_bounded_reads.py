@@ -23,9 +23,11 @@ from proxgpu.cli import main
 from proxgpu.errors import CommandOutputTooLargeError, CommandTimeoutError
 from proxgpu.host import DirectoryHost, LocalHost
 from proxgpu.host.base import MAX_OUTPUT
+from proxgpu.host.ssh import SSHHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.capture import gather
 from tests.support.hostile_scratch import Scratch, make_scratch
+from tests.support.sshd import Sshd, client_options
 from tests.support.trees import copy_example
 
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
@@ -257,3 +259,37 @@ def test_a_cpulist_the_host_cannot_have_is_refused_in_bounded_time(
     named = path.replace(GPU, "sys/bus/pci/devices/0000:01:00.0")
     assert f"dir:{tree}: /{named}: {words}" in err
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.sshd
+def test_a_host_that_answers_3_gb_over_ssh_is_stopped_at_the_limit(
+    scratch: Scratch, sshd: Sshd
+) -> None:
+    host = SSHHost(sshd.target, client_options(sshd, scratch.root))
+    start = time.monotonic()
+    with pytest.raises(CommandOutputTooLargeError) as caught:
+        host.run(["head", "-c", "3G", "/dev/zero"])
+    assert time.monotonic() - start < 60
+    assert str(caught.value).startswith(f"{sshd.target}: head answered more than 64 MiB")
+    # The connection stays usable: only the command's channel was closed.
+    assert host.run(["echo", "ok"]).stdout == b"ok\n"
+    host.close()
+
+
+@pytest.mark.sshd
+def test_a_host_that_trickles_over_ssh_ends_at_the_deadline_and_its_command_dies(
+    scratch: Scratch, sshd: Sshd
+) -> None:
+    """A byte a second: paramiko's per-read timeout would never fire. The deadline is for the
+    whole command; closing its channel closes its pipes, so its next write kills it."""
+    pid_file = scratch.root / "pid"
+    host = SSHHost(sshd.target, client_options(sshd, scratch.root))
+    start = time.monotonic()
+    with pytest.raises(CommandTimeoutError) as caught:
+        host.run(
+            ["sh", "-c", f"echo $$ > {pid_file}; while :; do printf x; sleep 1; done"], timeout=3
+        )
+    assert 3 <= time.monotonic() - start < 8
+    assert str(caught.value) == f"{sshd.target}: sh did not finish within 3 s"
+    assert _gone(int(pid_file.read_text())), "the remote command was left running"
+    host.close()
