@@ -558,9 +558,10 @@ def _collect(
         while channel.recv_ready() or channel.recv_stderr_ready():
             if channel.recv_ready():
                 stdout.append(channel.recv(1 << 16))
+                total += len(stdout[-1])
             if channel.recv_stderr_ready():
                 stderr.append(channel.recv_stderr(1 << 16))
-            total = sum(map(len, stdout)) + sum(map(len, stderr))
+                total += len(stderr[-1])
             if total > max_output:
                 raise OverflowError
         if channel.eof_received or channel.closed:
