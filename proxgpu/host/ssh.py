@@ -555,6 +555,8 @@ def _collect(
     stderr: list[bytes] = []
     total = 0
     while True:
+        # Read before draining: data the host sent before its EOF is then in the buffers.
+        ended = channel.eof_received or channel.closed
         while channel.recv_ready() or channel.recv_stderr_ready():
             if channel.recv_ready():
                 stdout.append(channel.recv(1 << 16))
@@ -564,7 +566,7 @@ def _collect(
                 total += len(stderr[-1])
             if total > max_output:
                 raise OverflowError
-        if channel.eof_received or channel.closed:
+        if ended:
             break
         remaining = deadline - time.monotonic()
         if remaining <= 0:
