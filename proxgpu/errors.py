@@ -132,6 +132,26 @@ class CommandTimeoutError(HostError):
         self.seconds = seconds
 
 
+class CommandOutputTooLargeError(HostError):
+    """A command on the host answered more than proxgpu reads from one command: it was stopped.
+
+    >>> str(CommandOutputTooLargeError("pve1", ["sh"], 64 << 20))
+    'pve1: sh answered more than 64 MiB, stopped reading; a host file that large is not one \
+proxgpu reads: check what the host holds there'
+    """
+
+    exit_code = 7
+
+    def __init__(self, host: str, argv: list[str], limit: int) -> None:
+        super().__init__(
+            host,
+            f"{argv[0]} answered more than {limit >> 20} MiB, stopped reading; a host file that "
+            "large is not one proxgpu reads: check what the host holds there",
+        )
+        self.argv = argv
+        self.limit = limit
+
+
 class SysfsError(HostError):
     """A file inspection needs is missing or cannot be parsed."""
 

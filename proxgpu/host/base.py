@@ -21,6 +21,12 @@ from typing import Self
 
 from proxgpu.errors import CommandError
 
+#: The most a command may answer, stdout and stderr together: a gather of a host with thousands
+#: of functions answers a few MiB, so anything near this is a host answering garbage.
+MAX_OUTPUT = 64 << 20
+#: Seconds a command may run, in all, when its caller gives no limit.
+DEFAULT_TIMEOUT = 300.0
+
 
 def command_line(argv: Sequence[str]) -> str:
     """Quote an argument list for a POSIX shell: the single place proxgpu quotes anything.
@@ -55,12 +61,16 @@ class Host(ABC):
     """A place proxgpu reads from and, later, writes to.
 
     ``commands_run`` counts the commands sent, which is the number of round trips on a remote host.
+    Every command is bounded as a whole: ``max_output`` bytes and its timeout (``DEFAULT_TIMEOUT``
+    when none is given), however slowly the host answers.
     """
 
     name: str
     root: str
     #: Whether commands act on the host itself (live steps, post-actions) rather than on a tree.
     is_live: bool = True
+    #: The most one command may answer (stdout and stderr together) before it is stopped.
+    max_output: int = MAX_OUTPUT
 
     def __init__(self) -> None:
         self.commands_run = 0
@@ -71,6 +81,8 @@ class Host(ABC):
         """Run ``argv`` on the host and return its result, whatever its exit status.
 
         :raises HostUnreachableError: when the transport fails (not when the command does).
+        :raises CommandTimeoutError: when it runs past ``timeout`` seconds in all.
+        :raises CommandOutputTooLargeError: when it answers more than ``max_output`` bytes.
         """
         self.commands_run += 1
         return self._run(tuple(argv), stdin, timeout)

@@ -18,11 +18,14 @@ import base64
 import contextlib
 import glob
 import hashlib
+import logging
 import os
 import re
+import select
 import shlex
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxgpu.errors import (
     AuthenticationError,
+    CommandOutputTooLargeError,
     CommandTimeoutError,
     HostKeyChangedError,
     HostKeyUnknownError,
@@ -43,6 +47,98 @@ if TYPE_CHECKING:
     import paramiko
 else:
     paramiko = import_paramiko()
+
+# paramiko logs a failed handshake with its traceback (as ERROR, from its transport thread);
+# with no handler of its own, Python's last-resort handler would print that on the terminal.
+# proxgpu raises the failure as one line instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+
+#: What OpenSSH 9.x offers by default (ssh_config(5): Ciphers, MACs, KexAlgorithms,
+#: HostKeyAlgorithms, PubkeyAcceptedAlgorithms); paramiko may use nothing else. Its own lists
+#: also hold 3des-cbc, the CBC modes, hmac-md5 and SHA-1 key exchanges, which OpenSSH dropped from
+#: its defaults as weak. An allow list, so that an algorithm a newer paramiko adds stays off
+#: until it is here.
+OPENSSH_DEFAULTS: dict[str, frozenset[str]] = {
+    "ciphers": frozenset(
+        {
+            "chacha20-poly1305@openssh.com",
+            "aes128-ctr",
+            "aes192-ctr",
+            "aes256-ctr",
+            "aes128-gcm@openssh.com",
+            "aes256-gcm@openssh.com",
+        }
+    ),
+    "macs": frozenset(
+        {
+            "umac-64-etm@openssh.com",
+            "umac-128-etm@openssh.com",
+            "hmac-sha2-256-etm@openssh.com",
+            "hmac-sha2-512-etm@openssh.com",
+            "hmac-sha1-etm@openssh.com",
+            "umac-64@openssh.com",
+            "umac-128@openssh.com",
+            "hmac-sha2-256",
+            "hmac-sha2-512",
+            "hmac-sha1",
+        }
+    ),
+    "kex": frozenset(
+        {
+            "mlkem768x25519-sha256",
+            "sntrup761x25519-sha512",
+            "sntrup761x25519-sha512@openssh.com",
+            "curve25519-sha256",
+            "curve25519-sha256@libssh.org",
+            "ecdh-sha2-nistp256",
+            "ecdh-sha2-nistp384",
+            "ecdh-sha2-nistp521",
+            "diffie-hellman-group-exchange-sha256",
+            "diffie-hellman-group16-sha512",
+            "diffie-hellman-group18-sha512",
+            "diffie-hellman-group14-sha256",
+        }
+    ),
+    "keys": frozenset(
+        {
+            "ssh-ed25519",
+            "ecdsa-sha2-nistp256",
+            "ecdsa-sha2-nistp384",
+            "ecdsa-sha2-nistp521",
+            "sk-ssh-ed25519@openssh.com",
+            "sk-ecdsa-sha2-nistp256@openssh.com",
+            "rsa-sha2-512",
+            "rsa-sha2-256",
+        }
+    ),
+}
+OPENSSH_DEFAULTS["pubkeys"] = OPENSSH_DEFAULTS["keys"]
+_PARAMIKO_LISTS = {
+    "ciphers": "_preferred_ciphers",
+    "macs": "_preferred_macs",
+    "kex": "_preferred_kex",
+    "keys": "_preferred_keys",
+    "pubkeys": "_preferred_pubkeys",
+}
+
+
+def disabled_algorithms() -> dict[str, list[str]]:
+    """Every algorithm paramiko offers that OpenSSH's defaults do not, by kind, as paramiko's
+    ``disabled_algorithms`` takes them.
+
+    >>> off = disabled_algorithms()
+    >>> "3des-cbc" in off["ciphers"], "hmac-md5" in off["macs"], "aes128-ctr" in off["ciphers"]
+    (True, True, False)
+    """
+    return {
+        kind: [
+            name
+            for name in getattr(paramiko.Transport, attribute, ())
+            if name not in OPENSSH_DEFAULTS[kind]
+        ]
+        for kind, attribute in _PARAMIKO_LISTS.items()
+    }
 
 
 def parse_target(target: str) -> tuple[str | None, str, int | None]:
@@ -101,13 +197,36 @@ class _Resolved:
     accept_new: bool = False
 
 
-def _read_config(path: str | None) -> paramiko.SSHConfig:
+class _Config(paramiko.SSHConfig):
+    """paramiko's ssh_config with OpenSSH's ``%p``: the port actually used. paramiko expands
+    ``%p`` (in ProxyCommand, Match exec) from the config's Port, even when ``--port`` or
+    ``HOST:PORT`` names another; a port given is seeded before the config's is read."""
+
+    _port: int | None = None
+
+    def lookup_at(self, alias: str, port: int | None) -> paramiko.SSHConfigDict:
+        """The options for ``alias``, with ``port`` (when given) as the port ``%p`` expands to."""
+        self._port = port
+        try:
+            return self.lookup(alias)
+        finally:
+            self._port = None
+
+    def _lookup(  # type: ignore[no-untyped-def]
+        self, hostname, options=None, canonical=False, final=False
+    ):
+        if options is None and self._port is not None:
+            options = paramiko.SSHConfigDict({"port": str(self._port)})
+        return super()._lookup(hostname, options, canonical, final)  # type: ignore[misc]
+
+
+def _read_config(path: str | None) -> _Config:
     config_path = Path(path or "~/.ssh/config").expanduser()
     if not config_path.exists():
         if path:
             raise UsageError(f"{config_path}: no such SSH config file")
-        return paramiko.SSHConfig()
-    return paramiko.SSHConfig.from_text(_with_includes(config_path, depth=0))
+        return _Config()
+    return _Config.from_text(_with_includes(config_path, depth=0))
 
 
 _INCLUDE = re.compile(r"^\s*include\s+(.+?)\s*$", re.IGNORECASE)
@@ -141,9 +260,9 @@ def _with_includes(path: Path, depth: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _resolve(target: str, options: SSHOptions, config: paramiko.SSHConfig) -> _Resolved:
+def _resolve(target: str, options: SSHOptions, config: _Config) -> _Resolved:
     user, alias, port = parse_target(target)
-    entry = config.lookup(alias)
+    entry = config.lookup_at(alias, port or options.port)
     identity = [options.identity_file] if options.identity_file else entry.get("identityfile", [])
     if options.identity_file and not os.path.isfile(os.path.expanduser(options.identity_file)):
         raise UsageError(f"{options.identity_file}: no such key file (-i/--identity)")
@@ -263,7 +382,7 @@ class SSHHost(Host):
             self._close_clients()
             raise
 
-    def _connect(self, dest: _Resolved, config: paramiko.SSHConfig) -> None:
+    def _connect(self, dest: _Resolved, config: _Config) -> None:
         sock: Any = None
         if dest.proxy_jump and dest.proxy_jump.lower() != "none":
             for hop in dest.proxy_jump.split(","):
@@ -300,6 +419,18 @@ class SSHHost(Host):
         client.set_missing_host_key_policy(
             _KnownHostsPolicy(display, dest.known_hosts, dest.accept_new)
         )
+        try:
+            self._handshake(client, dest, sock, display)
+        except BaseException:
+            # A failed handshake leaves paramiko's transport thread (and a ProxyCommand's
+            # process) running until closed.
+            client.close()
+            raise
+        self._clients.append(client)
+
+    def _handshake(
+        self, client: paramiko.SSHClient, dest: _Resolved, sock: Any, display: str
+    ) -> None:
         timeout = self.options.connect_timeout
         try:
             client.connect(
@@ -312,6 +443,7 @@ class SSHHost(Host):
                 banner_timeout=timeout,
                 auth_timeout=timeout,
                 sock=sock,
+                disabled_algorithms=disabled_algorithms(),
             )
         except paramiko.BadHostKeyException as exc:
             raise HostKeyChangedError(
@@ -328,25 +460,39 @@ class SSHHost(Host):
                 display, f"authentication as {dest.user} failed: {exc}"
             ) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if _no_credentials(exc):
+                # No key to offer is the user's to fix, as a refused one is (OpenSSH: exit 255,
+                # "Permission denied"), not a host that cannot be reached.
+                raise AuthenticationError(
+                    display,
+                    f"authentication as {dest.user} failed: no key to offer "
+                    "(give one with -i/--identity, IdentityFile or ssh-agent)",
+                ) from exc
             raise HostUnreachableError(display, f"cannot connect: {_describe(exc)}") from exc
-        self._clients.append(client)
 
     def _run(
         self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
     ) -> CommandResult:
         limit = timeout or self.options.command_timeout
+        deadline = time.monotonic() + limit
         transport = self._client().get_transport()
         if transport is None or not transport.is_active():
             raise HostUnreachableError(self.name, "connection lost")
+        channel = None
         try:
             channel = transport.open_session(timeout=self.options.connect_timeout)
-            channel.settimeout(limit)
             channel.exec_command(command_line(argv))
-            result = _collect(channel, argv, stdin)
+            result = _collect(channel, argv, stdin, deadline, self.max_output)
         except TimeoutError as exc:
             raise CommandTimeoutError(self.name, list(argv), limit) from exc
+        except OverflowError:
+            raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise HostUnreachableError(self.name, f"connection lost: {_describe(exc)}") from exc
+        finally:
+            # Closing the channel closes the command's pipes: one still writing gets SIGPIPE.
+            if channel is not None:
+                channel.close()
         if result.returncode == -1:
             # The channel closed without an exit status: the connection dropped, the command
             # may or may not have finished.
@@ -390,25 +536,52 @@ class _Opening:
 
 
 def _collect(
-    channel: paramiko.Channel, argv: tuple[str, ...], stdin: bytes | None
+    channel: paramiko.Channel,
+    argv: tuple[str, ...],
+    stdin: bytes | None,
+    deadline: float,
+    max_output: int,
 ) -> CommandResult:
-    # stderr is drained on its own thread: a full stderr window would otherwise stall stdout.
-    errors: list[bytes] = []
+    """What the command answers until it closes its output and exits, bounded as a whole: a
+    host that trickles a byte every few seconds still ends at ``deadline``.
 
-    def drain_stderr() -> None:
-        with contextlib.suppress(OSError):  # the stdout side reports the same failure
-            errors.append(channel.makefile_stderr("rb").read())
-
-    drain = threading.Thread(target=drain_stderr, daemon=True)
-    drain.start()
+    :raises TimeoutError: past ``deadline``. :raises OverflowError: past ``max_output`` bytes.
+    """
+    channel.settimeout(max(deadline - time.monotonic(), 0.001))
     if stdin is not None:
         channel.sendall(stdin)
     channel.shutdown_write()
-    stdout = channel.makefile("rb").read()
-    drain.join()
+    stdout: list[bytes] = []
+    stderr: list[bytes] = []
+    total = 0
+    while True:
+        # Read before draining: data the host sent before its EOF is then in the buffers.
+        ended = channel.eof_received or channel.closed
+        while channel.recv_ready() or channel.recv_stderr_ready():
+            if channel.recv_ready():
+                stdout.append(channel.recv(1 << 16))
+                total += len(stdout[-1])
+            if channel.recv_stderr_ready():
+                stderr.append(channel.recv_stderr(1 << 16))
+                total += len(stderr[-1])
+            if total > max_output:
+                raise OverflowError
+        if ended:
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        # The channel's file descriptor is readable when data, EOF or a close arrives.
+        select.select([channel], [], [], remaining)
+    if not channel.status_event.wait(max(deadline - time.monotonic(), 0)):
+        raise TimeoutError
     status = channel.recv_exit_status()
-    channel.close()
-    return CommandResult(argv, status, stdout, b"".join(errors))
+    return CommandResult(argv, status, b"".join(stdout), b"".join(stderr))
+
+
+def _no_credentials(exc: BaseException) -> bool:
+    # paramiko's SSHClient raises a plain SSHException when it has no key or agent to try.
+    return isinstance(exc, paramiko.SSHException) and "No authentication methods" in str(exc)
 
 
 def _describe(exc: BaseException) -> str:

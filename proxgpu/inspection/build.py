@@ -36,6 +36,7 @@ from proxgpu.inspection.inventory import (
     NvidiaCap,
     PciFunction,
 )
+from proxgpu.inspection.names import check_names
 from proxgpu.inspection.validate import validate
 from proxgpu.paths import GUEST_FILE_PREFIXES, NVIDIA_GPUS, PCI_DEVICES, PCI_IDS
 from proxgpu.pci import is_bmc_display
@@ -73,8 +74,9 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     """Interpret a capture. Pure: the same capture always gives the same inventory.
 
     :raises SysfsError: when the PCI tree is missing, or a file says what cannot be (see
-        :mod:`~proxgpu.inspection.validate`).
+        :mod:`~proxgpu.inspection.validate` and :mod:`~proxgpu.inspection.names`).
     """
+    check_names(capture, source)
     warnings: list[str] = [f"{path}: cannot read (run as root)" for path in capture.unreadable]
     warnings += [
         f"{path!r}: skipped, a file name with a newline or tab" for path in capture.bad_names
@@ -84,6 +86,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     nvidia = _nvidia_info(capture)
     gpus = _gpus(functions, gpu_filter, nvidia, capture, warnings)
     warnings += _accelerators_left_out(functions, gpus)
+    warnings += _initramfs_warnings(capture)
     numa_nodes = _numa_nodes(capture)
     cmdline = capture.first_line("/proc/cmdline")
     hostname = capture.first_line("/proc/sys/kernel/hostname")
@@ -438,12 +441,37 @@ def _driver_modules(capture: Capture) -> dict[str, str]:
 _INITRAMFS_LIST = "#proxgpu: the files in this initramfs, by base name"
 
 
-def _initramfs_files(capture: Capture) -> list[str] | None:
+#: The gather script's last line of a list that lsinitramfs did not finish (failed, or ran past
+#: its time): such a list is not believed.
+_INITRAMFS_FAILED = "#proxgpu: lsinitramfs failed"
+
+
+def _initramfs_lines(capture: Capture) -> tuple[str, list[str]] | None:
     kernel = capture.first_line("/proc/sys/kernel/osrelease")
-    lines = capture.lines.get(f"/boot/initrd.img-{kernel}") if kernel else None
+    path = f"/boot/initrd.img-{kernel}"
+    lines = capture.lines.get(path) if kernel else None
     if not lines or lines[0] != _INITRAMFS_LIST:
         return None
-    return sorted({line for line in lines[1:] if line})
+    return path, lines
+
+
+def _initramfs_files(capture: Capture) -> list[str] | None:
+    found = _initramfs_lines(capture)
+    if found is None or any(line.startswith(_INITRAMFS_FAILED) for line in found[1]):
+        return None
+    return sorted({line for line in found[1][1:] if line})
+
+
+def _initramfs_warnings(capture: Capture) -> list[str]:
+    found = _initramfs_lines(capture)
+    if found is None:
+        return []
+    path, lines = found
+    failed = next((line for line in lines if line.startswith(_INITRAMFS_FAILED)), None)
+    if failed is None:
+        return []
+    # The status in brackets: 124 is the script's 60 s limit on lsinitramfs.
+    return [f"{path}: {failed.removeprefix('#proxgpu: ')}: which modules it holds is unknown"]
 
 
 def _container(capture: Capture) -> str | None:

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from proxgpu.errors import CommandError, HostUnreachableError, SysfsError, UsageError
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import run_script
+from proxgpu.host.scripts import Record, run_script
 from proxgpu.paths import LXC_CONFIG_DIR, MEMBERS, NODES_DIR, PCI_DEVICES, PVE_DIR, VM_CONFIG_DIR
 from proxgpu.pve.config import redact_secrets
 
@@ -69,21 +69,59 @@ def gather(host: Host, timeout: float = 120.0) -> Capture:
         if output.has("error"):
             raise UsageError(f"{host.name}: {host.root}: no such directory to inspect")
         raise CommandError(host.name, ["the gather step"], output.returncode, output.stderr)
+    failed = output.first("failed")
+    if failed is not None:
+        # A batch that could not run read nothing: its files are unknown, not empty.
+        step = f"the gather step ({failed[0]})"
+        raise CommandError(host.name, [step], _status(failed), output.stderr)
     if not output.complete:
         raise HostUnreachableError(host.name, "inspection output was cut short")
-    return parse_gather_output(output.stdout)
+    return parse_gather_output(output.stdout, host.name)
 
 
-def parse_gather_output(output: bytes) -> Capture:
-    """Parse the gather script's output (see the script for the format)."""
+def _status(record: Record) -> int:
+    return int(record[1]) if len(record.fields) > 1 and record[1].isdigit() else 1
+
+
+def parse_gather_output(output: bytes, source: str = "") -> Capture:
+    """Parse the gather script's output (see the script for the format).
+
+    Every data line holds a path and a NUL: one without is the rest of a name or link target
+    that held a newline, which the kernel never makes, so the capture is refused.
+
+    >>> parse_gather_output(b"#section\\tlinks\\nl\\0sys/x/driver\\0../a\\nb\\n", "pve1")
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.SysfsError: pve1: /sys/x/driver: a name or link target with \
+a newline, which the kernel never makes: refusing what the host gave
+    """
     capture = Capture()
     section = ""
+    last = b""
     for record in output.split(b"\n"):
         if record.startswith(b"#"):
             section = _marker(capture, record.decode("utf-8", "replace"), section)
         elif record:
+            if b"\0" not in record or (section == "links" and record.count(b"\0") < 2):
+                raise SysfsError(source, _abs(_broken_name(section, record, last)), _NEWLINE)
             _record(capture, section, record)
+            last = record.split(b"\0", 2)[1 if section == "links" else 0]
     return capture
+
+
+def _broken_name(section: str, record: bytes, last: bytes) -> bytes:
+    """The start of the name a newline broke: the line's own path, or, for a line that is only
+    the rest of a link target, the path of the link before it."""
+    if section != "links":
+        return record
+    parts = record.split(b"\0")
+    return parts[1] if len(parts) > 1 else last
+
+
+_NEWLINE = (
+    "a name or link target with a newline, which the kernel never makes: "
+    "refusing what the host gave"
+)
 
 
 def _marker(capture: Capture, line: str, section: str) -> str:

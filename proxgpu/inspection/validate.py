@@ -12,7 +12,7 @@ proxgpu.errors.SysfsError: pve1: /sys/devices/system/node/node0/cpulist: CPU 999
 
 from __future__ import annotations
 
-from proxgpu.cpulist import parse_cpulist
+from proxgpu.cpulist import format_cpulist, parse_cpulist
 from proxgpu.errors import SysfsError
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.paths import NVIDIA_GPUS, PCI_DEVICES
@@ -27,20 +27,41 @@ def validate(inventory: Inventory) -> None:
     :raises SysfsError: naming the file that says what cannot be.
     """
     source = inventory.source
+    owner: dict[int, int] = {}  # CPU -> the node that has it
     for node in inventory.numa_nodes:
-        _check_cpulist(source, f"/sys/devices/system/node/node{node.id}/cpulist", node.cpus)
+        path = f"/sys/devices/system/node/node{node.id}/cpulist"
+        for cpu in _check_cpulist(source, path, node.cpus):
+            if cpu in owner:
+                raise SysfsError(
+                    source, path, f"CPU {cpu} is also node{owner[cpu]}'s: a CPU is on one node"
+                )
+            owner[cpu] = node.id
     for gpu in inventory.gpus:
         if gpu.local_cpus is not None:
-            _check_cpulist(source, f"{PCI_DEVICES}{gpu.address}/local_cpulist", gpu.local_cpus)
+            path = f"{PCI_DEVICES}{gpu.address}/local_cpulist"
+            cpus = _check_cpulist(source, path, gpu.local_cpus)
+            _check_cpus_exist(source, path, cpus, owner)
     _check_numa_nodes(inventory)
     _check_minors(source, inventory.gpus)
 
 
-def _check_cpulist(source: str, path: str, text: str) -> None:
+def _check_cpulist(source: str, path: str, text: str) -> list[int]:
     try:
-        parse_cpulist(text)
+        return parse_cpulist(text)
     except ValueError as exc:
         raise SysfsError(source, path, str(exc)) from None
+
+
+def _check_cpus_exist(source: str, path: str, cpus: list[int], owner: dict[int, int]) -> None:
+    """A device's local CPUs are CPUs of the host's nodes (when the host lists its nodes)."""
+    missing = [cpu for cpu in cpus if cpu not in owner]
+    if owner and missing:
+        raise SysfsError(
+            source,
+            path,
+            f"names CPU {missing[0]}, which none of the host's NUMA nodes has "
+            f"({format_cpulist(owner)})",
+        )
 
 
 def _check_numa_nodes(inventory: Inventory) -> None:

@@ -156,11 +156,31 @@ def _softdep_line(
                 f"in {MODPROBE_CONF}, read first, and keeps that line's modules"
             )
         more_pre, more_post = found.softdeps()
+        _refuse_odd_words(ctx, found, [*more_pre, *more_post])
         pre += [m for m in more_pre if m not in pre and normalize(m) != "vfio_pci"]
         post += [m for m in more_post if m not in post]
     return " ".join(
         ["softdep", module, "pre:", "vfio-pci", *pre, *(["post:", *post] if post else [])]
     )
+
+
+#: A word of a softdep line proxgpu copies into its own: a module name as kmod looks it up (a
+#: comma is kept: NVIDIA's ``ecdh_generic,ecdsa_generic`` is one name to kmod).
+_SOFTDEP_WORD = re.compile(r"[A-Za-z0-9_.,-]{1,255}")
+
+
+def _refuse_odd_words(ctx: RenderContext, found: ConfigLine, words: list[str]) -> None:
+    """A host's softdep words go into proxgpu's file: one that is no module name (a trailing
+    ``\\`` would join proxgpu's next line to it) is refused, never copied."""
+    odd = next((word for word in words if _SOFTDEP_WORD.fullmatch(word) is None), None)
+    if odd is not None:
+        raise RenderError(
+            ctx.inventory.source,
+            found.where,
+            f"{odd!r} in `{found.text}` is not a module name (letters, digits, _ - . ,), and "
+            f"proxgpu would copy this line's modules into {MODPROBE_CONF}",
+            "correct or remove the line",
+        )
 
 
 def ours_in_effect(inventory: Inventory, module: str) -> bool:

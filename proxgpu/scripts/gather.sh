@@ -4,7 +4,11 @@
 #
 # Plain POSIX sh plus coreutils, grep, find and awk, so it runs unchanged on a Proxmox VE host, over
 # SSH, and against a snapshot directory. Forks stay constant in the number of devices: one grep reads
-# every small text file, one find reads every symlink, one awk picks the names out of pci.ids.
+# every small text file, one find reads every symlink, one awk picks the names out of pci.ids. The
+# file names reach grep and find through xargs (batches under the kernel's argument limit, however
+# many SR-IOV functions the host has), and a batch that could not run is said (#failed WHAT
+# STATUS), never taken for files that are empty. Only regular files are opened: a FIFO or device
+# where a sysfs file should be is skipped, not waited on.
 #
 # Output: marker records ("#proxgpu-gather", "#uid", "#section", "#end", written by the prelude's
 # rec), each followed by data lines "PATH\0DATA" (relative paths, no leading slash):
@@ -20,6 +24,28 @@ cd "$1" 2>/dev/null || { rec error "cannot enter $1"; exit 3; }
 rec proxgpu-gather 1
 rec uid "$(id -u)"
 
+# regular PATH...: each regular file among PATH..., NUL-terminated (printf is built in, so no
+# argument list is made however many paths the globs give).
+regular() {
+    for f; do [ -f "$f" ] && printf '%s\0' "$f"; done
+    return 0
+}
+# directories PATH...: the same for directories.
+directories() {
+    for f; do [ -d "$f" ] && printf '%s\0' "$f"; done
+    return 0
+}
+# batched WHAT CMD...: run CMD on the NUL-separated names on stdin, as many at a time as fit.
+# xargs exits 123 when a batch's grep found nothing or could not read a file (-s: as a missing
+# one), anything else when a batch could not run at all.
+batched() {
+    b_what=$1
+    shift
+    xargs -0 -r "$@"
+    b_status=$?
+    case $b_status in 0 | 123) ;; *) rec failed "$b_what" "$b_status" ;; esac
+}
+
 pciids=
 for f in usr/share/misc/pci.ids usr/share/hwdata/pci.ids; do
     if [ -f "$f" ]; then pciids=$f; break; fi
@@ -27,57 +53,68 @@ done
 
 pairs='' resources=''
 for d in sys/bus/pci/devices/*; do
+    { [ -f "$d/vendor" ] && [ -f "$d/device" ]; } || continue
     { read -r v <"$d/vendor" && read -r p <"$d/device"; } 2>/dev/null || continue
-    pairs="$pairs ${v#0x}${p#0x}"
+    # Once per ID pair: the VFs of one card share theirs.
+    case $pairs in *" ${v#0x}${p#0x}"*) ;; *) pairs="$pairs ${v#0x}${p#0x}" ;; esac
     # BAR sizes of display (03) and processing-accelerator (12) functions only: a host's other
     # hundreds of functions would add their 17 lines each to every inspection.
+    [ -f "$d/class" ] || continue
     { read -r c <"$d/class"; } 2>/dev/null || continue
     case $c in 0x03* | 0x12*) resources="$resources $d/resource" ;; esac
 done
 
 rec section lines
 # shellcheck disable=SC2086 # $resources: one word per file, no spaces in sysfs device names
-grep -H -s -Z '' \
-    proc/sys/kernel/hostname proc/sys/kernel/osrelease proc/cmdline proc/devices \
+regular proc/sys/kernel/hostname proc/sys/kernel/osrelease proc/cmdline proc/devices \
     proc/driver/nvidia/version proc/driver/nvidia/params proc/driver/nvidia/gpus/*/information \
     sys/devices/system/node/node*/cpulist sys/devices/system/node/node*/meminfo \
     sys/bus/pci/devices/*/class sys/bus/pci/devices/*/vendor sys/bus/pci/devices/*/device \
     sys/bus/pci/devices/*/subsystem_vendor sys/bus/pci/devices/*/subsystem_device \
     sys/bus/pci/devices/*/numa_node sys/bus/pci/devices/*/local_cpulist \
     sys/bus/pci/devices/*/driver_override sys/bus/pci/devices/*/boot_vga \
-    $resources usr/share/perl5/PVE/pvecfg.pm
-grep -m 1 -H -s -Z '^vendor_id' proc/cpuinfo
+    $resources usr/share/perl5/PVE/pvecfg.pm |
+    batched "reading the sysfs and procfs files" grep -H -s -Z -D skip ''
+grep -m 1 -H -s -Z -D skip '^vendor_id' proc/cpuinfo
 # Inside a container: LXC's mock boot id (LXC makes it with lxc.autodev, which pve-container
 # sets), or what systemd, as the container's init, writes from LXC's container=lxc.
-grep -H -s -Z '' dev/.lxc-boot-id run/systemd/container
+grep -H -s -Z -D skip '' dev/.lxc-boot-id run/systemd/container
 
 # Passthrough advice: the first CPU's flags (pdpe1gb) and address bits, the framebuffers the
 # kernel registered, and every function's reset methods (sysfs hides the file when there is none).
-grep -m 2 -H -s -Z -E '^(flags|address sizes)[[:space:]]*:' proc/cpuinfo
-grep -H -s -Z '' proc/fb sys/bus/pci/devices/*/reset_method
+grep -m 2 -H -s -Z -D skip -E '^(flags|address sizes)[[:space:]]*:' proc/cpuinfo
+regular proc/fb sys/bus/pci/devices/*/reset_method |
+    batched "reading the reset methods" grep -H -s -Z -D skip ''
 if [ -n "$pciids" ]; then
     # Only the vendor and device lines of devices present: the whole file is over a megabyte.
-    awk -v pairs="$pairs" -v path="$pciids" '
-        BEGIN { n = split(pairs, a, " "); for (i = 1; i <= n; i++) { want[a[i]] = 1; vend[substr(a[i], 1, 4)] = 1 } }
+    # The ID pairs come on stdin, one a line: as one argument they could pass the kernel's limit.
+    # shellcheck disable=SC2086 # $pairs: one word per pair
+    printf '%s\n' $pairs | awk -v path="$pciids" '
+        FNR == NR { want[$1] = 1; vend[substr($1, 1, 4)] = 1; next }
         /^C / { exit }
         /^[0-9a-f][0-9a-f][0-9a-f][0-9a-f]  / { v = substr($0, 1, 4); keep = (v in vend); if (keep) printf "%s%c%s\n", path, 0, $0; next }
         /^\t[0-9a-f][0-9a-f][0-9a-f][0-9a-f]  / { if (keep && ((v substr($0, 2, 4)) in want)) printf "%s%c%s\n", path, 0, $0 }
-    ' "$pciids"
+    ' - "$pciids"
 fi
 
 # The running kernel's initramfs: which modules it loads before the root file system, and whether
 # it carries proxgpu's binding (base names only). A snapshot keeps that list as the file's text,
 # after a first line that says so.
-{ read -r kernel <proc/sys/kernel/osrelease; } 2>/dev/null || kernel=
+kernel=
+[ -f proc/sys/kernel/osrelease ] && { read -r kernel <proc/sys/kernel/osrelease; } 2>/dev/null
 initrd=boot/initrd.img-$kernel
 listed='#proxgpu: the files in this initramfs, by base name'
 if [ -n "$kernel" ] && [ -f "$initrd" ] && [ -r "$initrd" ]; then
     { read -r first <"$initrd"; } 2>/dev/null || first=
     if [ "$first" = "$listed" ]; then
-        grep -H -Z '' "$initrd"
+        grep -H -Z -D skip '' "$initrd"
     elif command -v lsinitramfs >/dev/null 2>&1; then
         printf '%s\0%s\n' "$initrd" "$listed"
-        lsinitramfs "$initrd" 2>/dev/null | awk -v path="$initrd" '
+        # Bounded: a damaged or hostile image must not hold the inspection (timeout kills
+        # lsinitramfs' whole process group); a list cut short ends with a line that says so.
+        { timeout 60 lsinitramfs "$initrd" 2>/dev/null; echo "#proxgpu-exit $?"; } |
+            awk -v path="$initrd" '
+            /^#proxgpu-exit / { if ($2 != 0) printf "%s%c#proxgpu: lsinitramfs failed (%s)\n", path, 0, $2; next }
             { sub(/.*\//, "") } /\.ko/ || /proxgpu/ { printf "%s%c%s\n", path, 0, $0 }'
     fi
 fi
@@ -85,7 +122,7 @@ fi
 # Each NVIDIA capability's /proc file names its /dev/nvidia-caps node's minor and mode (the boot
 # unit makes the node from it), and pve-container's version decides whether a container takes
 # devN entries: only its dpkg status paragraph's Package, Status and Version lines are read.
-grep -H -s -Z '' proc/driver/nvidia/capabilities/mig/config \
+grep -H -s -Z -D skip '' proc/driver/nvidia/capabilities/mig/config \
     proc/driver/nvidia/capabilities/mig/monitor proc/driver/nvidia/capabilities/fabric-imex-mgmt \
     proc/driver/nvidia/capabilities/gpu*/mig/gi*/access \
     proc/driver/nvidia/capabilities/gpu*/mig/gi*/ci*/access \
@@ -101,16 +138,21 @@ rec section links
 # (root port, switch ports) the picture draws.
 [ -d sys/bus/pci/devices ] && find sys/bus/pci/devices -mindepth 1 -maxdepth 1 -type l \
     -printf '%y\0%p\0%l\n' 2>/dev/null
-set -- sys/bus/pci/devices/*/
-[ -e "$1" ] && find "$@" -maxdepth 1 \( -name driver -o -name iommu_group -o -name pci_bus \) \
-    -printf '%y\0%p\0%l\n' 2>/dev/null
+# find takes its options after the paths: each batch of paths goes in front of them.
+# shellcheck disable=SC2016 # $@ is the inner shell's
+directories sys/bus/pci/devices/*/ | batched "reading the devices' links" sh -c 'find "$@" -maxdepth 1 \
+    \( -name driver -o -name iommu_group -o -name pci_bus \) -printf "%y\0%p\0%l\n" 2>/dev/null
+    exit 0' sh
 # A function's DRM nodes (drm/card1, drm/renderD129): /dev/dri/card1 and renderD129 are its own.
-set -- sys/bus/pci/devices/*/drm/
-[ -e "$1" ] && find "$@" -mindepth 1 -maxdepth 1 \( -name 'card*' -o -name 'renderD*' \) \
-    -printf '%y\0%p\0%l\n' 2>/dev/null
+# shellcheck disable=SC2016
+directories sys/bus/pci/devices/*/drm/ | batched "reading the DRM nodes" sh -c 'find "$@" -mindepth 1 \
+    -maxdepth 1 \( -name "card*" -o -name "renderD*" \) -printf "%y\0%p\0%l\n" 2>/dev/null
+    exit 0' sh
 # Driver names are not module names (bochs-drm lives in bochs.ko); the module link tells.
-set -- sys/bus/pci/drivers/*/
-[ -e "$1" ] && find "$@" -maxdepth 1 -name module -printf '%y\0%p\0%l\n' 2>/dev/null
+# shellcheck disable=SC2016
+directories sys/bus/pci/drivers/*/ | batched "reading the drivers' modules" sh -c 'find "$@" \
+    -maxdepth 1 -name module -printf "%y\0%p\0%l\n" 2>/dev/null
+    exit 0' sh
 for d in sys/firmware/efi etc/pve; do
     [ -d "$d" ] && printf 'd\0%s\0\n' "$d"
 done
@@ -150,7 +192,7 @@ for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
 done
 # Secure Boot's UEFI variable: four attribute bytes, then 1 while it is on.
 f=sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
-if [ -r "$f" ]; then
+if [ -f "$f" ] && [ -r "$f" ]; then
     printf '%s\0' "$f"
     base64 -w0 <"$f"
     echo

@@ -179,8 +179,13 @@ def this_machine(tmp_path: Path) -> tuple[Path, list[int]]:
         pytest.skip(f"get_mempolicy's number on {platform.machine()} is not known here")
     allowed = sorted(os.sched_getaffinity(0))
     root = copy_example(tmp_path)
-    (root / NODES / "node0/cpulist").write_text(format_cpulist(allowed[:1]) + "\n")
-    (root / NODES / "node1/cpulist").write_text(format_cpulist(allowed[1:] or [1]) + "\n")
+    nodes = {"0": format_cpulist(allowed[:1]), "1": format_cpulist(allowed[1:] or [1])}
+    for node, cpus in nodes.items():
+        (root / NODES / f"node{node}/cpulist").write_text(cpus + "\n")
+    # A device's local CPUs are its node's: inspection refuses CPUs the host does not have.
+    for local in root.glob("sys/devices/**/local_cpulist"):
+        node = (local.parent / "numa_node").read_text().strip()
+        local.write_text(nodes.get(node, nodes["0"]) + "\n")
     return root, allowed[:1]
 
 

@@ -1,0 +1,145 @@
+"""Names read from a host are checked against what the kernel can make before anything uses
+them: they reach command lines, modprobe.d, systemd and udev files, container configs and paths.
+
+A name the kernel could not have made (a module name with a space, a driver called ``..``, a PCI
+address with shell syntax) means the tree is not what a host wrote, so inspection refuses it,
+naming the file (exit 8), instead of quoting it into a file proxgpu writes.
+
+>>> check_names(Capture(links={"/sys/bus/pci/devices/0000:01:00.0/driver":
+...                            "../../../bus/pci/drivers/nvidia;reboot"}), "pve1")
+Traceback (most recent call last):
+...
+proxgpu.errors.SysfsError: pve1: /sys/bus/pci/devices/0000:01:00.0/driver: driver 'nvidia;reboot' \
+is not a name the kernel can make (letters, digits and _ . + -); refusing the host's data
+"""
+
+from __future__ import annotations
+
+import re
+
+from proxgpu.errors import SysfsError
+from proxgpu.inspection.capture import Capture
+from proxgpu.paths import PCI_DEVICES
+
+#: A PCI function as sysfs names it (``pci_setup_device``: ``%04x:%02x:%02x.%d``).
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+#: A module name: a ``.ko`` file's base name, at most MODULE_NAME_LEN - 1 (55) bytes; kmod and
+#: /sys/module spell ``-`` as ``_``.
+MODULE_NAME = re.compile(r"[A-Za-z0-9_-]{1,55}")
+#: A driver's name (``struct device_driver.name``): in-tree PCI drivers use letters, digits and
+#: ``_ - .`` (``vfio-pci``, ``snd_hda_intel``, ``bochs-drm``); never ``/``, a space or ``..``.
+DRIVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+#: A kernel release (``uname -r``: UTS_RELEASE, at most 64 bytes), as Debian and Proxmox name them.
+KERNEL_RELEASE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}")
+#: A host name: dot-separated labels of letters, digits and inner hyphens (RFC 1123).
+HOSTNAME = re.compile(
+    r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
+)
+#: One component of a device's link into /sys/devices (``..``, ``devices``, ``pci0000:00``, an
+#: address): letters, digits and ``: . _ -``.
+SYSFS_COMPONENT = re.compile(r"[A-Za-z0-9:._-]+")
+#: The device nodes a container can be given, as the drivers name them.
+DEVICE_NODE = re.compile(
+    r"/dev/(nvidia[0-9]{1,3}|nvidiactl|nvidia-[a-z-]{1,16}|nvidia-caps/nvidia-cap[0-9]{1,6}|kfd)"
+)
+#: A function's DRM nodes (``card1``, ``renderD129``).
+DRM_NODE = re.compile(r"(card|renderD)[0-9]{1,4}")
+#: The NVIDIA capability files the boot unit reads (nv-caps.c's names).
+NVIDIA_CAP = re.compile(
+    r"/proc/driver/nvidia/capabilities/(mig/config|mig/monitor|fabric-imex-mgmt"
+    r"|gpu[0-9]{1,3}/mig/gi[0-9]{1,3}/access|gpu[0-9]{1,3}/mig/gi[0-9]{1,3}/ci[0-9]{1,3}/access)"
+    r"|/proc/driver/nvidia-nvlink/capabilities/fabric-mgmt"
+)
+_HEX = {"vendor": 4, "device": 4, "subsystem_vendor": 4, "subsystem_device": 4, "class": 6}
+_DRIVERS = "/sys/bus/pci/drivers/"
+_NVIDIA_CAPS = ("/proc/driver/nvidia/capabilities/", "/proc/driver/nvidia-nvlink/")
+
+
+def check_names(capture: Capture, source: str) -> None:
+    """Refuse the capture when a name in it is one the kernel cannot have made.
+
+    :raises SysfsError: naming the file or link that holds it.
+    """
+    for path in [*capture.lines, *capture.links, *capture.dirs]:
+        if path.startswith(PCI_DEVICES):
+            _check_device_path(source, path)
+    for path, target in capture.links.items():
+        _check_link(source, path, target)
+    for path, lines in capture.lines.items():
+        _check_attribute(source, path, lines)
+    for path in capture.raw:
+        if path.startswith("/lib/modules/"):
+            kernel = path.split("/")[3]
+            _expect(
+                source, path, "kernel release", kernel, (KERNEL_RELEASE, "as uname -r prints it")
+            )
+    for path in capture.files:
+        if path.startswith("/dev/") and not DEVICE_NODE.fullmatch(path):
+            _refuse(source, path, "device node", path, "the NVIDIA and amdkfd drivers' names")
+    for path in capture.dirs:
+        if "/drm/" in path and path.startswith(PCI_DEVICES):
+            _expect(
+                source, path, "a DRM node", path.rsplit("/", 1)[1], (DRM_NODE, "cardN or renderDN")
+            )
+
+
+def _check_device_path(source: str, path: str) -> None:
+    name = path[len(PCI_DEVICES) :].split("/", 1)[0]
+    _expect(
+        source,
+        PCI_DEVICES + name,
+        "PCI function",
+        name,
+        (PCI_ADDRESS, "DDDD:BB:DD.F, lower-case hex"),
+    )
+
+
+def _check_link(source: str, path: str, target: str) -> None:
+    last = target.rstrip("/").rsplit("/", 1)[-1]
+    if path.endswith("/driver"):
+        _expect(source, path, "driver", last, (DRIVER_NAME, "letters, digits and _ . + -"))
+    elif path.endswith("/iommu_group"):
+        _expect(source, path, "IOMMU group", last, (re.compile(r"[0-9]{1,6}"), "a number"))
+    elif path.startswith(_DRIVERS) and path.endswith("/module"):
+        driver = path[len(_DRIVERS) :].split("/", 1)[0]
+        _expect(source, path, "driver", driver, (DRIVER_NAME, "letters, digits and _ . + -"))
+        _expect(source, path, "module", last, (MODULE_NAME, "letters, digits, _ and -, 55 at most"))
+    # Every link the kernel makes in sysfs points along sysfs names: none holds a space or ;.
+    for part in target.split("/"):
+        if part:
+            _expect(
+                source, path, "link component", part, (SYSFS_COMPONENT, "letters, digits, : . _ -")
+            )
+
+
+def _check_attribute(source: str, path: str, lines: list[str]) -> None:
+    value = lines[0].strip() if lines else ""
+    attribute = path.rsplit("/", 1)[-1]
+    if path.startswith(PCI_DEVICES) and attribute in _HEX and value:
+        digits = _HEX[attribute]
+        pattern = re.compile(f"0x[0-9a-f]{{{digits}}}")
+        _expect(source, path, attribute, value, (pattern, f"0x and {digits} hex digits"))
+    elif path.startswith(PCI_DEVICES) and attribute == "driver_override" and value != "(null)":
+        _expect(source, path, "driver", value, (DRIVER_NAME, "letters, digits and _ . + -"))
+    elif path == "/proc/sys/kernel/osrelease":
+        _expect(source, path, "kernel release", value, (KERNEL_RELEASE, "as uname -r prints it"))
+    elif path == "/proc/sys/kernel/hostname":
+        _expect(source, path, "host name", value, (HOSTNAME, "letters, digits, - and ."))
+    elif path.startswith(_NVIDIA_CAPS) and not NVIDIA_CAP.fullmatch(path):
+        _refuse(source, path, "NVIDIA capability", path, "nv-caps' names")
+
+
+def _expect(
+    source: str, path: str, what: str, value: str, rule: tuple[re.Pattern[str], str]
+) -> None:
+    pattern, words = rule
+    if pattern.fullmatch(value) is None:
+        _refuse(source, path, what, value, words)
+
+
+def _refuse(source: str, path: str, what: str, value: str, rule: str) -> None:
+    raise SysfsError(
+        source,
+        path,
+        f"{what} {value!r} is not a name the kernel can make ({rule}); refusing the host's data",
+    )

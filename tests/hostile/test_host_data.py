@@ -1,0 +1,218 @@
+"""Host data is never code: every name read from a host tree that reaches a command line, a
+modprobe.d, unit or container file is one the kernel can make, or the tree is refused naming the
+file (exit 8; a softdep word proxgpu would copy: exit 16), before anything is planned or written.
+
+Each case copies the ct200 example into its scratch folder, plants one hostile name (shell syntax
+that would touch the canary, a space, a newline, ``..``), runs ``proxgpu apply --yes`` on it in
+process and checks the exact refusal, that the tree is byte for byte as planted and that nothing
+outside the scratch folder changed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from proxgpu.cli import main
+from tests.support.hostile_scratch import Scratch, fingerprint, make_scratch
+from tests.support.trees import copy_example
+
+GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
+ENTRY = "sys/bus/pci/devices/0000:01:00.0"
+Plant = Callable[[Path, Path], None]
+
+
+def APPLY(tree: Path) -> list[str]:  # noqa: N802 - reads as the command it is
+    """``proxgpu apply`` of ct200's split on ``tree``, without asking."""
+    return ["apply", "--root", str(tree), "--split", "numa", "--lxc", "200", "--vm", "300", "--yes"]
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[Scratch]:
+    """The case's scratch folder; afterwards, proof that nothing outside it changed."""
+    made = make_scratch(tmp_path)
+    yield made
+    made.assert_untouched()
+
+
+def _relink(tree: Path, link: str, target: str) -> None:
+    (tree / link).unlink()
+    os.symlink(target, tree / link)
+
+
+def _write(tree: Path, path: str, text: str) -> None:
+    (tree / path).parent.mkdir(parents=True, exist_ok=True)
+    (tree / path).write_text(text)
+
+
+def _device_dir(tree: Path, name: str) -> None:
+    os.symlink(f"../../../{GPU}", tree / "sys/bus/pci/devices" / name)
+
+
+# (what is planted, how, the file the refusal names, the words of the refusal)
+CASES: list[tuple[str, Plant, str, str]] = [
+    (
+        "driver with shell syntax",
+        lambda t, c: _relink(t, f"{GPU}/driver", f"../../../../bus/pci/drivers/nvidia;touch {c}"),
+        f"/{ENTRY}/driver",
+        "link component 'nvidia;touch '",
+    ),
+    (
+        "driver named ..",
+        lambda t, c: _relink(t, f"{GPU}/driver", "../../../../bus/pci/drivers/.."),
+        f"/{ENTRY}/driver",
+        "driver '..' is not a name the kernel can make",
+    ),
+    (
+        "module with a space",
+        lambda t, c: _relink(t, "sys/bus/pci/drivers/nvidia/module", "../../../../module/nv idia"),
+        "/sys/bus/pci/drivers/nvidia/module",
+        "module 'nv idia' is not a name the kernel can make",
+    ),
+    (
+        "module with shell syntax",
+        lambda t, c: _relink(
+            t, "sys/bus/pci/drivers/nvidia/module", f"../../../../module/$(touch {c})"
+        ),
+        "/sys/bus/pci/drivers/nvidia/module",
+        "module 'canary)' is not a name the kernel can make",
+    ),
+    (
+        "IOMMU group that is no number",
+        lambda t, c: _relink(t, f"{GPU}/iommu_group", "../../../../kernel/iommu_groups/1 2"),
+        f"/{ENTRY}/iommu_group",
+        "IOMMU group '1 2' is not a name the kernel can make (a number)",
+    ),
+    (
+        "parent chain with a space",
+        lambda t, c: _relink(t, ENTRY, "../../../devices/pci0000:00/0000:00:01.1 x/0000:01:00.0"),
+        f"/{ENTRY}",
+        "link component '0000:00:01.1 x' is not a name the kernel can make",
+    ),
+    (
+        "link target with a newline",
+        lambda t, c: _relink(t, f"{GPU}/driver", "../../../../bus/pci/drivers/nvidia\ninstall x"),
+        f"/{ENTRY}/driver",
+        "a name or link target with a newline, which the kernel never makes",
+    ),
+    (
+        "device that is no PCI address",
+        lambda t, c: _device_dir(t, "0000:01:00.0;reboot"),
+        "/sys/bus/pci/devices/0000:01:00.0;reboot",
+        "PCI function '0000:01:00.0;reboot' is not a name the kernel can make",
+    ),
+    (
+        "device name with a newline",
+        lambda t, c: _device_dir(t, "0000:01:00.0\n0000:02:00.0"),
+        "/sys/bus/pci/devices/0000:01:00.0",
+        "a name or link target with a newline",
+    ),
+    (
+        "vendor ID with shell syntax",
+        lambda t, c: _write(t, f"{GPU}/vendor", f"0x10de$(touch {c})\n"),
+        f"/{ENTRY}/vendor",
+        "vendor '0x10de$(touch",
+    ),
+    (
+        "class with a space",
+        lambda t, c: _write(t, f"{GPU}/class", "0x0300 0\n"),
+        f"/{ENTRY}/class",
+        "class '0x0300 0' is not a name the kernel can make (0x and 6 hex digits)",
+    ),
+    (
+        "driver_override with a space",
+        lambda t, c: _write(t, f"{GPU}/driver_override", "vfio pci\n"),
+        f"/{ENTRY}/driver_override",
+        "driver 'vfio pci' is not a name the kernel can make",
+    ),
+    (
+        "DRM node with a space",
+        lambda t, c: (t / GPU / "drm" / "card1 x").mkdir(parents=True),
+        f"/{ENTRY}/drm/card1 x",
+        "DRM node 'card1 x' is not a name the kernel can make (cardN or renderDN)",
+    ),
+    (
+        "device node with a space",
+        lambda t, c: _write(t, "dev/nvidia0 x", ""),
+        "/dev/nvidia0 x",
+        "device node '/dev/nvidia0 x' is not a name the kernel can make",
+    ),
+    (
+        "kernel release with shell syntax",
+        lambda t, c: _write(t, "proc/sys/kernel/osrelease", f"6.8.12-11-pve;touch {c}\n"),
+        "/proc/sys/kernel/osrelease",
+        "kernel release '6.8.12-11-pve;touch",
+    ),
+    (
+        "kernel module directory with a space",
+        lambda t, c: _write(t, "lib/modules/6.8 x/modules.softdep", "softdep a pre: b\n"),
+        "/lib/modules/6.8 x/modules.softdep",
+        "kernel release '6.8 x' is not a name the kernel can make",
+    ),
+    (
+        "host name with shell syntax",
+        lambda t, c: _write(t, "proc/sys/kernel/hostname", f"ct200$(touch {c})\n"),
+        "/proc/sys/kernel/hostname",
+        "host name 'ct200$(touch",
+    ),
+    (
+        "NVIDIA capability with a space",
+        lambda t, c: _write(t, "proc/driver/nvidia/capabilities/gpu0/mig/gi1 x/access", "x\n"),
+        "/proc/driver/nvidia/capabilities/gpu0/mig/gi1 x/access",
+        "NVIDIA capability",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "plant", "path", "words"), CASES, ids=[c[0] for c in CASES])
+def test_a_hostile_name_in_the_tree_is_refused_before_anything_is_written(  # noqa: PLR0917
+    scratch: Scratch,
+    capsys: pytest.CaptureFixture[str],
+    what: str,
+    plant: Plant,
+    path: str,
+    words: str,
+) -> None:
+    tree = copy_example(scratch.root, dest="host")
+    plant(tree, scratch.canary)
+    planted = fingerprint(tree)
+    code = main(APPLY(tree))
+    err = capsys.readouterr().err
+    assert code == 8, err
+    where = f"dir:{tree}: {path.format(canary=scratch.canary)}: "
+    assert where in err, err
+    assert words in err.split(where, 1)[1], err
+    assert "refusing" in err
+    assert fingerprint(tree) == planted, "a refused tree was written to"
+
+
+def test_a_softdep_word_that_is_no_module_name_is_not_copied_into_proxgpus_file(
+    scratch: Scratch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An admin's softdep line for the driver proxgpu binds around is kept in proxgpu's own
+    line; a word ending in a backslash, last on proxgpu's line, would join the next line to it,
+    so it is refused."""
+    tree = copy_example(scratch.root, dest="host")
+    # kmod joins a line ending in a backslash to the next; one before a space ends a word.
+    _write(tree, "etc/modprobe.d/zz-audio.conf", "softdep snd_hda_intel post: snd_hda_codec\\ \n")
+    planted = fingerprint(tree)
+    code = main(APPLY(tree))
+    err = capsys.readouterr().err
+    assert code == 16, err
+    assert f"dir:{tree}: /etc/modprobe.d/zz-audio.conf:1: 'snd_hda_codec\\\\'" in err, err
+    assert "is not a module name" in err
+    assert fingerprint(tree) == planted
+
+
+def test_the_same_tree_without_the_hostile_name_applies(
+    scratch: Scratch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The control: the unplanted tree passes every check and is written to."""
+    tree = copy_example(scratch.root, dest="host")
+    before = fingerprint(tree)
+    code = main(APPLY(tree))
+    assert code == 0, capsys.readouterr().err
+    assert fingerprint(tree) != before

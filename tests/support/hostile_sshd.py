@@ -1,0 +1,73 @@
+"""Real OpenSSH servers that offer only what a hostile or outdated host would (3des-cbc,
+hmac-md5, SHA-1 key exchange, ssh-rsa and ssh-dss host keys), and a ProxyCommand relay that
+writes down the arguments ssh_config expanded for it.
+
+Each server is the ``sshd`` binary on a free loopback port with its own keys under the given
+folder (see :mod:`tests.support.sshd`); ``extra`` lines go at the top of its config, where sshd
+takes the first value it reads.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support.sshd import SSHD, Sshd, _config, _wait_listening, free_port, keygen
+
+#: A ProxyCommand: ``python3 RELAY LOG HOST PORT`` records ``HOST PORT`` in LOG, then relays
+#: stdin and stdout to that TCP port, as ``nc %h %p`` does.
+RELAY = """\
+import socket, sys, threading
+log, host, port = sys.argv[1:]
+open(log, "a").write(f"{host} {port}\\n")
+sock = socket.create_connection((host, int(port)))
+def up():
+    while data := sys.stdin.buffer.raw.read(65536):
+        sock.sendall(data)
+    sock.shutdown(socket.SHUT_WR)
+threading.Thread(target=up, daemon=True).start()
+while data := sock.recv(65536):
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+"""
+
+
+def relay_command(folder: Path) -> tuple[str, Path]:
+    """A ProxyCommand line for ssh_config (with ``%h %p``) and the log it writes."""
+    script, log = folder / "relay.py", folder / "relay.log"
+    script.write_text(RELAY)
+    return f"ProxyCommand {sys.executable} {script} {log} %h %p", log
+
+
+@contextmanager
+def offering(work: Path, extra: str, host_key: str = "ed25519") -> Iterator[Sshd]:
+    """An sshd under ``work`` whose config starts with ``extra`` (``Ciphers 3des-cbc``), with a
+    host key of type ``host_key``; stopped on exit."""
+    work.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", host_key, "-N", "", "-f", str(work / "host_key")], check=True
+    )
+    keygen(work / "user_key")
+    (work / "authorized_keys").write_text((work / "user_key.pub").read_text())
+    port = free_port()
+    (work / "sshd_config").write_text(extra + "\n" + _config(work, port, ["127.0.0.1"]))
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    proc = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(work / "sshd_config")], stderr=subprocess.PIPE
+    )
+    try:
+        _wait_listening(port, proc)
+        kind, key = (work / "host_key.pub").read_text().split()[:2]
+        (work / "known_hosts").write_text(f"[127.0.0.1]:{port} {kind} {key}\n")
+        yield Sshd(
+            port, getpass.getuser(), work / "user_key", work / "known_hosts", f"{kind} {key}", work
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
