@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from proxgpu.apply import lock
-from proxgpu.apply.journal import JournalEntry, JournalFile
+from proxgpu.apply.journal import JournalEntry, JournalFile, entry_json
 from proxgpu.apply.layout import Layout, Where, mode_and_umask
 from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
@@ -207,7 +207,7 @@ def finish(
 
     :raises CommandError: when the entry could not be written.
     """
-    data = entry.model_dump_json(indent=2).encode() if entry else b""
+    data = entry_json(entry) if entry else b""
     journal = layout.journal(entry.id) if entry else "-"
     release_flag = "1" if release else "0"
     output = run_script(

@@ -87,7 +87,7 @@ def _what_to_apply(
     its inventory is not saved: the compare-and-swap on every file stands in for it)."""
     if not args.plan:
         return proposal(args, host)
-    saved = load_plan(args.plan)
+    saved = load_plan(args.plan, trust_unsigned=args.trust_unsigned)
     if saved.host != host.name:
         raise UsageError(f"{args.plan}: made for {saved.host}, not {host.name}")
     return None, saved.plan, saved.changes

@@ -65,6 +65,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             live=args.live,
             break_lock=args.break_lock,
             progress=None if args.json else Progress(),
+            trust_unsigned=args.trust_unsigned,
         )
     if args.json:
         print(result.model_dump_json(indent=2))

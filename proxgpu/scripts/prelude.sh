@@ -44,7 +44,7 @@ enter() {
             done
             return 1
         fi
-        en_now=$(pwd -P)
+        en_now=$PWD  # cd -P set it from the kernel's own path: every link resolved
         case $en_now/ in "$proxgpu_real"/*) ;; *) en_out "$1" "$en_now"; return 4 ;; esac
     done
 }
