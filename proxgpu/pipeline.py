@@ -31,8 +31,8 @@ from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
 from proxgpu.planning import Plan, SplitPolicy, plan_split
 from proxgpu.pve.cluster import ClusterMembers, parse_members
-from proxgpu.pve.config import redact_secrets
 from proxgpu.pve.mapping import PciMappingConfig, with_node_maps
+from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet, FileChange
 from proxgpu.rendering.vm import map_entries

@@ -20,6 +20,7 @@ from proxgpu.host.base import Host
 from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import gather, write_tree
 from proxgpu.planning.advice import check_gpu_set
+from proxgpu.redact import redact_document
 
 #: check-gpus: the GPUs straddle NUMA nodes; a GPU's NUMA node is unknown (sysfs says -1).
 STRADDLES = 18
@@ -82,7 +83,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(f"proxgpu: {host.name}: {path}: {why}; the other entries are listed", file=sys.stderr)
     entries = journal.entries
     if args.json:
-        print(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        print(json.dumps(redact_document([e.model_dump(mode="json") for e in entries]), indent=2))
         return 0
     rows = [["ID", "STATUS", "STARTED", "BY", "FILES"]]
     rows += [[e.id, e.status, e.started, e.client, str(len(e.files))] for e in entries]
@@ -107,7 +108,7 @@ def cmd_check_gpus(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     """Capture what inspection reads into a directory that ``--root`` reads back."""
     with open_host(args) as host:
-        capture = gather(host)
+        capture = gather(host, modes=True)
         entries = write_tree(capture, args.output)
         inventory = build_inventory(capture, host.name, gpu_filter(args))
     if args.json:

@@ -63,7 +63,7 @@ def _read(
     one = argparse.Namespace(**{**vars(args), **nodes.options[name]})
     try:
         with open_host(one) as host:
-            capture = gather(host)
+            capture = gather(host, modes=True)
             (members,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
     except ProxgpuError as exc:
         return exc
