@@ -132,6 +132,14 @@ def probe(
     )
     if output.has("notroot"):
         raise NotRootError(host.name, "proxgpu must run as root to change this host")
+    for record in output.of("outside"):
+        if lock_id and output.has("lock"):
+            release_quietly(host, layout, lock_id)  # taken in the same command
+        raise PreflightError(
+            host.name,
+            f"{record[0]}: resolves to {record[1]}, outside {host.root}, through a symlink; "
+            "proxgpu keeps its journal and backups only inside the host's root: fix the link",
+        )
     for record in output.of("file"):
         if record[1] == "escapes":
             path = paths[int(record[0])]

@@ -9,7 +9,8 @@
 #   locked B64(owner) | held B64(owner)
 #   inprogress ID | file I other | file I file SHA256 MODE UID GID
 #   file I absent MISSING_DIRS (how many of its ancestors do not exist)
-#   file I escapes DIR (its directory resolves outside ROOT through a symlink) | end
+#   file I escapes DIR (its directory resolves outside ROOT through a symlink)
+#   outside DIR WHERE (the journal's or the backups' directory does) | end
 mode=$1 lock=$2 owner=$3 takeover=$4 need_root=$5 journal=$6
 root=${7%/}
 shift 7
@@ -52,6 +53,14 @@ if [ "$mode" = lock ]; then
 else
     (held_by) || :
 fi
+# The journal and the backups beside it: refused at once when either leads out of the root.
+for own in "$journal" "${journal%/*}/backups"; do
+    (
+        enter "$own" 2>/dev/null
+        # shellcheck disable=SC2154 # en_now: the prelude's
+        [ $? != 4 ] || rec outside "$own" "$en_now"
+    )
+done
 (
     enter "$journal" 2>/dev/null || exit 0
     for j in ./*.json; do
