@@ -73,11 +73,6 @@ class FileState:
     #: How many of an absent file's ancestors are missing too (0: its directory is there).
     missing_dirs: int = 0
 
-    @property
-    def parent_exists(self) -> bool:
-        """Whether the file's directory exists."""
-        return self.missing_dirs == 0
-
 
 @dataclass(frozen=True)
 class Probe:
@@ -279,7 +274,6 @@ class StageItem(ScriptArgs):
     mode: str
     umask: str
     owner: str | None
-    parent_exists: int
     size: int
 
 
@@ -352,7 +346,6 @@ def stage_file(
         mode=mode,
         umask=umask,
         owner=f"{state.uid}:{state.gid}" if existed and not at.in_pve else None,
-        parent_exists=int(state.parent_exists),
         size=len(content),
     )
     return Staged(record, item, content)

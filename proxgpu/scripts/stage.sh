@@ -2,7 +2,7 @@
 # proxgpu stage: write the journal entry, back up every file an apply touches and stage the new
 # contents in temp files beside their targets; nothing is replaced yet.
 # Usage: stage.sh JOURNAL BACKUPS ENTRY_SIZE META_SIZE
-#                 [PATH BACKUP SHA TMP MODE UMASK OWNER PARENT_EXISTS SIZE]...
+#                 [PATH BACKUP SHA TMP MODE UMASK OWNER SIZE]...
 # stdin: the journal entry (ENTRY_SIZE bytes), meta.json (META_SIZE), then the new content of
 # each file with a TMP (SIZE bytes each), back to back: read at pipe speed, never byte by byte.
 # Every path is opened inside the root (the prelude's enter) and no file is read through a link.
@@ -26,9 +26,9 @@ present() {  # PATH: 0 when something (even a link) is there; 1 not; 4 outside t
     )
 }
 i=0
-while [ $# -ge 9 ]; do
-    p=$1 backup=$2 sum=$3 tmp=$4 mode=$5 mask=$6 owner=$7 size=$9
-    shift 9
+while [ $# -ge 8 ]; do
+    p=$1 backup=$2 sum=$3 tmp=$4 mode=$5 mask=$6 owner=$7 size=$8
+    shift 8
     if [ "$backup" != - ]; then
         (
             enter "${p%/*}" || exit 1
@@ -41,7 +41,7 @@ while [ $# -ge 9 ]; do
         case $? in 0) rec changed "$i"; exit 0 ;; 4) exit 1 ;; esac
     fi
     if [ "$tmp" != - ]; then
-        # New directories get the usual 0755, whatever this script's own umask.
+        # Missing directories are made here, inside the root; they get the usual 0755.
         (umask 022 && enter "${tmp%/*}" make && put_stdin "./${tmp##*/}" "$mode" "$mask" "$owner" "$size") || exit 1
     fi
     i=$((i + 1))
