@@ -16,13 +16,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from proxgpu.redact import redact_secrets
+
 
 class ProxgpuError(Exception):
-    """Root of every error proxgpu raises on purpose."""
+    """Root of every error proxgpu raises on purpose. Its message never holds a guest config's
+    secret (see :mod:`proxgpu.redact`), whatever text from the host it quotes.
+
+    >>> str(ProxgpuError("line 3: cipassword: $5$abc: unknown"))
+    'line 3: cipassword: <redacted by proxgpu>'
+    """
 
     exit_code = 1
 
     def __init__(self, message: str) -> None:
+        message = redact_secrets(message)
         super().__init__(message)
         self.message = message
 

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from proxgpu.apply import ApplyResult, Progress, apply_changes, history, verify
+from proxgpu.apply import ApplyResult, Progress, apply_changes, history, signing, verify
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import read_files, sha
 from proxgpu.errors import SysfsError, UsageError
@@ -31,8 +31,8 @@ from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
 from proxgpu.planning import Plan, SplitPolicy, plan_split
 from proxgpu.pve.cluster import ClusterMembers, parse_members
-from proxgpu.pve.config import redact_secrets
 from proxgpu.pve.mapping import PciMappingConfig, with_node_maps
+from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet, FileChange
 from proxgpu.rendering.vm import map_entries
@@ -328,13 +328,16 @@ class SavedPlan(NamedTuple):
     changes: ChangeSet
 
 
-def save_plan(path: str, host: str, plan: Plan, changes: ChangeSet) -> None:
+def save_plan(
+    path: str, host: str, plan: Plan, changes: ChangeSet, *, key: bytes | None = None
+) -> None:
     """Write a plan file for :func:`load_plan` (``terraform plan -out``): the plan, every file's
     text as read and as planned, and the SHA-256 of each as read, so that applying it refuses a
     file changed since. It holds guest configs, secrets included: it is made readable by the
-    owner only.
+    owner only. It is signed with the admin's key (``key``: that one; see
+    :mod:`proxgpu.apply.signing`), over the host's name and the hashes of the files read too.
     """
-    document = {
+    unsigned = {
         "kind": PLAN_FILE_KIND,
         "schema_version": PLAN_FILE_VERSION,
         "host": host,
@@ -342,16 +345,19 @@ def save_plan(path: str, host: str, plan: Plan, changes: ChangeSet) -> None:
         "plan": plan.model_dump(mode="json"),
         "changes": changes.model_dump(mode="json"),
     }
+    document = signing.sign(unsigned, key if key is not None else signing.load_key())
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as out:
         json.dump(document, out, indent=2)
         out.write("\n")
 
 
-def load_plan(path: str) -> SavedPlan:
-    """Read a plan file written by :func:`save_plan`.
+def load_plan(path: str, *, trust_unsigned: bool = False, key: bytes | None = None) -> SavedPlan:
+    """Read a plan file written by :func:`save_plan`, signed with the admin's key (``key``:
+    that one) unless ``trust_unsigned``.
 
-    :raises UsageError: when it is not one, or its texts no longer match their hashes.
+    :raises UsageError: when it is not one, its signature is missing or wrong, or its texts no
+        longer match their hashes.
     """
     try:
         with open(path, encoding="utf-8") as source:
@@ -360,6 +366,12 @@ def load_plan(path: str) -> SavedPlan:
             raise ValueError("not a proxgpu plan file")
         if document.get("schema_version") != PLAN_FILE_VERSION:
             raise ValueError(f"plan file version {document.get('schema_version')} is not 1")
+        problem = None if trust_unsigned else signing.check(document, key or signing.load_key())
+        if problem is not None:
+            raise ValueError(
+                f"{problem}; refused: save it again with `proxgpu plan --out` on this machine, "
+                "or pass --trust-unsigned if you have checked it by hand"
+            )
         saved = SavedPlan(
             host=str(document["host"]),
             plan=Plan.model_validate(document["plan"]),

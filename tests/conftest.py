@@ -25,6 +25,15 @@ from tests.support.tools import require_tool
 from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES, copy_example
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _signing_key_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The signing key (``$XDG_CONFIG_HOME/proxgpu/key``) in a folder of the session's own, so
+    that no test reads or writes the real one; subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+        yield
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     """A private copy of the ct200 example host."""

@@ -15,6 +15,7 @@ or a verify acts on.
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, ValidationError
 
+from proxgpu.apply import signing
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.rebind import Binding
 from proxgpu.errors import JournalError, UsageError
@@ -34,6 +36,21 @@ from proxgpu.planning import Plan
 from proxgpu.rendering.changes import ChangeSet
 
 Status = Literal["in-progress", "applied", "rolled-back", "failed"]
+
+
+def _plain_name(name: str | None) -> str | None:
+    """A backup's name in its entry's directory: one plain component, or :class:`ValueError`.
+
+    >>> _plain_name("../../etc/shadow")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a plain file name: '../../etc/shadow'
+    """
+    if name is None:
+        return None
+    if name in ("", ".", "..") or "/" in name or any(ord(c) < 32 or c == "\x7f" for c in name):
+        raise ValueError(f"not a plain file name: {name!r}")
+    return name
 
 
 class JournalFile(FrozenModel):
@@ -54,7 +71,7 @@ class JournalFile(FrozenModel):
     gid: int | None = None
     sha256_before: str | None
     sha256_after: str | None
-    backup: str | None = None
+    backup: Annotated[str | None, AfterValidator(_plain_name)] = None
     via: Literal["file", "api"] = "file"
 
 
@@ -84,6 +101,38 @@ class JournalEntry(FrozenModel):
     message: str = ""
     #: The host's boot when the apply ran, so that verify can tell a pending reboot from drift.
     boot_id: str | None = None
+    #: The HMAC of the admin's key over the rest (see :mod:`proxgpu.apply.signing`).
+    signature: str | None = None
+
+
+def entry_json(entry: JournalEntry, key: bytes | None = None) -> bytes:
+    """``entry`` as the journal keeps it: signed with the admin's key (``key``: that one).
+
+    >>> entry = JournalEntry(id="1", status="applied", host="pve1", client="me", started="now",
+    ...                      changeset=ChangeSet(host="pve1"), files=[])
+    >>> JournalEntry.model_validate_json(entry_json(entry, b"k" * 32)).signature[:12]
+    'hmac-sha256:'
+    """
+    document = entry.model_dump(mode="json")
+    signed = signing.sign(document, key if key is not None else signing.load_key())
+    return json.dumps(signed, indent=2).encode()
+
+
+def check_signed(host: Host, entry: JournalEntry, *, trust_unsigned: bool) -> None:
+    """Refuse ``entry`` unless it carries the admin key's signature (or ``trust_unsigned``).
+
+    :raises JournalError: naming the entry's file, why and the way out.
+    """
+    if trust_unsigned:
+        return
+    problem = signing.check(entry.model_dump(mode="json"), signing.load_key())
+    if problem is not None:
+        raise JournalError(
+            host.name,
+            Layout.of(host).journal(entry.id),
+            f"{problem}; refused: roll back from the machine whose key ({signing.key_path()}) "
+            "wrote it, or pass --trust-unsigned if you have checked the entry by hand",
+        )
 
 
 def new_journal_id(now: datetime | None = None) -> str:

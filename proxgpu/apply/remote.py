@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from proxgpu.apply import lock
-from proxgpu.apply.journal import JournalEntry, JournalFile
+from proxgpu.apply.journal import JournalEntry, JournalFile, entry_json
 from proxgpu.apply.layout import Layout, Where, mode_and_umask
 from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
@@ -72,11 +72,6 @@ class FileState:
     gid: int | None = None
     #: How many of an absent file's ancestors are missing too (0: its directory is there).
     missing_dirs: int = 0
-
-    @property
-    def parent_exists(self) -> bool:
-        """Whether the file's directory exists."""
-        return self.missing_dirs == 0
 
 
 @dataclass(frozen=True)
@@ -132,6 +127,14 @@ def probe(
     )
     if output.has("notroot"):
         raise NotRootError(host.name, "proxgpu must run as root to change this host")
+    for record in output.of("outside"):
+        if lock_id and output.has("lock"):
+            release_quietly(host, layout, lock_id)  # taken in the same command
+        raise PreflightError(
+            host.name,
+            f"{record[0]}: resolves to {record[1]}, outside {host.root}, through a symlink; "
+            "proxgpu keeps its journal and backups only inside the host's root: fix the link",
+        )
     for record in output.of("file"):
         if record[1] == "escapes":
             path = paths[int(record[0])]
@@ -207,7 +210,7 @@ def finish(
 
     :raises CommandError: when the entry could not be written.
     """
-    data = entry.model_dump_json(indent=2).encode() if entry else b""
+    data = entry_json(entry) if entry else b""
     journal = layout.journal(entry.id) if entry else "-"
     release_flag = "1" if release else "0"
     output = run_script(
@@ -271,7 +274,6 @@ class StageItem(ScriptArgs):
     mode: str
     umask: str
     owner: str | None
-    parent_exists: int
     size: int
 
 
@@ -344,7 +346,6 @@ def stage_file(
         mode=mode,
         umask=umask,
         owner=f"{state.uid}:{state.gid}" if existed and not at.in_pve else None,
-        parent_exists=int(state.parent_exists),
         size=len(content),
     )
     return Staged(record, item, content)

@@ -39,6 +39,7 @@ _RESTORE_OUTCOMES = {
     11: "changed by someone else since the apply; left alone",
     12: "its backup is damaged; left alone",
     13: "could not be written back",
+    14: "its directory now leads out of the host's root through a symlink; left alone",
     75: "Proxmox held the guest's config lock for 10 s; left alone",
 }
 

@@ -16,7 +16,13 @@ from proxgpu.apply.actions import ACTION_TIMEOUT
 from proxgpu.apply.actions import run_actions as run_actions_on
 from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
-from proxgpu.apply.journal import JournalEntry, new_journal_id, read_journal, select_entry
+from proxgpu.apply.journal import (
+    JournalEntry,
+    check_signed,
+    new_journal_id,
+    read_journal,
+    select_entry,
+)
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.mapapi import put_back, through_api
 from proxgpu.apply.rebind import Binding, restore_drivers
@@ -63,6 +69,7 @@ def rollback(
     break_lock: bool = False,
     progress: Progress | None = None,
     action_timeout: float = ACTION_TIMEOUT,
+    trust_unsigned: bool = False,
 ) -> RollbackResult:
     """Restore the files of journal entry ``to`` (default: the latest applied or unfinished one)
     byte for byte, remove the files it created, and re-run its post-actions.
@@ -70,9 +77,11 @@ def rollback(
     Refuses when a file changed since the apply, unless ``force``. An entry left in progress by a
     dropped connection is recovered here, taking over the lock it left behind when that apply ran
     from this machine and is gone (``break_lock`` takes over any lock). ``live`` also returns
-    the functions the apply rebound at runtime to their drivers.
+    the functions the apply rebound at runtime to their drivers. The entry must carry this
+    machine's signature (:mod:`proxgpu.apply.signing`) unless ``trust_unsigned``.
 
     :raises RollbackError: when there is nothing to roll back or a step failed.
+    :raises JournalError: when the entry is not signed with this machine's key.
     :raises FileChangedError: when a file changed since the apply and ``force`` is not given.
     :raises ConcurrentApplyError: when another apply or rollback holds the lock.
     """
@@ -80,6 +89,7 @@ def rollback(
     entry = select_entry(host, journal, to, latest=("applied", "in-progress"))
     if entry is not None:
         _refuse_finished(host, entry)
+        check_signed(host, entry, trust_unsigned=trust_unsigned)
     options = _Options(run_actions, force, live, break_lock, action_timeout)
     run = _Rollback(host, entry, progress or quiet, options)
     known = {e.id for e in journal.entries}

@@ -30,7 +30,7 @@ from typing import NoReturn
 from proxgpu.apply import lock
 from proxgpu.apply.actions import ACTION_TIMEOUT, run_actions
 from proxgpu.apply.busy import check_not_busy
-from proxgpu.apply.journal import JournalEntry, Status, new_journal_id
+from proxgpu.apply.journal import JournalEntry, Status, entry_json, new_journal_id
 from proxgpu.apply.layout import Layout, where
 from proxgpu.apply.mapapi import undo_mapping
 from proxgpu.apply.preflight import check_guests, files_to_write, refuse_locked_guests
@@ -294,7 +294,7 @@ class _Apply:
             files=files,
             created_dirs=created,
         )
-        journal = self.entry.model_dump_json(indent=2).encode()
+        journal = entry_json(self.entry)
         meta = json.dumps([f.model_dump() for f in files], indent=2).encode()
         output = run_script(
             self.host,

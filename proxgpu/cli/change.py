@@ -92,7 +92,7 @@ def _what_to_apply(
     if not args.plan:
         return proposal(args, host)
     path = args.plan.replace("{host}", name or host.name)
-    saved = load_plan(path)
+    saved = load_plan(path, trust_unsigned=args.trust_unsigned)
     if saved.host != host.name:
         raise UsageError(f"{path}: made for {saved.host}, not {host.name}")
     return None, saved.plan, saved.changes

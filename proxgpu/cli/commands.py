@@ -23,6 +23,7 @@ from proxgpu.inspection import inspect
 from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import gather, write_tree
 from proxgpu.planning.advice import check_gpu_set
+from proxgpu.redact import redact_document
 
 #: check-gpus: the GPUs straddle NUMA nodes; a GPU's NUMA node is unknown (sysfs says -1).
 STRADDLES = 18
@@ -66,7 +67,13 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def host_rollback(args: argparse.Namespace, host: Host, say: Say) -> Shown:
     """One host's rollback, without asking (see :func:`cmd_rollback`)."""
     result = rollback(
-        host, args.to, force=args.force, live=args.live, break_lock=args.break_lock, progress=say
+        host,
+        args.to,
+        force=args.force,
+        live=args.live,
+        break_lock=args.break_lock,
+        progress=say,
+        trust_unsigned=args.trust_unsigned,
     )
     text = _lines(result.messages or [f"restored {len(result.files)} files"])
     return Shown(text, result.model_dump(mode="json"))
@@ -88,7 +95,7 @@ def host_history(args: argparse.Namespace, host: Host, say: Say) -> Shown:
     rows = [["ID", "STATUS", "STARTED", "BY", "FILES"]]
     rows += [[e.id, e.status, e.started, e.client, str(len(e.files))] for e in entries]
     text = table(rows) if entries else f"{host.name}: the journal is empty"
-    document = [e.model_dump(mode="json") for e in entries]
+    document = redact_document([e.model_dump(mode="json") for e in entries])
     return Shown(text + "\n", document, notes=notes)
 
 
@@ -123,7 +130,7 @@ def host_snapshot(args: argparse.Namespace, host: Host, say: Say) -> Shown:
     """One host's snapshot, in ``-o DIR`` (``DIR/HOST`` among several hosts)."""
     several = len(getattr(args, "hosts", None) or []) > 1
     output = os.path.join(args.output, say.name) if several else args.output
-    capture = gather(host)
+    capture = gather(host, modes=True)
     entries = write_tree(capture, output)
     inventory = build_inventory(capture, host.name, gpu_filter(args))
     document = {"host": host.name, "output": output, "entries": entries}

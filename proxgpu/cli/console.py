@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxgpu.errors import ProxgpuError, UsageError
+from proxgpu.redact import redact_secrets
 
 
 def wants_color(choice: str, *, tty: bool, environ: Mapping[str, str]) -> bool:
@@ -29,6 +30,13 @@ def wants_color(choice: str, *, tty: bool, environ: Mapping[str, str]) -> bool:
     if choice != "auto":
         return choice == "always"
     return tty and "NO_COLOR" not in environ and environ.get("TERM") != "dumb"
+
+
+class _RedactingFormatter(logging.Formatter):
+    """Log lines without a guest config's secrets (``-vv`` may quote host text)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_secrets(super().format(record))
 
 
 def setup_logging(verbose: int, quiet: bool) -> None:
@@ -40,7 +48,7 @@ def setup_logging(verbose: int, quiet: bool) -> None:
         logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     )
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("proxgpu: %(message)s"))
+    handler.setFormatter(_RedactingFormatter("proxgpu: %(message)s"))
     logger = logging.getLogger("proxgpu")
     logger.handlers[:] = [handler]
     logger.setLevel(level)

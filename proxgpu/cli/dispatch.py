@@ -16,6 +16,7 @@ from importlib import import_module
 from proxgpu.cli.console import report_error, setup_logging, wants_color
 from proxgpu.cli.hosts import close_unused, open_early
 from proxgpu.errors import ProxgpuError, UsageError
+from proxgpu.redact import redact_secrets
 
 
 def refuse(exc: UsageError, arguments: list[str]) -> int:
@@ -96,7 +97,7 @@ def _guarded(args: argparse.Namespace, detailed: bool, work: Callable[[], int]) 
         if os.environ.get("PROXGPU_DEBUG"):
             raise
         print(
-            f"proxgpu: internal error: {type(exc).__name__}: {exc} "
+            f"proxgpu: internal error: {type(exc).__name__}: {redact_secrets(str(exc))} "
             "(set PROXGPU_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )

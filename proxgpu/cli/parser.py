@@ -183,6 +183,7 @@ def _apply(sub: Commands) -> None:
         action="store_true",
         help="take over a lock left by an interrupted apply or rollback (see proxgpu history)",
     )
+    _trust_unsigned(apply, "a --plan file")
 
 
 def _verify(sub: Commands) -> None:
@@ -211,6 +212,15 @@ def _rollback(sub: Commands) -> None:
         "--break-lock",
         action="store_true",
         help="take over a lock left by an interrupted apply or rollback",
+    )
+    _trust_unsigned(back, "a journal entry")
+
+
+def _trust_unsigned(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument(
+        "--trust-unsigned",
+        action="store_true",
+        help=f"accept {what} not signed with this machine's key (~/.config/proxgpu/key)",
     )
 
 

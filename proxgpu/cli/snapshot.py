@@ -58,7 +58,7 @@ def _read(host: Host, say: Say) -> tuple[Capture, bytes]:
 
     :raises SysfsError: when the node has no ``.members``.
     """
-    capture = gather(host)
+    capture = gather(host, modes=True)
     (members,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
     if members is None:
         raise SysfsError(host.name, MEMBERS, "missing: is this node still in the cluster?")

@@ -1,6 +1,7 @@
 """Run proxgpu's shell scripts (``proxgpu/scripts/NAME.sh``) on a host, one round trip each.
 
-Every script is sent as ``sh -c SCRIPT sh ARG...`` with the shared ``prelude.sh`` in front of it,
+Every script is sent as ``sh -c SCRIPT sh ARG...`` with the shared ``prelude.sh`` in front of it
+(and, before that, the host's root, which the prelude's ``enter`` confines every path to),
 so it runs unchanged on a Proxmox VE host over SSH, on this machine and against a directory tree.
 Data goes in as arguments and, for file contents, as base64 lines on stdin. A script answers in
 one record format: a line ``#KIND`` followed by tab-separated fields (the prelude's ``rec``
@@ -15,6 +16,7 @@ fields=())]
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from dataclasses import dataclass, fields
 from functools import cache
@@ -112,7 +114,9 @@ def run_script(
     :raises HostUnreachableError: when the transport fails.
     """
     start = time.monotonic()
-    result = host.run(["sh", "-c", script_text(name), "sh", *args], stdin=payload, timeout=timeout)
+    # The prelude's `enter` keeps every path inside this root (see prelude.sh).
+    text = f"proxgpu_prefix={shlex.quote(host.root.rstrip('/'))}\n{script_text(name)}"
+    result = host.run(["sh", "-c", text, "sh", *args], stdin=payload, timeout=timeout)
     log.info(
         "%s: %s.sh (%d args, %d bytes in, %d out) exited %d in %.2f s",
         host.name,

@@ -81,6 +81,10 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     warnings += [
         f"{path!r}: skipped, a file name with a newline or tab" for path in capture.bad_names
     ]
+    warnings += [
+        f"{path}: skipped, it leads out of the tree (to {target}) through a symlink"
+        for path, target in capture.outside.items()
+    ]
     names = _pci_names(capture)
     functions = _pci_functions(capture, source, names, warnings)
     nvidia = _nvidia_info(capture)

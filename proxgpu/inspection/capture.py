@@ -20,11 +20,14 @@ from pathlib import Path, PurePosixPath
 
 from proxgpu.errors import CommandError, HostUnreachableError, SysfsError, UsageError
 from proxgpu.host.base import Host
+from proxgpu.host.local import LocalHost
 from proxgpu.host.scripts import Record, run_script
 from proxgpu.paths import LXC_CONFIG_DIR, MEMBERS, NODES_DIR, PCI_DEVICES, PVE_DIR, VM_CONFIG_DIR
-from proxgpu.pve.config import redact_secrets
+from proxgpu.redact import redact_secrets
 
 KEEP = ".proxgpu-keep"
+#: The mode of a snapshot's copy of a file whose own mode is unknown.
+PRIVATE = 0o600
 
 #: Paths a capture must never hold, whatever a future gather script reads.
 FORBIDDEN_PREFIXES = ("/etc/pve/priv", "/etc/ssh", "/root/.ssh", "/home", "/etc/shadow")
@@ -44,6 +47,10 @@ class Capture:
     unreadable: list[str] = field(default_factory=list)
     #: Names of files skipped because they hold a newline or a tab (no record can carry them).
     bad_names: list[str] = field(default_factory=list)
+    #: Files of a tree dropped because they are reached through a link out of it, with where to.
+    outside: dict[str, str] = field(default_factory=dict)
+    #: Each file's permission bits on the host, when asked for (``gather(modes=True)``).
+    modes: dict[str, int] = field(default_factory=dict)
 
     def text(self, path: str) -> str | None:
         """The file's text, or ``None`` when the capture does not hold it."""
@@ -59,8 +66,10 @@ class Capture:
         return lines[0].strip() if lines else None
 
 
-def gather(host: Host, timeout: float = 120.0) -> Capture:
-    """Read everything inspection needs from ``host`` in one command.
+def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Capture:
+    """Read everything inspection needs from ``host`` in one command; from a tree (a root other
+    than ``/``), or with ``modes`` (for a snapshot), one more checks where each file is (see
+    :func:`check_files`).
 
     :raises HostUnreachableError: when the host cannot run the gather script.
     """
@@ -76,7 +85,41 @@ def gather(host: Host, timeout: float = 120.0) -> Capture:
         raise CommandError(host.name, [step], _status(failed), output.stderr)
     if not output.complete:
         raise HostUnreachableError(host.name, "inspection output was cut short")
-    return parse_gather_output(output.stdout, host.name)
+    capture = parse_gather_output(output.stdout, host.name)
+    if modes or host.root.rstrip("/"):
+        check_files(host, capture)
+    return capture
+
+
+def check_files(host: Host, capture: Capture) -> None:
+    """Drop from ``capture`` every file of a tree that was read through a link out of it (its
+    directory or itself a symlink resolving outside the root), so that nothing outside the tree
+    is copied into a snapshot or printed, and note each other file's mode. A tree on this
+    machine is looked at directly; any other host's in one command (``scripts/inside.sh``).
+
+    :raises CommandError: when the check cannot run to its end.
+    """
+    if isinstance(host, LocalHost):
+        _check_local_files(host.root, capture)
+        return
+    by_dir: dict[str, list[str]] = {}
+    for path in [*capture.raw, *capture.lines]:
+        directory, _, name = path.rpartition("/")
+        by_dir.setdefault(directory, []).append(name)
+    prefix = host.root.rstrip("/")
+    args = [a for d, names in by_dir.items() for a in (prefix + d, str(len(names)), *names)]
+    output = run_script(host, "inside", *args, check=False)
+    if not output.complete:
+        raise CommandError(host.name, ["the inside step"], output.returncode, output.stderr)
+    for record in output.of("outside"):
+        directory, name, target = record.fields
+        path = directory.removeprefix(prefix) + "/" + name
+        capture.raw.pop(path, None)
+        capture.lines.pop(path, None)
+        capture.outside[path] = target
+    for record in output.of("mode"):
+        directory, mode, name = record.fields
+        capture.modes[directory.removeprefix(prefix) + "/" + name] = int(mode, 8) & 0o777
 
 
 def _status(record: Record) -> int:
@@ -161,6 +204,7 @@ def write_tree(capture: Capture, directory: str) -> int:
     """Write ``capture`` under ``directory`` as a snapshot tree; return the number of entries.
 
     Symlinks keep their targets (``driver``, ``iommu_group`` carry meaning in their last part).
+    Each file gets its mode on the host (``capture.modes``; 0600 when unknown), never a wider one.
     A device whose ``/sys/bus/pci/devices`` entry was a link into ``/sys/devices`` is written
     there, behind the same link, as sysfs lays it out: the tree keeps each device's parent chain.
 
@@ -174,7 +218,7 @@ def write_tree(capture: Capture, directory: str) -> int:
     for path, content in _file_contents(capture):
         target = _inside(out, place(path))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
+        _write_new(target, content, capture.modes.get(path, PRIVATE))
         entries += 1
     for path in sorted(capture.dirs):
         marker = _inside(out, place(path))
@@ -264,6 +308,30 @@ def _redacted(data: bytes) -> bytes:
     return redact_secrets(data.decode("utf-8", "surrogateescape")).encode(
         "utf-8", "surrogateescape"
     )
+
+
+def _check_local_files(root: str, capture: Capture) -> None:
+    real_root = os.path.realpath(root).rstrip("/")
+    for path in [*capture.raw, *capture.lines]:
+        real = os.path.realpath(real_root + path)
+        if not (real + "/").startswith(real_root + "/"):
+            capture.raw.pop(path, None)
+            capture.lines.pop(path, None)
+            capture.outside[path] = real
+            continue
+        try:
+            capture.modes[path] = os.stat(real).st_mode & 0o777
+        except OSError:
+            continue  # gone since it was read: the copy gets the private mode
+
+
+def _write_new(target: Path, content: bytes, mode: int) -> None:
+    """Write a new file (never through a link planted there) with ``mode``: the source's, so
+    the copy is never readable by more people than the file it copies."""
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "wb") as out:
+        out.write(content)
+        os.fchmod(out.fileno(), mode)
 
 
 def _joined(lines: list[str]) -> str:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.pve.config import redact_secrets
+from proxgpu.redact import redact_document
 
 
 def inventory_document(inventory: Inventory) -> dict[str, Any]:
-    """The inventory as ``inspect --json`` prints it, guest configs redacted."""
-    configs = {p: redact_secrets(t) for p, t in inventory.guest_configs.items()}
-    return inventory.model_copy(update={"guest_configs": configs}).model_dump(mode="json")
+    """The inventory as ``inspect --json`` prints it, every secret redacted (guest configs, and
+    any warning quoting one)."""
+    document: dict[str, Any] = redact_document(inventory.model_dump(mode="json"))
+    return document

@@ -26,6 +26,7 @@ from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import plan_inventory, shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy
+from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import ChangeSet, FileChange, unified_diff
 from proxgpu.rendering.templating import render_markup
@@ -145,9 +146,9 @@ def _section(host: HostReport) -> dict[str, Any]:
         "columns": [Markup(render_svg(column, standalone=False)) for column in columns],
         "planned": host.plan is not None,
         "summary": [_group_sentence(g) for g in host.plan.groups] if host.plan else [],
-        "refusals": host.refusals,
-        "error": host.error,
-        "warnings": list(dict.fromkeys(warnings)),
+        "refusals": [Refusal(redact_secrets(r.what), redact_secrets(r.fix)) for r in host.refusals],
+        "error": None if host.error is None else redact_secrets(host.error),
+        "warnings": list(dict.fromkeys(redact_secrets(w) for w in warnings)),
         "tensor_parallel": host.plan.tensor_parallel if host.plan else [],
         "enable_iommu": bool(host.plan and host.plan.enable_iommu),
         "diffs": _diffs(changes) if changes is not None else [],

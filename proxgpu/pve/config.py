@@ -69,12 +69,6 @@ _PENDING_NAMES = frozenset({"pending", "pve:pending"})
 
 
 _MAPPING_PROP_RE = re.compile(r"\s+(?P<key>\S+)(?:\s+(?P<value>.*?))?\s*")
-# Secrets Proxmox keeps in guest configs: never shown, never written to a snapshot.
-SECRET_KEYS = re.compile(r"^(cipassword\s*[:=]\s*).*$", re.MULTILINE)
-
-
-SECRET_KEYS = re.compile(r"^(cipassword\s*[:=]\s*).*$", re.MULTILINE)
-REDACTED = "<redacted by proxgpu>"
 
 
 @dataclass(frozen=True)
@@ -463,12 +457,3 @@ def hostpci_devices(value: str) -> tuple[list[str], str | None]:
     """
     props = parse_property_string(value, "host")
     return [a for a in props.get("host", "").split(";") if a], props.get("mapping")
-
-
-def redact_secrets(text: str) -> str:
-    """Guest config text with secret values replaced, for anything written out or shown.
-
-    >>> redact_secrets("memory: 512\\ncipassword: $5$abc\\n")
-    'memory: 512\\ncipassword: <redacted by proxgpu>\\n'
-    """
-    return SECRET_KEYS.sub(lambda m: m.group(1) + REDACTED, text)

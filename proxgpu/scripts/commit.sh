@@ -6,35 +6,41 @@
 # cannot slip in between. Records:
 #   api I SHA256|- | done I | changed I | guestlocked I | failed I RC ERROR | end
 replace() {  # PATH TMP WANT_SHA: 3 unless PATH is still WANT_SHA, else TMP goes over it
+    [ "$2" = - ] || [ "${2%/*}" = "${1%/*}" ] || return 4  # the temp file is beside its target
+    enter "${1%/*}" || return
+    rp_leaf=./${1##*/}
     if [ "$3" = - ]; then
-        if [ -e "$1" ] || [ -L "$1" ]; then return 3; fi
+        if [ -e "$rp_leaf" ] || [ -L "$rp_leaf" ]; then return 3; fi
     else
-        if [ -L "$1" ] || [ ! -f "$1" ]; then return 3; fi
-        got=$(sha256sum < "$1") || return 1
+        if [ -L "$rp_leaf" ] || [ ! -f "$rp_leaf" ]; then return 3; fi
+        got=$(nofollow_cat "$rp_leaf" | sha256sum) || return 1
         [ "${got%% *}" = "$3" ] || return 3
     fi
-    if [ "$2" = - ]; then rm -f "$1" && sync "${1%/*}"; else durable_mv "$2" "$1"; fi
+    if [ "$2" = - ]; then rm -f -- "$rp_leaf" && sync .; else durable_mv "./${2##*/}" "$rp_leaf"; fi
 }
-work=$(mktemp -d) || exit 1
-trap 'rm -rf "$work"' EXIT
+api_sum() {  # PATH: the hash of the file the API wrote, "-" when it is not a file in the root
+    (
+        enter "${1%/*}" 2>/dev/null || exit
+        [ -f "./${1##*/}" ] && [ ! -L "./${1##*/}" ] && nofollow_cat "./${1##*/}" | sha256sum
+    ) || echo -
+}
 i=0
 while [ $# -ge 4 ]; do
     p=$1 tmp=$2 want=$3 lock=$4
     shift 4
     if [ "$tmp" = = ]; then
-        sum=-
-        if [ -f "$p" ] && [ ! -L "$p" ]; then sum=$(sha256sum < "$p") || sum=-; fi
+        sum=$(api_sum "$p")
         rec api "$i" "${sum%% *}"
         i=$((i + 1))
         continue
     fi
-    under_lock "$lock" replace "$p" "$tmp" "$want" 2>"$work/err"
-    rc=$?
+    # stderr is kept in a variable, not a temp file: nothing is left behind by a kill.
+    if err=$(under_lock "$lock" replace "$p" "$tmp" "$want" 2>&1); then rc=0; else rc=$?; fi
     case $rc in
     0) rec "done" "$i" ;;
     3) rec changed "$i"; exit 0 ;;
     75) rec guestlocked "$i"; exit 0 ;;
-    *) rec failed "$i" "$rc" "$(head -c 300 "$work/err" | tr '\n\t' '  ')"; exit 0 ;;
+    *) rec failed "$i" "$rc" "$(printf %s "$err" | head -c 300 | tr '\n\t' '  ')"; exit 0 ;;
     esac
     i=$((i + 1))
 done

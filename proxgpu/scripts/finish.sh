@@ -8,15 +8,26 @@
 umask 077
 journal=$1 lock=$2 id=$3 release=$4 size=$5
 if [ "$journal" != - ]; then
-    put_stdin "$journal.tmp" - 077 - "$size" && durable_mv "$journal.tmp" "$journal" || exit 1
+    (
+        enter "${journal%/*}" make || exit 1
+        put_stdin "./${journal##*/}.tmp" - 077 - "$size" &&
+            durable_mv "./${journal##*/}.tmp" "./${journal##*/}"
+    ) || exit 1
     rec journal
 fi
-if [ "$release" = 1 ] && [ "$(sed -n 's/^id=//p' "$lock/owner" 2>/dev/null)" = "$id" ]; then
-    gone=$lock.released.$$
-    if err=$(mv -T "$lock" "$gone" 2>&1); then
-        rm -rf "$gone"
+release() {  # in the lock's directory: 0 released, 3 not ours, else the error on stdout
+    enter "${lock%/*}" || exit 3
+    l=./${lock##*/}
+    [ -d "$l" ] && [ ! -L "$l" ] || exit 3
+    [ "$(nofollow_cat "$l/owner" 2>/dev/null | sed -n 's/^id=//p')" = "$id" ] || exit 3
+    gone=$l.released.$$
+    mv -T "$l" "$gone" 2>&1 || exit 1
+    rm -rf -- "$gone"
+}
+if [ "$release" = 1 ]; then
+    if err=$(release); then
         rec released
-    else
+    elif [ $? != 3 ]; then
         rec notreleased "$err"
     fi
 fi

@@ -11,7 +11,56 @@
 #     itself survives a power cut (as dpkg does): the file is then wholly old or wholly new.
 #   under_lock LOCK CMD...: run CMD in a subshell holding LOCK, a Proxmox config lock file, as
 #     `qm set` and `pct set` take it ("-": no lock); 75 when another holder keeps it for 10 s.
+#   enter DIR [make]: cd into DIR, a directory under the host's root, one component at a time,
+#     each checked once entered to resolve inside the root ("make": missing ones are created,
+#     never through a link). The working directory then stands for a directory descriptor: a
+#     directory swapped for a symlink later changes nothing for what is done relative to it.
+#     1: a component is missing; 4: DIR is outside the root (said on stderr).
+#   nofollow_cat FILE: FILE's bytes, refusing a symlink (O_NOFOLLOW) and never blocking on a FIFO.
+#   on_signal: exit on HUP, INT and TERM, so that an EXIT trap removes what the script made.
 set -u
+# run_script puts proxgpu_prefix (the root without its trailing slash, "" for /) in front.
+proxgpu_prefix=${proxgpu_prefix-}
+proxgpu_real=$(cd -P -- "${proxgpu_prefix:-/}" 2>/dev/null && pwd -P) || proxgpu_real=//missing
+proxgpu_real=${proxgpu_real%/}
+enter() {
+    case $1 in "$proxgpu_prefix" | "$proxgpu_prefix"/*) ;; *) en_out "$1"; return 4 ;; esac
+    en_rest=${1#"$proxgpu_prefix"} en_missing=0
+    en_rest=${en_rest#/}
+    cd -P -- "$proxgpu_real/" || return 4
+    while [ -n "$en_rest" ]; do
+        en_part=${en_rest%%/*}
+        case $en_rest in */*) en_rest=${en_rest#*/} ;; *) en_rest= ;; esac
+        case $en_part in "" | . | ..) en_out "$1"; return 4 ;; esac
+        if [ "${2-}" = make ] && [ ! -e "./$en_part" ] && [ ! -L "./$en_part" ]; then
+            mkdir -- "./$en_part" || return 1
+        fi
+        if ! cd -P -- "./$en_part" 2>/dev/null; then
+            if [ -L "./$en_part" ]; then en_out "$1"; return 4; fi
+            en_missing=1
+            while [ -n "$en_rest" ]; do
+                en_missing=$((en_missing + 1))
+                case $en_rest in */*) en_rest=${en_rest#*/} ;; *) en_rest= ;; esac
+            done
+            return 1
+        fi
+        en_now=$PWD  # cd -P set it from the kernel's own path: every link resolved
+        case $en_now/ in "$proxgpu_real"/*) ;; *) en_out "$1" "$en_now"; return 4 ;; esac
+    done
+}
+en_out() {
+    en_now=${2-$1}
+    printf '%s: resolves to %s, outside the host root %s; proxgpu writes only inside the root: fix the link\n' \
+        "$1" "$en_now" "${proxgpu_prefix:-/}" >&2
+}
+nofollow_cat() {
+    dd if="$1" iflag=nofollow,nonblock bs=64k status=none
+}
+on_signal() {
+    trap 'exit 129' HUP
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
 rec() {
     printf '#%s' "$1"
     shift
@@ -21,11 +70,15 @@ rec() {
 put_tmp() {
     pt_tmp=$1 pt_mode=$2 pt_mask=$3 pt_owner=$4
     shift 4
-    (umask "$pt_mask" && "$@" > "$pt_tmp") || return 1
+    # A name left there (a symlink planted to redirect the write) is removed, not followed, and
+    # noclobber creates the file with O_EXCL, which refuses a link made since.
+    rm -f -- "$pt_tmp" || return 1
+    (umask "$pt_mask" && set -C && "$@" > "$pt_tmp") || return 1
+    [ -f "$pt_tmp" ] && [ ! -L "$pt_tmp" ] || return 1
     if [ "$pt_owner" != - ] && [ "$(stat -c %u:%g "$pt_tmp")" != "$pt_owner" ]; then
-        chown "$pt_owner" "$pt_tmp" || return 1
+        chown -h "$pt_owner" "$pt_tmp" || return 1
     fi
-    if [ "$pt_mode" != - ]; then chmod "$pt_mode" "$pt_tmp" || return 1; fi
+    if [ "$pt_mode" != - ]; then [ ! -L "$pt_tmp" ] && chmod "$pt_mode" "$pt_tmp" || return 1; fi
     sync "$pt_tmp"
 }
 put_stdin() {
@@ -33,13 +86,17 @@ put_stdin() {
     [ "$(wc -c < "$1")" -eq "$5" ]
 }
 durable_mv() {
-    mv -f "$1" "$2" || return 1
+    mv -fT -- "$1" "$2" || return 1  # -T: a link to a directory is replaced, not entered
     sync "${2%/*}" 2>/dev/null || :
 }
 under_lock() {
     if [ "$1" = - ]; then shift; ( "$@" ); return; fi
-    mkdir -p "${1%/*}" || return 1
     ul_lock=$1
     shift
-    ( flock -E 75 -w 10 9 || exit; "$@" ) 9>>"$ul_lock"
+    (
+        enter "${ul_lock%/*}" make || exit 1
+        [ ! -L "./${ul_lock##*/}" ] && exec 9>>"./${ul_lock##*/}" || exit 1
+        flock -E 75 -w 10 9 || exit
+        "$@"
+    )
 }

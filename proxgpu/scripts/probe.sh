@@ -9,59 +9,89 @@
 #   locked B64(owner) | held B64(owner)
 #   inprogress ID | file I other | file I file SHA256 MODE UID GID
 #   file I absent MISSING_DIRS (how many of its ancestors do not exist)
-#   file I escapes DIR (its directory resolves outside ROOT through a symlink) | end
+#   file I escapes DIR (its directory resolves outside ROOT through a symlink)
+#   outside DIR WHERE (the journal's or the backups' directory does) | end
 mode=$1 lock=$2 owner=$3 takeover=$4 need_root=$5 journal=$6
-root=$(realpath -m -- "$7") || exit 1
+root=${7%/}
 shift 7
 uid=$(id -u)
 rec uid "$uid"
 rec node "$(uname -n)"
-boot=$(cat "${root%/}/proc/sys/kernel/random/boot_id" 2>/dev/null) || boot=-
+boot=$(enter "$root/proc/sys/kernel/random" 2>/dev/null && nofollow_cat ./boot_id) ||
+    boot=-
 rec boot "$boot"
 if command -v pvesh >/dev/null 2>&1; then rec pvesh; fi
 if [ "$need_root" = 1 ] && [ "$uid" != 0 ]; then rec notroot; exit 0; fi
-if [ "$mode" = lock ]; then
-    mkdir -p "${lock%/*}" || exit 1
-    if [ "$takeover" != - ] && [ -d "$lock" ] &&
-        [ "$(sed -n 's/^id=//p' "$lock/owner" 2>/dev/null)" = "$takeover" ]; then
-        mv -T "$lock" "$lock.broken.$$" 2>/dev/null && rm -rf "$lock.broken.$$"
+# The lock's steps, in its directory (entered inside the root): 0 taken, 5 held by another.
+take_lock() (
+    enter "${lock%/*}" make || exit 1
+    l=./${lock##*/}
+    if [ "$takeover" != - ] && [ -d "$l" ] && [ ! -L "$l" ] &&
+        [ "$(nofollow_cat "$l/owner" 2>/dev/null | sed -n 's/^id=//p')" = "$takeover" ]; then
+        mv -T "$l" "$l.broken.$$" 2>/dev/null && rm -rf -- "$l.broken.$$"
     fi
-    new=$lock.$$
+    new=$l.$$
     # A full disk must not leave a half-made lock behind.
-    if ! { mkdir "$new" && printf '%s\n' "$owner" > "$new/owner"; }; then rm -rf "$new"; exit 1; fi
-    if ! mv -T "$new" "$lock" 2>/dev/null; then
-        rm -rf "$new"
-        rec locked "$(base64 -w0 < "$lock/owner" 2>/dev/null)"
-        exit 0
+    if ! { mkdir -- "$new" && printf '%s\n' "$owner" > "$new/owner"; }; then
+        rm -rf -- "$new"
+        exit 1
     fi
-    rec lock
-elif [ -f "$lock/owner" ]; then
-    rec held "$(base64 -w0 < "$lock/owner")"
+    if ! mv -T "$new" "$l" 2>/dev/null; then
+        rm -rf -- "$new"
+        rec locked "$(nofollow_cat "$l/owner" 2>/dev/null | base64 -w0)"
+        exit 5
+    fi
+)
+held_by() {
+    enter "${lock%/*}" 2>/dev/null || exit
+    [ -f "./${lock##*/}/owner" ] || exit 1
+    rec held "$(nofollow_cat "./${lock##*/}/owner" | base64 -w0)"
+}
+if [ "$mode" = lock ]; then
+    take_lock
+    case $? in 0) rec lock ;; 5) exit 0 ;; *) exit 1 ;; esac
+else
+    (held_by) || :
 fi
-for j in "$journal"/*.json; do
-    if [ -f "$j" ] && grep -q '^  "status": "in-progress"' "$j"; then
-        n=${j##*/}
-        rec inprogress "${n%.json}"
-    fi
+# The journal and the backups beside it: refused at once when either leads out of the root.
+for own in "$journal" "${journal%/*}/backups"; do
+    (
+        enter "$own" 2>/dev/null
+        # shellcheck disable=SC2154 # en_now: the prelude's
+        [ $? != 4 ] || rec outside "$own" "$en_now"
+    )
 done
+(
+    enter "$journal" 2>/dev/null || exit 0
+    for j in ./*.json; do
+        if [ -f "$j" ] && [ ! -L "$j" ] && nofollow_cat "$j" | grep -q '^  "status": "in-progress"'; then
+            n=${j##*/}
+            rec inprogress "${n%.json}"
+        fi
+    done
+)
+state() {  # PATH I: its file record, found in its directory entered inside the root
+    en_missing=0 en_now=$1
+    enter "${1%/*}" 2>/dev/null
+    case $? in
+    0) ;;
+    1) rec file "$2" absent "$en_missing"; return ;;
+    *) rec file "$2" escapes "$en_now"; return ;;
+    esac
+    l=./${1##*/}
+    if [ -L "$l" ] || { [ -e "$l" ] && [ ! -f "$l" ]; }; then
+        rec file "$2" other
+    elif [ -f "$l" ]; then
+        sum=$(nofollow_cat "$l" | sha256sum) || exit 1
+        # shellcheck disable=SC2046 # mode, uid and gid: three fields
+        rec file "$2" file "${sum%% *}" $(stat -c '%a %u %g' "$l")
+    else
+        rec file "$2" absent 0
+    fi
+}
 i=0
 for p; do
-    dir=$(realpath -m -- "${p%/*}") || exit 1
-    case $dir/ in
-    "${root%/}"/*) ;;
-    *) rec file "$i" escapes "$dir"; i=$((i + 1)); continue ;;
-    esac
-    if [ -L "$p" ] || { [ -e "$p" ] && [ ! -f "$p" ]; }; then
-        rec file "$i" other
-    elif [ -f "$p" ]; then
-        sum=$(sha256sum < "$p") || exit 1
-        # shellcheck disable=SC2046 # mode, uid and gid: three fields
-        rec file "$i" file "${sum%% *}" $(stat -c '%a %u %g' "$p")
-    else
-        d=${p%/*} n=0
-        while [ -n "$d" ] && [ ! -d "$d" ]; do n=$((n + 1)); d=${d%/*}; done
-        rec file "$i" absent "$n"
-    fi
+    (state "$p" "$i") || exit 1
     i=$((i + 1))
 done
 rec end

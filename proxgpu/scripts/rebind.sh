@@ -9,6 +9,7 @@
 root=$1 limit=$2 load=$3 expand=$4; shift 4
 work=$(mktemp -d) || exit 1
 trap 'rm -rf "$work"' EXIT
+on_signal  # a kill still runs the EXIT trap
 ticks=$(( (limit + 3) * 50 ))
 # drivers_probe binds before it returns; the wait only covers a slow driver's probe.
 settle=$limit
