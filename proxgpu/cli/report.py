@@ -13,11 +13,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from proxgpu.cli.console import write_output
+from proxgpu.cli.console import STDOUT, write_output
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.setup import gpu_filter
-from proxgpu.errors import PlanRefusedError, ProxgpuError
+from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import HostReport, plan_report
@@ -33,6 +33,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write the plan of each host as one self-contained HTML report, a section per host; exit 9
     when a plan was refused (the report says why), or a host's error code when one could not be
     read (the others are still reported)."""
+    if args.json and args.output == STDOUT:
+        raise UsageError("report -o - writes the HTML to stdout: leave out --json, or give -o FILE")
     # A cluster's nodes come with their own options (--cluster); hosts with their targets.
     targets = getattr(args, "targets", None) or {
         target: {"host": target} for target in getattr(args, "hosts", None) or [args.host]
@@ -43,11 +45,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     write_output(render_report(sections, generated=generated), args.output)
     codes = [code for _, _, code in results]
+    # With -o - the HTML is stdout: what was written is said on stderr.
+    said = sys.stderr if args.output == STDOUT else sys.stdout
     if args.json:
         print(json.dumps({"output": args.output, "hosts": [r[0] for r in results]}, indent=2))
     else:
         read = sum(isinstance(section, HostReport) for section in sections)
-        print(f"wrote {args.output}: {read} of {len(targets)} hosts read")
+        where = "stdout" if args.output == STDOUT else args.output
+        print(f"wrote {where}: {read} of {len(targets)} hosts read", file=said)
     return max(codes)
 
 
