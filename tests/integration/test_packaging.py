@@ -141,7 +141,9 @@ def test_sdist_carries_the_tests_examples_man_page_and_licence(tmp_path: Path) -
     # The harness is the project's own; Proxmox's sources stay in their cache or offline copy.
     harness = "tests/proxmox/harness/"
     assert {"tests/proxmox/sources.toml", harness + "pve-check"} <= names
-    assert all(n.startswith(harness + "lib/ProxgpuCheck/") for n in names if n.endswith(".pm"))
+    perl = [n for n in names if n.startswith("tests/") and n.endswith(".pm")]
+    assert perl and all(n.startswith(harness + "lib/ProxgpuCheck/") for n in perl)
+    assert not any("/src/PVE/" in n or "/src/test/" in n for n in names)
 
     # Unpacked, it inspects as the checkout does (drivers read through the links), and builds.
     with tarfile.open(sdist) as archive:
