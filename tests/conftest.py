@@ -10,7 +10,8 @@ The tiers are folders; each runs everything the one before it does, and more:
 * ``integration``: real ansible-playbook, a built and installed wheel, ``python -m proxgpu``;
 * ``e2e``: a QEMU test host booting a real kernel (marker ``e2e``, minutes).
 
-Their helpers live in ``tests/support``, shared with ``bench/``.
+Their helpers live in ``tests/support``, shared with ``bench/``. Tests in every tier run
+Proxmox VE's own code and test configs, from the sources ``tests/proxmox/sources.toml`` pins.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.proxmox.sources import SourcesUnavailableError, locate
 from tests.support.sshd import SSHD, Sshd, running_sshd
 from tests.support.tools import require_tool
 from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES, copy_example
@@ -32,6 +34,18 @@ def _signing_key_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
         yield
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The whole suite (README's command) stops at once without Proxmox's sources, in one line
+    saying how to get them, rather than failing each test that runs their code. A run of named
+    files or tests still starts: those of them that need the sources fail with that line."""
+    if config.args_source is not pytest.Config.ArgsSource.TESTPATHS:
+        return
+    try:
+        locate()
+    except SourcesUnavailableError as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 @pytest.fixture

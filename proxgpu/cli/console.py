@@ -81,12 +81,19 @@ def report_error(exc: ProxgpuError, as_json: bool) -> None:
         print(json.dumps(error_document(exc), indent=2))
 
 
+#: ``-o -``: stdout, as for tar, curl and git.
+STDOUT = "-"
+
+
 def write_output(text: str, path: str | None) -> None:
-    """``text`` to ``path``, or to stdout without one.
+    """``text`` to ``path``, or to stdout without one or with ``-``.
 
     :raises UsageError: when the file cannot be written.
+
+    >>> write_output("to stdout\\n", STDOUT)
+    to stdout
     """
-    if path is None:
+    if path is None or path == STDOUT:
         sys.stdout.write(text)
         return
     # Written beside it and renamed over it: a reader never sees half a file, an interrupted

@@ -5,11 +5,23 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 class Once(argparse.Action):
     """An option that takes one value: given twice, it is refused (argparse would keep the last
-    one silently)."""
+    one silently). :class:`~proxgpu.cli.parser.Parser` makes it every option's default action;
+    ``hint`` adds what to do instead.
+
+    >>> parser = argparse.ArgumentParser(exit_on_error=False)
+    >>> _ = parser.add_argument("--split", action=Once, default="numa")
+    >>> parser.parse_args(["--split", "numa"]).split
+    'numa'
+    """
+
+    def __init__(self, option_strings: list[str], dest: str, hint: str = "", **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.hint = hint
 
     def __call__(
         self,
@@ -18,15 +30,22 @@ class Once(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        if getattr(namespace, self.dest, None) is not None:
-            parser.error(
-                f"{option_string} takes one {self.metavar}, given twice (a cluster snapshot of "
-                "several nodes: --cluster --root DIR)"
-            )
+        # Which options this command line gave: a default (--split numa) is not a first value.
+        given: set[str] = namespace.__dict__.setdefault(GIVEN, set())
+        if option_string is not None and self.dest in given:
+            what = self.metavar or "value"
+            parser.error(f"{option_string} takes one {what}, given twice{self.hint}")
+        given.add(self.dest)
         setattr(namespace, self.dest, values)
 
 
-def host_options(parser: argparse.ArgumentParser) -> None:
+#: The namespace attribute in which :class:`Once` notes the options given.
+GIVEN = "_given_once"
+
+
+def host_options(parser: argparse.ArgumentParser, *, rolling: bool, gpus: bool) -> None:
+    """Where the command runs, and how it gets there. ``--parallel`` only where hosts change
+    one at a time (``rolling``); the GPU filters only where the command reads the GPUs."""
     where = parser.add_argument_group("host (default: this machine)")
     where.add_argument(
         "--host",
@@ -47,17 +66,18 @@ def host_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="how many hosts to read at once (default 5, as Ansible)",
     )
-    where.add_argument(
-        "--parallel",
-        type=int,
-        default=1,
-        metavar="N",
-        help="apply or roll back N hosts at a time (default 1: a rolling change)",
-    )
+    if rolling:
+        where.add_argument(
+            "--parallel",
+            type=int,
+            default=1,
+            metavar="N",
+            help="apply or roll back N hosts at a time (default 1: a rolling change)",
+        )
     where.add_argument(
         "--root",
-        action=Once,
         metavar="DIR",
+        hint=" (a cluster snapshot of several nodes: --cluster --root DIR)",
         help="a directory laid out like a host (a snapshot, an image): files only, no actions; "
         "with --host, such a directory on the remote host",
     )
@@ -73,7 +93,10 @@ def host_options(parser: argparse.ArgumentParser) -> None:
     )
     ssh.add_argument("--ssh-config", metavar="FILE", help="SSH config file (default ~/.ssh/config)")
     ssh.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS")
-    gpu_options(parser)
+    if gpus:
+        gpu_options(parser)
+    # Not offered, but the fleet and cluster code reads every command's namespace alike.
+    parser.set_defaults(parallel=1, gpu_class=None, gpu_vendor=None)
 
 
 def gpu_options(parser: argparse.ArgumentParser) -> None:

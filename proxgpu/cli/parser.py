@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 from proxgpu.cli.options import (
     Once,
@@ -29,13 +29,25 @@ Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser, whose option errors are :class:`UsageError`: the command line reports
-    them as it reports every other error (with ``--json``, as a JSON document too).
+    them as it reports every other error (with ``--json``, as a JSON document too). As git's and
+    ssh's options do, a long option is only ever its whole name (``--lx`` is not ``--lxc``), and
+    an option that takes one value takes it once (:class:`Once`).
 
     >>> build_parser().parse_args(["plan", "--bogus"])
     Traceback (most recent call last):
     ...
     proxgpu.errors.UsageError: unrecognized arguments: --bogus (see proxgpu --help)
+    >>> build_parser().parse_args(["plan", "--lx", "200"])
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.UsageError: unrecognized arguments: --lx 200 (see proxgpu --help)
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self.register("action", None, Once)
+        self.register("action", "store", Once)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -77,10 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command(
-    sub: Commands, name: str, summary: str, json_help: str, module: str = "commands"
+    sub: Commands,
+    name: str,
+    summary: str,
+    json_help: str,
+    module: str = "commands",
+    *,
+    rolling: bool = False,
+    gpus: bool = True,
 ) -> argparse.ArgumentParser:
     command = sub.add_parser(name, help=summary, description=summary)
-    host_options(command)
+    host_options(command, rolling=rolling, gpus=gpus)
     common_options(command, json_help=json_help)
     # How several --host run: "read" concurrently, "rolling" one at a time (apply, rollback),
     # "self" by the command itself.
@@ -107,7 +126,9 @@ def _inspect(sub: Commands) -> None:
         action="store_true",
         help="print the NUMA nodes and PCIe tree down to each GPU as text (like lstopo)",
     )
-    inspect.add_argument("-o", "--output", metavar="FILE", help="write to FILE, not stdout")
+    inspect.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE (default, or -: stdout)"
+    )
 
 
 def _report(sub: Commands) -> None:
@@ -120,14 +141,23 @@ def _report(sub: Commands) -> None:
     )
     report.set_defaults(fleet="self")  # one file with a section per host
     plan_options(report)
-    report.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file")
+    report.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="the HTML file (-: stdout)"
+    )
 
 
 def _snapshot(sub: Commands) -> None:
     snapshot = _command(
         sub, "snapshot", "capture what inspection reads into a directory", "what was written"
     )
-    snapshot.add_argument("-o", "--output", required=True, metavar="DIR")
+    snapshot.add_argument("-o", "--output", required=True, metavar="DIR", type=_directory)
+
+
+def _directory(value: str) -> str:
+    """A snapshot is a tree of files: ``-`` (stdout, for every other ``-o``) cannot hold one."""
+    if value == "-":
+        raise argparse.ArgumentTypeError("a snapshot is a directory tree, not a stream: -o DIR")
+    return value
 
 
 def _detailed_exitcode(command: argparse.ArgumentParser) -> None:
@@ -159,6 +189,7 @@ def _apply(sub: Commands) -> None:
         "apply the split: preflight, backup, atomic writes, actions",
         "the result",
         "change",
+        rolling=True,
     )
     apply.set_defaults(fleet="rolling")
     plan_options(apply)
@@ -188,14 +219,23 @@ def _apply(sub: Commands) -> None:
 
 def _verify(sub: Commands) -> None:
     verify = _command(
-        sub, "verify", "compare the host with the last apply (exit 17: drift)", "the report"
+        sub,
+        "verify",
+        "compare the host with the last apply (exit 17: drift)",
+        "the report",
+        gpus=False,
     )
     verify.add_argument("--to", metavar="ID", help="journal entry (default: the last applied)")
 
 
 def _rollback(sub: Commands) -> None:
     back = _command(
-        sub, "rollback", "undo a journal entry: what the apply changed, nothing else", "the result"
+        sub,
+        "rollback",
+        "undo a journal entry: what the apply changed, nothing else",
+        "the result",
+        rolling=True,
+        gpus=False,
     )
     back.set_defaults(fleet="rolling")
     back.add_argument("--to", metavar="ID", help="journal entry (default: the last apply)")
@@ -225,7 +265,7 @@ def _trust_unsigned(command: argparse.ArgumentParser, what: str) -> None:
 
 
 def _history(sub: Commands) -> None:
-    _command(sub, "history", "list the journal of applies and rollbacks", "the entries")
+    _command(sub, "history", "list the journal of applies and rollbacks", "the entries", gpus=False)
 
 
 def _check_gpus(sub: Commands) -> None:
@@ -267,7 +307,6 @@ def _run(sub: Commands) -> None:
     )
     run.add_argument(
         "--root",
-        action=Once,
         metavar="DIR",
         help="read the GPUs and NUMA nodes from a directory laid out like this machine",
     )

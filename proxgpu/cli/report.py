@@ -13,11 +13,11 @@ import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from proxgpu.cli.console import write_output
+from proxgpu.cli.console import STDOUT, write_output
 from proxgpu.cli.hosts import connector
 from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.setup import gpu_filter
-from proxgpu.errors import PlanRefusedError, ProxgpuError
+from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
 from proxgpu.fleet import ClusterNodes, Outcome, Target, each_host
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
@@ -43,6 +43,8 @@ def write_report(
     args: argparse.Namespace, targets: dict[str, Target], cluster: ClusterNodes | None = None
 ) -> int:
     """The report of ``targets`` (a cluster's nodes each planned with the guests it holds)."""
+    if args.json and args.output == STDOUT:
+        raise UsageError("report -o - writes the HTML to stdout: leave out --json, or give -o FILE")
     read = each_host(
         targets,
         lambda host, say: inspect(host, gpu_filter(args)),
@@ -58,11 +60,14 @@ def write_report(
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     write_output(render_report(sections, generated=generated, cluster=header), args.output)
     codes = [code for _, _, code in results]
+    # With -o - the HTML is stdout: what was written is said on stderr.
+    said = sys.stderr if args.output == STDOUT else sys.stdout
     if args.json:
         print(json.dumps({"output": args.output, "hosts": [r[0] for r in results]}, indent=2))
     else:
         done = sum(isinstance(section, HostReport) for section in sections)
-        print(f"wrote {args.output}: {done} of {len(targets)} hosts read")
+        where = "stdout" if args.output == STDOUT else args.output
+        print(f"wrote {where}: {done} of {len(targets)} hosts read", file=said)
     return max(codes)
 
 

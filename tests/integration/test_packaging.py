@@ -68,6 +68,9 @@ def test_installed_wheel_works_from_any_directory(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert location.startswith(str(target)), "the test must exercise the installed copy"
+    # Proxmox's AGPL sources are test data, read from outside the tree: none of them, nor the
+    # harness that loads them, is installed.
+    assert not (target / "tests").exists() and not list(target.rglob("*.pm"))
 
 
 def test_python_dash_m_runs_the_cli() -> None:
@@ -135,6 +138,12 @@ def test_sdist_carries_the_tests_examples_man_page_and_licence(tmp_path: Path) -
     urls = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]
     assert f"Project-URL: Source, {urls['Source']}" in metadata
     assert not any(n.endswith(".pyc") for n in names)
+    # The harness is the project's own; Proxmox's sources stay in their cache or offline copy.
+    harness = "tests/proxmox/harness/"
+    assert {"tests/proxmox/sources.toml", harness + "pve-check"} <= names
+    perl = [n for n in names if n.startswith("tests/") and n.endswith(".pm")]
+    assert perl and all(n.startswith(harness + "lib/ProxgpuCheck/") for n in perl)
+    assert not any("/src/PVE/" in n or "/src/test/" in n for n in names)
 
     # Unpacked, it inspects as the checkout does (drivers read through the links), and builds.
     with tarfile.open(sdist) as archive:

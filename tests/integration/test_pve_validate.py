@@ -1,4 +1,4 @@
-"""What proxgpu writes, checked by Proxmox's own parsers (``../shared/pve-validate``).
+"""What proxgpu writes, checked by Proxmox's own parsers (``tests/proxmox/harness/pve-check``).
 
 VM configs proxgpu wrote go through ``qemu-start`` (qemu-server's config-to-command generation,
 where NUMA, hotplug and mapping mistakes show); container configs through ``lxc`` (pve-container's
@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import assume, given, settings
@@ -31,8 +32,9 @@ from tests.support.pvevalidate import (
     Mode,
     Verdict,
     assert_all_ok,
+    corpus_files,
     files_in_tree,
-    require_shared,
+    proxmox_sources,
     validate,
     validate_tree,
     write_tree,
@@ -43,7 +45,6 @@ from tests.support.strategies import random_hosts
 UVM = {"nvidia-uvm": 511}
 
 EXAMPLES = REPO / "examples" / "hosts"
-CORPUS = REPO.parent / "shared" / "corpus" / "pve-configs"
 
 #: A split for every example host: what its README row says it is for.
 EXAMPLE_SPLITS: dict[str, list[tuple[SplitPolicy, RenderOptions]]] = {
@@ -234,24 +235,26 @@ def _split_edit(kind: str, text: str) -> str | None:
 def test_a_split_never_turns_an_accepted_corpus_config_into_a_rejected_one(
     tmp_path: Path,
 ) -> None:
-    require_shared(CORPUS)
+    proxmox_sources()
     originals: list[tuple[Mode, Path]] = []
     edited: list[tuple[Mode, Path]] = []
-    modes: dict[str, Mode] = {"qemu": "qemu", "lxc": "lxc"}
-    for kind, mode in modes.items():
-        for source in sorted((CORPUS / kind).glob("*.conf")):
+    kinds: tuple[Literal["qemu", "lxc"], ...] = ("qemu", "lxc")
+    for kind in kinds:
+        for source in corpus_files(kind):
             after = _split_edit(kind, source.read_text())
             if after is None:
                 continue
-            target = tmp_path / kind / source.name
-            target.parent.mkdir(exist_ok=True)
+            # Upstream's folders reuse names (each snapshot test has its 101.conf); the name,
+            # which gives the parser its VMID, is kept.
+            target = tmp_path / kind / str(len(edited)) / source.name
+            target.parent.mkdir(parents=True)
             target.write_text(after)
-            originals.append((mode, source))
-            edited.append((mode, target))
+            originals.append((kind, source))
+            edited.append((kind, target))
     assert len(originals) >= 330, "nearly every corpus config gets the split's edit"
     verdicts = validate([*originals, *edited], parser_only=True)
     broken = [
-        f"{source.name}: {'; '.join(verdicts[target].failures)}"
+        f"{source}: {'; '.join(verdicts[target].failures)}"
         for (_, source), (_, target) in zip(originals, edited, strict=True)
         if verdicts[source].ok and not verdicts[target].ok
     ]

@@ -25,11 +25,9 @@ from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet
 from proxgpu.rendering.nodes import NODES_INCLUDE
-from tests.support.pvevalidate import require_shared
+from tests.support.pvevalidate import corpus_files, proxmox_sources
 from tests.support.scenarios import SCENARIOS, scenario
-from tests.support.trees import CORPUS, EXAMPLES, GOLDEN, copy_example
-
-CORPUS_LXC = CORPUS / "lxc"
+from tests.support.trees import EXAMPLES, GOLDEN, copy_example
 
 
 def write_changes(root: Path, changes: ChangeSet) -> None:
@@ -244,7 +242,8 @@ def _render_with_lxc_config(tmp_path: Path, text: str) -> str:
 
 
 def test_real_container_configs_keep_every_unmanaged_byte(tmp_path: Path) -> None:
-    configs = sorted(require_shared(CORPUS_LXC).glob("*.conf"))
+    proxmox_sources()
+    configs = corpus_files("lxc")
     assert len(configs) > 100
     for path in configs:
         text = path.read_text()

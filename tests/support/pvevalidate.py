@@ -1,9 +1,11 @@
-"""Run Proxmox's own config parsers (``../shared/pve-validate``) on files the tests write.
+"""Run Proxmox's own config parsers (``tests/proxmox/harness/pve-check``) on files the tests write.
 
-pve-validate is a Perl tool that loads qemu-server's, pve-container's and pve-guest-common's real
-parsers and schemas on a plain Debian machine. It is read in place beside the checkout and never
-copied into the project. Locally its absence skips a test; under CI (``CI`` set) it fails it, as
-:func:`tests.conftest.require_tool` does for other tools.
+pve-check is this project's Perl harness: it loads qemu-server's, pve-container's and
+pve-guest-common's real parsers and schemas from the pinned Proxmox sources
+(``tests/proxmox/sources.toml``, found by :func:`tests.proxmox.sources.locate`) on a plain Debian
+machine, standing in only for what a Proxmox node has and a test machine lacks. Without the
+sources a test fails, saying how to get them; it never skips. Without Perl's modules a test
+skips locally and fails under CI (``CI`` set), as :func:`tests.conftest.require_tool` does.
 
 Many files go through one process (its module load is most of its run time): collect them with
 their modes, then :func:`validate` them all.
@@ -18,16 +20,18 @@ import os
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
+from tests.proxmox.sources import SourcesUnavailableError, corpus, locate
 from tests.support.tools import find_tool
 
 REPO = Path(__file__).resolve().parents[2]
-PVE_VALIDATE = REPO.parent / "shared" / "pve-validate" / "pve-validate"
-DEPS_HINT = f"install its Debian packages: sh {PVE_VALIDATE.parent / 'install-deps.sh'}"
+PVE_CHECK = REPO / "tests" / "proxmox" / "harness" / "pve-check"
+DEPS_HINT = "install the Perl packages .ci/run lists (perl libjson-perl libpadwalker-perl ...)"
 
 Mode = Literal["qemu", "lxc", "pci-mapping", "qemu-start"]
 
@@ -70,22 +74,36 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-def require_shared(path: Path) -> Path:
-    """``path`` under ../shared (the corpus); skips without it, fails under CI, like the tools."""
-    if not path.is_dir():
-        _unavailable(f"{path} not found: check out ../shared beside the repo")
-    return path
+@cache
+def _sources() -> Path | SourcesUnavailableError:
+    try:
+        return locate()
+    except SourcesUnavailableError as error:
+        return error
 
 
-def pve_validate_command() -> list[str]:
-    """``perl .../pve-validate``; skips (or fails under CI) when it or Perl is absent."""
-    if not PVE_VALIDATE.is_file():
-        _unavailable(f"{PVE_VALIDATE} not found: check out ../shared/pve-validate beside the repo")
+def proxmox_sources() -> Path:
+    """The pinned Proxmox sources; fails the test, saying how to get them, when there are none."""
+    found = _sources()
+    if isinstance(found, SourcesUnavailableError):
+        pytest.fail(str(found), pytrace=False)
+    return found
+
+
+def corpus_files(kind: Literal["qemu", "lxc"]) -> list[Path]:
+    """Proxmox's own test configs of ``kind`` (for parametrising: empty without the sources)."""
+    found = _sources()
+    return [] if isinstance(found, SourcesUnavailableError) else corpus(found, kind)
+
+
+def pve_check_command() -> list[str]:
+    """``perl pve-check --sources DIR``; skips (or fails under CI) without Perl."""
+    sources = proxmox_sources()
     perl = find_tool("perl")
     if perl is None:
         _unavailable(f"perl not found: {DEPS_HINT}")
     assert perl is not None
-    return [perl, str(PVE_VALIDATE)]
+    return [perl, str(PVE_CHECK), "--sources", str(sources)]
 
 
 def validate(
@@ -96,7 +114,7 @@ def validate(
     node: str | None = None,
     storage_cfg: Path | None = None,
 ) -> dict[Path, Verdict]:
-    """Every file's verdict, from one pve-validate process; each file checked in its mode.
+    """Every file's verdict, from one pve-check process; each file checked in its mode.
 
     Files must be absolute paths (a relative one could read as a mode word). ``storage_cfg`` and
     ``node`` matter to qemu-start only; ``pci_mapping`` to qemu-start's ``mapping=`` lookups.
@@ -110,16 +128,16 @@ def validate(
     if storage_cfg is not None and any(mode == "qemu-start" for mode, _ in checks):
         options += ["--storage-cfg", str(storage_cfg)]
     result = subprocess.run(
-        [*pve_validate_command(), *options, *_mode_arguments(checks)],
+        [*pve_check_command(), *options, *_mode_arguments(checks)],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     if "Can't locate " in result.stderr:
-        _unavailable(f"pve-validate lacks a Perl module ({DEPS_HINT}): {result.stderr[:300]}")
+        _unavailable(f"pve-check lacks a Perl module ({DEPS_HINT}): {result.stderr[:300]}")
     if result.returncode not in (0, 1):
-        pytest.fail(f"pve-validate exited {result.returncode}: {result.stderr}")
+        pytest.fail(f"pve-check exited {result.returncode}: {result.stderr}")
     return _verdicts(checks, result.stdout)
 
 
@@ -128,7 +146,7 @@ def _mode_arguments(checks: Sequence[tuple[Mode, Path]]) -> list[str]:
     current: Mode | None = None
     for mode, file in checks:
         if not file.is_absolute():
-            raise ValueError(f"{file}: pass absolute paths to pve-validate")
+            raise ValueError(f"{file}: pass absolute paths to pve-check")
         if mode != current:
             arguments.append(mode)
             current = mode
@@ -147,10 +165,10 @@ def _verdicts(checks: Sequence[tuple[Mode, Path]], stdout: str) -> dict[Path, Ve
             passed.add(rest)
         elif word == "FAIL":
             name = next((n for n in modes if rest.startswith(f"{n}: ")), None)
-            assert name is not None, f"pve-validate reported an unknown file: {line}"
+            assert name is not None, f"pve-check reported an unknown file: {line}"
             failures[name].append(rest[len(name) + 2 :])
     silent = [name for name in modes if name not in passed and not failures[name]]
-    assert not silent, f"pve-validate said nothing about {silent}:\n{stdout}"
+    assert not silent, f"pve-check said nothing about {silent}:\n{stdout}"
     return {
         file: Verdict(file=file, mode=mode, failures=tuple(failures[name]))
         for name, (file, mode) in modes.items()

@@ -31,9 +31,6 @@ EXAMPLES = REPO / "examples" / "hosts"
 #: The single hosts (a cluster snapshot such as cluster-3 holds a tree per node instead).
 EXAMPLE_HOSTS = sorted(p.name for p in EXAMPLES.iterdir() if (p / "proc").is_dir())
 GOLDEN = REPO / "tests" / "golden"
-# Third-party AGPL test data: real Proxmox guest configs, read where they lie beside the checkout,
-# never copied into the project.
-CORPUS = REPO.parent / "shared" / "corpus" / "pve-configs"
 
 # Files of the ct200 example that :func:`changeset` edits, removes or creates.
 LXC = "/etc/pve/lxc/200.conf"

@@ -16,11 +16,13 @@ from proxgpu.pve.config import (
     parse_property_string,
 )
 from proxgpu.pve.mapping import PciMappingConfig
-from tests.support.pvevalidate import require_shared
-from tests.support.trees import CORPUS
+from tests.proxmox.sources import corpus
+from tests.support.pvevalidate import corpus_files, proxmox_sources
 
-# Third-party AGPL test data (see tests.support.trees.CORPUS).
-CORPUS_FILES = sorted(CORPUS.glob("*/*.conf")) if CORPUS.is_dir() else []
+# Proxmox's own test configs, from the pinned sources (tests/proxmox/sources.toml): third-party
+# AGPL test data, read where the sources lie, never copied into the project.
+CORPUS_FILES = [*corpus_files("qemu"), *corpus_files("lxc")]
+#: qemu-server's 229 and pve-container's 117 at the pinned commits.
 CORPUS_SIZE = 346
 
 # An oracle for the end of the main section that does not reuse the module's own code.
@@ -62,7 +64,8 @@ def assert_only_main_changed(before: str, after: str) -> None:
 
 
 def _corpus_id(path: Path | None) -> str:
-    return f"{path.parent.name}/{path.name}" if path else "absent"
+    """``REPOSITORY/src/test/...``: upstream's folders reuse file names."""
+    return str(path.relative_to(proxmox_sources())) if path else "absent"
 
 
 CORPUS_PARAMS: list[Path | None] = [*CORPUS_FILES] or [None]
@@ -71,7 +74,7 @@ CORPUS_PARAMS: list[Path | None] = [*CORPUS_FILES] or [None]
 @pytest.fixture(params=CORPUS_PARAMS, ids=_corpus_id)
 def corpus_bytes(request: pytest.FixtureRequest) -> bytes:
     if request.param is None:
-        pytest.skip(f"corpus not found at {CORPUS}")
+        proxmox_sources()  # fails, saying how to get them
     path: Path = request.param
     return path.read_bytes()
 
@@ -80,9 +83,14 @@ def corpus_bytes(request: pytest.FixtureRequest) -> bytes:
 
 
 def test_corpus_is_complete() -> None:
-    # Without the corpus the parametrised tests below have no cases; this one says why.
-    require_shared(CORPUS)
+    # Without the sources the parametrised tests below have one failing case; this one counts.
+    sources = proxmox_sources()
     assert len(CORPUS_FILES) == CORPUS_SIZE
+    assert {p.relative_to(sources).parts[0] for p in CORPUS_FILES} == {
+        "qemu-server",
+        "pve-container",
+    }
+    assert len(corpus(sources, "lxc")) == 117
 
 
 def test_corpus_round_trips_byte_for_byte(corpus_bytes: bytes) -> None:
@@ -117,8 +125,7 @@ def test_corpus_replace_and_delete_touch_one_line(corpus_bytes: bytes) -> None:
 
 
 def test_corpus_hostpci_values_are_property_strings() -> None:
-    if not CORPUS_FILES:
-        pytest.skip(f"corpus not found at {CORPUS}")
+    proxmox_sources()
     values = [
         value
         for path in CORPUS_FILES
