@@ -42,6 +42,24 @@ class ProxgpuError(Exception):
         """What to do about it, where the error knows (``None`` otherwise)."""
         return None
 
+    def document(self) -> dict[str, object]:
+        """The error as every front end reports it (``--json``'s ``error``, Ansible's
+        ``error``): its exit ``code``, ``kind`` (the class), ``message``, ``host``, ``path``
+        (``None`` where the error has none) and ``fix``.
+
+        >>> SysfsError("pve1", "/sys/x", "missing").document()
+        {'code': 8, 'kind': 'SysfsError', 'message': 'pve1: /sys/x: missing', 'host': 'pve1', \
+'path': '/sys/x', 'fix': None}
+        """
+        return {
+            "code": self.exit_code,
+            "kind": type(self).__name__,
+            "message": str(self),
+            "host": getattr(self, "host", None),
+            "path": getattr(self, "path", None),
+            "fix": self.fix,
+        }
+
 
 class UsageError(ProxgpuError):
     """The options given cannot work together."""

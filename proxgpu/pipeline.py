@@ -17,15 +17,30 @@ the Ansible module; secrets in guest configs are redacted in every one of them (
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from proxgpu.apply import ApplyResult, Progress, apply_changes, history, signing, verify
+from proxgpu.apply import (
+    ApplyResult,
+    JournalEntry,
+    Progress,
+    RollbackResult,
+    apply_changes,
+    history,
+    read_journal,
+    rollback,
+    signing,
+    verify,
+)
+from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
+from proxgpu.apply.journal import select_entry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import read_files, sha
-from proxgpu.errors import SysfsError, UsageError
+from proxgpu.apply.verify import driver_drift
+from proxgpu.errors import FileChangedError, SysfsError, UsageError
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
@@ -221,6 +236,11 @@ class SplitResult:
         """The run as ``apply --json`` prints it (``plan``, ``result``, ``diff``)."""
         return apply_document(self.plan, self.applied, self.changes)
 
+    def plan_document(self) -> dict[str, Any]:
+        """The plan as ``plan --json`` prints it for the host as this run found it, with
+        ``changes`` and ``reboot_pending`` (see :func:`plan_document`)."""
+        return plan_document(self.plan, self.changes, self.inventory)
+
     @property
     def actions(self) -> list[list[str]]:
         """The follow-up commands, run or (with ``check`` or on a directory tree) listed."""
@@ -272,6 +292,138 @@ def reboot_awaited(host: Host, result: SplitResult) -> bool:
     return bool(verify(host, entries[-1], inventory=result.inventory).pending_reboot)
 
 
+@dataclass(frozen=True)
+class Undone:
+    """An undo of the last apply (:func:`undo`): the journal entry it rolled back (or, as a dry
+    run, would roll back; ``None``: nothing to), each file as it was and as the rollback left
+    it (would leave it), and the rollback's own result (``None`` for a dry run or nothing)."""
+
+    journal_id: str | None
+    changes: ChangeSet
+    rolled_back: RollbackResult | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether an entry was (or, as a dry run, would be) rolled back."""
+        return self.journal_id is not None
+
+    @property
+    def diff(self) -> list[dict[str, str]]:
+        """The file changes in Ansible's before/after format, secrets redacted."""
+        return shown(self.changes).ansible_diff()
+
+
+def undo(
+    host: Host,
+    to: str | None = None,
+    *,
+    options: ApplyOptions | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> Undone:
+    """Roll back journal entry ``to``, or the last apply while it is still in effect, so that a
+    second undo changes nothing (unlike ``proxgpu rollback``, which then goes on to the apply
+    before it); a failed apply restored everything itself and is passed over. ``options``
+    says how: ``dry_run`` only says what would be restored, ``live`` also returns the functions
+    the apply rebound, ``break_lock`` takes over a lock left behind.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> undo(DirectoryHost("examples/hosts/ct200"), options=ApplyOptions(dry_run=True)).changed
+    False
+
+    :raises FileChangedError: when a file changed since the apply (unless ``force``), also
+        as a dry run; otherwise as :func:`proxgpu.apply.rollback` does.
+    """
+    options = options or ApplyOptions()
+    entry = undo_target(host, to)
+    if entry is None:
+        return Undone(None, ChangeSet(host=host.name))
+    preview = rollback_changes(host, entry, force=force)
+    if options.dry_run:
+        return Undone(entry.id, preview)
+    done = rollback(
+        host,
+        entry.id,
+        force=force,
+        live=options.live,
+        break_lock=options.break_lock,
+        progress=progress,
+    )
+    after = _read(host, [f.path for f in preview.files])
+    files = [
+        f.model_copy(update={"after": _text(data)})
+        for f, data in zip(preview.files, after, strict=True)
+    ]
+    return Undone(entry.id, preview.model_copy(update={"files": files}), done)
+
+
+def undo_target(host: Host, to: str | None = None) -> JournalEntry | None:
+    """The entry :func:`undo` rolls back: ``to``, or the newest apply that did not fail, while
+    it is applied (or left unfinished); ``None`` when it was rolled back already.
+
+    :raises UsageError: when there is no entry ``to``.
+    """
+    journal = read_journal(host)
+    if to is not None:
+        entry = select_entry(host, journal, to, latest=())
+        candidates = [] if entry is None else [entry]
+    else:
+        candidates = [e for e in journal.entries if e.status != "failed"][-1:]
+    return next((e for e in candidates if e.status in ("applied", "in-progress")), None)
+
+
+def rollback_changes(host: Host, entry: JournalEntry, *, force: bool = False) -> ChangeSet:
+    """What rolling back ``entry`` would do, decided as :func:`proxgpu.apply.rollback` decides
+    it, without writing: each file as it is now (``before``) and as the rollback would leave it
+    (``after``), and the actions it runs again. A file still as the apply left it (or as it was
+    before) gets its backup; one changed since loses only the apply's entries.
+
+    :raises FileChangedError: when one of the apply's own entries changed since (unless
+        ``force``, which writes every backup back).
+    """
+    now = _read(host, [f.path for f in entry.files])
+    wrote = {c.path: c for c in entry.changeset.files}
+    files = []
+    for f, data in zip(entry.files, now, strict=True):
+        text = _text(data)
+        digest = None if data is None else hashlib.sha256(data).hexdigest()
+        whole = force or digest in (f.sha256_after, f.sha256_before)
+        after = _restored(host, entry, wrote[f.path], text, whole)
+        files.append(FileChange(path=f.path, before=text, after=after, why=f"undo {entry.id}"))
+    return ChangeSet(host=host.name, files=files, actions=entry.changeset.actions)
+
+
+def _restored(
+    host: Host, entry: JournalEntry, change: FileChange, now: str | None, whole: bool
+) -> str | None:
+    if whole:
+        return change.before
+    drift = ["it is gone"] if now is None else []
+    if now is not None and partly_ours(change.path) and change.after:
+        before = change.before or ""
+        drift = entry_drift(change.path, change.after, before, now, f"apply {entry.id}")
+        if not drift:
+            undone = undo_entries(change.path, before, change.after, now)
+            return None if change.before is None and not undone.strip() else undone
+    detail = f": {'; '.join(drift)}" if drift else ""
+    raise FileChangedError(
+        host.name,
+        change.path,
+        f"changed since apply {entry.id} wrote it{detail}; look at it, then roll back with "
+        "force to overwrite it with the backup",
+    )
+
+
+def _read(host: Host, paths: list[str]) -> list[bytes | None]:
+    """The files' bytes on ``host`` (``None``: absent), in one command."""
+    layout = Layout.of(host)
+    return read_files(host, [layout.on_host(path) for path in paths]) if paths else []
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")
+
+
 def shown(changes: ChangeSet) -> ChangeSet:
     """``changes`` with secrets in guest configs redacted: for showing, never for writing.
 
@@ -293,8 +445,19 @@ def shown(changes: ChangeSet) -> ChangeSet:
     return changes.model_copy(update={"files": files})
 
 
-def plan_document(plan: Plan, changes: ChangeSet) -> dict[str, Any]:
-    """The plan and its changes as ``plan --json`` prints it (see the README's contract)."""
+def plan_document(
+    plan: Plan, changes: ChangeSet, inventory: Inventory | None = None
+) -> dict[str, Any]:
+    """The plan and its changes as ``plan --json`` prints it (see the README's contract); with
+    the ``inventory`` the plan was made from, ``reboot_pending`` too (:func:`reboot_pending`).
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> tree = DirectoryHost("examples/hosts/ct200")
+    >>> result = split_host(tree, SplitPolicy(lxc=200), check=True)
+    >>> document = plan_document(result.plan, result.changes, result.inventory)
+    >>> document["changes"]["changed"], document["reboot_pending"]
+    (True, [])
+    """
     visible = shown(changes)
     document = plan.model_dump(mode="json")
     document["changes"] = {
@@ -303,7 +466,16 @@ def plan_document(plan: Plan, changes: ChangeSet) -> dict[str, Any]:
         "summary": changes.summary(),
         "diff": visible.ansible_diff(),
     }
+    if inventory is not None:
+        document["reboot_pending"] = reboot_pending(inventory, plan, changes)
     return document
+
+
+def reboot_pending(inventory: Inventory, plan: Plan, changes: ChangeSet) -> list[str]:
+    """The functions not on their planned driver yet while every file already matches the plan
+    (applied, not yet rebooted): ``plan --json``'s ``reboot_pending``. While files still change,
+    the drivers are the apply's business, not pending: ``[]``."""
+    return [] if changes.changed else driver_drift(inventory, plan, explain=False)
 
 
 def apply_document(plan: Plan, result: ApplyResult, changes: ChangeSet) -> dict[str, Any]:

@@ -77,8 +77,15 @@ RETURN = r"""
 changed:
   description: Whether files changed (or, in check mode, would change).
   type: bool
+diff:
+  description: The file changes (secrets redacted), in diff mode.
+  type: list
 plan:
-  description: The split, as proxgpu plan --json prints it.
+  description:
+    - The split as proxgpu plan --json prints it for the host as this run found it, with
+      changes (files with before/after, actions, reboot_required, changed, summary, diff) and
+      reboot_pending (functions not yet on their planned driver while the files already
+      match the plan).
   type: dict
 actions:
   description: Follow-up commands, run or (check mode, directory trees) listed.
@@ -92,6 +99,11 @@ reboot_required:
 journal_id:
   description: The journal entry to roll back with proxgpu rollback --to.
   type: str
+error:
+  description:
+    - On failure, the error as proxgpu --json prints it, code (proxgpu's exit code), kind
+      (the class, PlanRefusedError...), message, host, path and fix (null where none).
+  type: dict
 """
 
 from typing import Any
@@ -120,6 +132,7 @@ def main() -> None:
     try:
         import proxgpu
         from proxgpu.ansible.request import split_request
+        from proxgpu.ansible.results import failure, split_result
         from proxgpu.pipeline import reboot_awaited, split_host
     except ImportError as exc:
         module.fail_json(msg=f"proxgpu is not installed for the Python running this module: {exc}")
@@ -140,18 +153,11 @@ def main() -> None:
             # every later run until the host has rebooted after the last apply.
             reboot = host.is_live and reboot_awaited(host, result)
     except proxgpu.ProxgpuError as exc:
-        module.fail_json(msg=str(exc), error=type(exc).__name__)
+        module.fail_json(**failure(exc))
     # module.warn, not exit_json(warnings=...), which ansible-core 2.19 deprecates.
     for warning in [*result.plan.warnings, *result.changes.warnings]:
         module.warn(warning)
-    module.exit_json(
-        changed=result.changed,
-        diff=result.diff if module._diff else [],
-        plan=result.plan.model_dump(mode="json"),
-        actions=result.actions,
-        reboot_required=reboot,
-        journal_id=result.applied.journal_id,
-    )
+    module.exit_json(**split_result(result, diff=module._diff, reboot=reboot))
 
 
 if __name__ == "__main__":

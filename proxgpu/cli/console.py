@@ -62,16 +62,7 @@ def error_document(exc: ProxgpuError) -> dict[str, Any]:
     >>> error_document(SysfsError("pve1", "/sys/x", "missing"))["error"]["path"]
     '/sys/x'
     """
-    return {
-        "error": {
-            "code": exc.exit_code,
-            "kind": type(exc).__name__,
-            "message": str(exc),
-            "host": getattr(exc, "host", None),
-            "path": getattr(exc, "path", None),
-            "fix": exc.fix,
-        }
-    }
+    return {"error": exc.document()}
 
 
 def report_error(exc: ProxgpuError, as_json: bool) -> None:

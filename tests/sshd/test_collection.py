@@ -1,10 +1,14 @@
 """The proxgpu.pve collection run by a real ansible-playbook over real SSH: an inventory of four
 hosts on two loopback sshd servers (one reached through the other as a jump host, one through
 ``become``), each with its own example tree, run with several forks. proxgpu runs on this
-controller only; the hosts get shell commands."""
+controller only; the hosts get shell commands. A split's whole life goes through Ansible:
+reviewed (check and diff), applied, left alone, verified, drifted by hand, its rollback
+reviewed, rolled back, and left alone again."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +28,48 @@ from tests.support.trees import EXAMPLES, copy_example, snapshot
 pytestmark = pytest.mark.sshd
 
 PLAYBOOK = EXAMPLES.parent / "ansible" / "collection.yml"
+
+#: Every module of the collection on every host, a tag per step; each host's registered
+#: results are kept on the controller as RESULTS/HOST.json (a task skipped by its tag: null).
+LIFECYCLE = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - proxgpu.pve.gpu_split:
+        root: "{{ proxgpu_root }}"
+        lxc: "{{ proxgpu_lxc | default(omit) }}"
+        vms: "{{ proxgpu_vms | default(omit) }}"
+        vfio_gpus: "{{ proxgpu_vfio_gpus | default(omit) }}"
+        enable_iommu: "{{ proxgpu_enable_iommu | default(omit) }}"
+      register: split
+      tags: split
+    - proxgpu.pve.gpu_verify:
+        root: "{{ proxgpu_root }}"
+      register: verified
+      ignore_errors: true
+      tags: verify
+    - proxgpu.pve.gpu_rollback:
+        root: "{{ proxgpu_root }}"
+        force: "{{ proxgpu_force | default(false) }}"
+      register: undone
+      ignore_errors: true
+      tags: rollback
+    - proxgpu.pve.gpu_rollback:
+        root: "{{ proxgpu_root }}"
+      register: undone_again
+      ignore_errors: true
+      tags: rollback
+    - ansible.builtin.copy:
+        content: "{{ {'split': split | default(None), 'verified': verified | default(None),
+                      'undone': undone | default(None),
+                      'undone_again': undone_again | default(None)} | to_json }}"
+        dest: "{{ results }}/{{ inventory_hostname }}.json"
+        mode: "0600"
+      delegate_to: localhost
+      check_mode: false
+      changed_when: false
+      tags: always
+"""
 
 
 @dataclass(frozen=True)
@@ -75,6 +121,17 @@ class Fleet:
         output = completed.stdout + completed.stderr
         assert completed.returncode == 0, output
         return output
+
+    def lifecycle(self, *args: str) -> tuple[str, dict[str, dict[str, Any]]]:
+        """Run :data:`LIFECYCLE` with ``args`` (tags, check, diff): its output, and each host's
+        registered results."""
+        playbook, results = self.scratch / "lifecycle.yml", self.scratch / "results"
+        playbook.write_text(LIFECYCLE)
+        results.mkdir(exist_ok=True)
+        for old in results.glob("*.json"):
+            old.unlink()
+        output = self.run("--forks", "4", "-e", f"results={results}", *args, str(playbook))
+        return output, {p.stem: json.loads(p.read_text()) for p in results.glob("*.json")}
 
     def tool(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
         # become to the same user (root to root here) is skipped unless allowed.
@@ -173,3 +230,81 @@ def test_a_refused_plan_fails_its_host_and_a_host_that_is_down_is_unreachable(
     # single-socket's firmware gives its GPUs no NUMA node: the plan is refused, with the reason.
     assert counts["pve1"]["failed"] == 1, output
     assert "PlanRefusedError" in output and "NUMA" in output, output
+    # The failure is the error document --json prints, not only a message.
+    failed = re.search(r"^fatal: \[pve1\]: FAILED! => ", output, re.MULTILINE)
+    assert failed is not None, output
+    error = json.JSONDecoder().raw_decode(output, failed.end())[0]["error"]
+    # The planner names the host as its inventory does: the tree's hostname.
+    assert (error["code"], error["kind"], error["host"]) == (9, "PlanRefusedError", "single-socket")
+    assert error["fix"] and "path" in error
+
+
+def without_host(plan: dict[str, Any]) -> dict[str, Any]:
+    """A plan document without its change set's host name (Ansible's name, or a tree's path)."""
+    return {**plan, "changes": {k: v for k, v in plan["changes"].items() if k != "host"}}
+
+
+def test_a_split_is_reviewed_applied_verified_and_rolled_back_through_ansible(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    before = {name: snapshot(root) for name, root in fleet.roots.items()}
+    output, results = fleet.lifecycle("--tags", "split", "--check", "--diff")
+    assert {name: c["changed"] for name, c in recap(output).items()} == dict.fromkeys(FLEET, 1)
+    assert {name: snapshot(root) for name, root in fleet.roots.items()} == before, "check mode"
+    for name, member in FLEET.items():
+        # The plan document is plan --json's for the same tree (tests/local/test_undo.py shows
+        # the library's is the command line's).
+        expected = split_host(DirectoryHost(str(fleet.roots[name])), member.policy)
+        assert without_host(results[name]["split"]["plan"]) == without_host(
+            expected.plan_document()
+        ), name
+
+    output, results = fleet.lifecycle("--tags", "split")
+    assert {name: c["changed"] for name, c in recap(output).items()} == dict.fromkeys(FLEET, 1)
+    applied = {name: results[name]["split"]["journal_id"] for name in FLEET}
+    assert all(applied.values()), applied
+
+    # Applied, left alone: nothing changes, no drift; the trees' drivers are still the old
+    # ones on the same boot, which plan --json and verify both call a pending reboot.
+    output, results = fleet.lifecycle("--tags", "split,verify")
+    assert {name: (c["changed"], c["failed"]) for name, c in recap(output).items()} == (
+        dict.fromkeys(FLEET, (0, 0))
+    ), output
+    assert results["pve1"]["split"]["plan"]["reboot_pending"]
+    for name in FLEET:
+        assert results[name]["verified"]["verify"]["drifted"] is False, name
+
+    # A hand edit of a file proxgpu owns on pve1: drift there and nowhere else; its rollback
+    # would lose the edit, so it is refused, in check mode too, naming the file.
+    owned = fleet.roots["pve1"] / "etc/modprobe.d/00-proxgpu-vfio.conf"
+    owned.write_text(owned.read_text() + "options vfio-pci disable_idle_d3=1\n")
+    edited = {name: snapshot(root) for name, root in fleet.roots.items()}
+    output, results = fleet.lifecycle("--tags", "verify,rollback", "--check", "--diff")
+    assert {name: snapshot(root) for name, root in fleet.roots.items()} == edited, "check mode"
+    drifted = results["pve1"]["verified"]
+    assert drifted["failed"] is True and drifted["error"]["kind"] == "DriftError"
+    assert drifted["error"]["code"] == 17 and drifted["error"]["host"] == "pve1"
+    assert any("00-proxgpu-vfio.conf" in line for line in drifted["verify"]["drift"])
+    refused = results["pve1"]["undone"]
+    assert refused["failed"] is True and refused["error"]["kind"] == "FileChangedError"
+    assert refused["error"]["path"] == "/etc/modprobe.d/00-proxgpu-vfio.conf", refused
+    for name in ("pve2", "pve3", "pve4"):
+        assert results[name]["verified"]["verify"]["drifted"] is False, name
+        undone = results[name]["undone"]
+        assert undone["changed"] is True and undone["journal_id"] == applied[name], name
+        assert undone["restored"], name
+    # Diff mode shows what each rollback would put back, e.g. the IOMMU flag pve2's apply
+    # turned on.
+    assert re.search(r"^-.*intel_iommu=on", output, re.MULTILINE), output
+
+    # Forced on pve1 (its own variable), every host goes back to how it was; a second rollback
+    # in the same play finds nothing left to undo.
+    output, results = fleet.lifecycle("--tags", "rollback", "-e", '{"proxgpu_force": true}')
+    counts = recap(output)
+    assert {name: (c["changed"], c["failed"]) for name, c in counts.items()} == (
+        dict.fromkeys(FLEET, (1, 0))
+    ), output
+    assert {name: snapshot(root) for name, root in fleet.roots.items()} == before
+    for name in FLEET:
+        assert results[name]["undone"]["journal_id"] == applied[name]
+        assert results[name]["undone_again"]["changed"] is False, name

@@ -82,11 +82,13 @@ attributes:
     description: Runs on the controller as an action plugin.
     support: full
 notes:
-  - Errors fail the task with proxgpu's one-line message and C(error), the class name of the
-    proxgpu error (C(PlanRefusedError), C(PreflightError)...); a lost connection makes the host
-    unreachable.
+  - Errors fail the task with proxgpu's one-line message and RV(error), the error document
+    C(proxgpu --json) prints; a lost connection makes the host unreachable.
+  - M(proxgpu.pve.gpu_rollback) undoes the last apply, M(proxgpu.pve.gpu_verify) fails on drift.
 seealso:
   - module: proxgpu.pve.gpu_facts
+  - module: proxgpu.pve.gpu_rollback
+  - module: proxgpu.pve.gpu_verify
 """
 
 EXAMPLES = r"""
@@ -118,9 +120,37 @@ diff:
   type: list
   elements: dict
 plan:
-  description: The split, as C(proxgpu plan --json) prints it.
+  description:
+    - The split as C(proxgpu plan --json) prints it for the host as this run found it (secrets
+      redacted).
   returned: success
   type: dict
+  contains:
+    groups:
+      description:
+        - One per role, C(role) (C(host) or C(vfio)), C(numa_node), C(gpus), C(functions),
+          C(cpus), C(driver), C(guest).
+      type: list
+      elements: dict
+    warnings:
+      description: What the planner warns about.
+      type: list
+      elements: str
+    tensor_parallel:
+      description: The NUMA-local C(CUDA_VISIBLE_DEVICES) sets for each tensor-parallel size.
+      type: list
+      elements: dict
+    changes:
+      description:
+        - The file changes, C(files) (path, before, after), C(actions), C(reboot_required),
+          C(changed), C(summary) and C(diff) (Ansible's before/after form).
+      type: dict
+    reboot_pending:
+      description:
+        - The functions not yet on their planned driver while every file already matches the
+          plan (applied, not yet rebooted); empty while files still change.
+      type: list
+      elements: str
 actions:
   description: Follow-up commands, run or (check mode, directory trees) listed.
   returned: success
@@ -138,7 +168,28 @@ journal_id:
   returned: when files were written
   type: str
 error:
-  description: The class of the proxgpu error that failed the task.
+  description:
+    - The error as C(proxgpu --json) prints it, so a play can tell failures apart without
+      parsing the message.
   returned: failure
-  type: str
+  type: dict
+  contains:
+    code:
+      description: proxgpu's exit code for it (9 plan refused, 10 refused before writing...).
+      type: int
+    kind:
+      description: The class of the error (C(PlanRefusedError), C(PreflightError)...).
+      type: str
+    message:
+      description: The one-line message, also in C(msg).
+      type: str
+    host:
+      description: The host it names, or null.
+      type: str
+    path:
+      description: The file it names, or null.
+      type: str
+    fix:
+      description: What to do about it, or null.
+      type: str
 """

@@ -34,6 +34,7 @@ class ProxgpuAction(ActionBase):  # type: ignore[misc]  # ansible-core ships no 
                 tasks,
             )
 
+            from proxgpu.ansible import results  # noqa: PLC0415
             from proxgpu.errors import HostUnreachableError, ProxgpuError  # noqa: PLC0415
         except ImportError as exc:
             msg = (
@@ -49,9 +50,9 @@ class ProxgpuAction(ActionBase):  # type: ignore[misc]  # ansible-core ships no 
             with host.action_host(self, name, params["root"]) as target:
                 done, warnings = work(target, params, mode)
         except HostUnreachableError as exc:
-            return {**result, "unreachable": True, "msg": str(exc)}
+            return {**result, "unreachable": True, **results.failure(exc)}
         except ProxgpuError as exc:
-            return {**result, "failed": True, "msg": str(exc), "error": type(exc).__name__}
+            return {**result, "failed": True, **results.failure(exc)}
         for warning in warnings:
             Display().warning(f"{name}: {warning}")
         return {**result, **done}

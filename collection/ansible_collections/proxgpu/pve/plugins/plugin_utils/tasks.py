@@ -1,7 +1,9 @@
 """What the collection's modules do with a host, whichever way it is reached (:data:`MODULES`):
 ``gpu_facts`` reads the inventory (:func:`facts_task`), ``gpu_split`` plans and applies the split
-(:func:`split_task`). gpu_split's options are those of the module proxgpu ships for running on
-the host (``proxgpu/ansible/proxgpu_split.py``), with the same meaning.
+(:func:`split_task`), ``gpu_rollback`` undoes the last apply (:func:`rollback_task`) and
+``gpu_verify`` compares the host with it (:func:`verify_task`). gpu_split's options and results
+are those of the module proxgpu ships for running on the host
+(``proxgpu/ansible/proxgpu_split.py``), with the same meaning.
 
 >>> from proxgpu.host import DirectoryHost
 >>> done, warnings = facts_task(DirectoryHost("examples/hosts/ct200"), {}, Mode())
@@ -17,10 +19,14 @@ from typing import Any, NamedTuple
 
 from proxgpu.ansible.proxgpu_split import ARGUMENTS
 from proxgpu.ansible.request import gpu_filter, split_request
+from proxgpu.ansible.results import failure, split_result
+from proxgpu.apply import verify
+from proxgpu.apply.verify import applied_entry
+from proxgpu.errors import DriftError
 from proxgpu.host import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
-from proxgpu.pipeline import SplitResult, reboot_awaited, split_host
+from proxgpu.pipeline import ApplyOptions, SplitResult, reboot_awaited, split_host, undo
 
 #: ``root`` is a directory on the managed host: not a controller path to expand.
 SPLIT_ARGUMENTS: dict[str, Any] = {**ARGUMENTS, "root": {"type": "str"}}
@@ -29,6 +35,14 @@ FACTS_ARGUMENTS: dict[str, Any] = {
     "gpu_vendor": {"type": "list", "elements": "str"},
     "gpu_class": {"type": "list", "elements": "str"},
 }
+ROLLBACK_ARGUMENTS: dict[str, Any] = {
+    "root": {"type": "str"},
+    "to": {"type": "str"},
+    "force": {"type": "bool", "default": False},
+    "live": {"type": "bool", "default": False},
+    "break_lock": {"type": "bool", "default": False},
+}
+VERIFY_ARGUMENTS: dict[str, Any] = {"root": {"type": "str"}, "to": {"type": "str"}}
 
 
 class Mode(NamedTuple):
@@ -75,20 +89,52 @@ def reboot_required(host: Host, result: SplitResult) -> bool:
 
 
 def split_document(host: Host, result: SplitResult, *, diff: bool) -> dict[str, Any]:
-    """The task result: ``changed``, ``diff`` (in diff mode), ``plan``, ``actions``,
-    ``reboot_required`` and ``journal_id``."""
-    return {
-        "changed": result.changed,
-        "diff": result.diff if diff else [],
-        "plan": result.plan.model_dump(mode="json"),
-        "actions": result.actions,
-        "reboot_required": reboot_required(host, result),
-        "journal_id": result.applied.journal_id,
+    """The task result (:func:`proxgpu.ansible.results.split_result`): ``changed``, ``diff``
+    (in diff mode), ``plan``, ``actions``, ``reboot_required`` and ``journal_id``."""
+    return split_result(result, diff=diff, reboot=reboot_required(host, result))
+
+
+def rollback_task(
+    host: Host, params: dict[str, Any], mode: Mode
+) -> tuple[dict[str, Any], list[str]]:
+    """gpu_rollback: roll back journal entry ``to``, or the last apply while it is in effect
+    (:func:`proxgpu.pipeline.undo`), so that a second run changes nothing; in check mode only
+    say what would be restored.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> params = {"to": None, "force": False, "live": False, "break_lock": False}
+    >>> done, _ = rollback_task(DirectoryHost("examples/hosts/ct200"), params, Mode(check=True))
+    >>> done["changed"], done["journal_id"], done["restored"]
+    (False, None, [])
+    """
+    options = ApplyOptions(dry_run=mode.check, live=params["live"], break_lock=params["break_lock"])
+    done = undo(host, params["to"], options=options, force=params["force"])
+    result = {
+        "changed": done.changed,
+        "journal_id": done.journal_id,
+        "restored": [f.path for f in done.changes.changed_files()],
+        # Run again on the host; listed in check mode and on a directory tree.
+        "actions": [action.argv for action in done.changes.actions] if done.changed else [],
+        "messages": [] if done.rolled_back is None else done.rolled_back.messages,
+        "diff": done.diff if mode.diff else [],
     }
+    return result, []
+
+
+def verify_task(host: Host, params: dict[str, Any], mode: Mode) -> tuple[dict[str, Any], list[str]]:
+    """gpu_verify: compare the host with the last apply (or journal entry ``to``), as
+    ``proxgpu verify`` does; drift fails the task, whose result holds the report either way."""
+    report = verify(host, applied_entry(host, params["to"]))
+    result: dict[str, Any] = {"changed": False, "verify": report.model_dump(mode="json")}
+    if report.drifted:
+        result |= {"failed": True, **failure(DriftError(host.name, report.drift))}
+    return result, []
 
 
 #: Each module's options (validated as the module's DOCUMENTATION states them) and work.
 MODULES: dict[str, tuple[dict[str, Any], Task]] = {
     "gpu_facts": (FACTS_ARGUMENTS, facts_task),
     "gpu_split": (SPLIT_ARGUMENTS, split_task),
+    "gpu_rollback": (ROLLBACK_ARGUMENTS, rollback_task),
+    "gpu_verify": (VERIFY_ARGUMENTS, verify_task),
 }

@@ -1,0 +1,42 @@
+"""What both Ansible front ends return, one contract with the command line: gpu_split's result
+holds the ``plan`` document ``plan --json`` prints, and a failure holds the ``error`` document
+``--json`` prints (``code``, ``kind``, ``message``, ``host``, ``path``, ``fix``).
+
+>>> from proxgpu.errors import SysfsError
+>>> failure(SysfsError("pve1", "/sys/x", "missing"))["error"]["code"]
+8
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxgpu.errors import ProxgpuError
+from proxgpu.pipeline import SplitResult
+
+
+def split_result(result: SplitResult, *, diff: bool, reboot: bool) -> dict[str, Any]:
+    """gpu_split's result: ``changed``, ``diff`` (in diff mode), ``plan`` (as ``plan --json``
+    prints it, with ``changes`` and ``reboot_pending``), ``actions``, ``reboot_required`` and
+    ``journal_id``.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> from proxgpu.pipeline import split_host
+    >>> from proxgpu.planning import SplitPolicy
+    >>> done = split_host(DirectoryHost("examples/hosts/ct200"), SplitPolicy(lxc=200))
+    >>> {"changes", "reboot_pending"} <= set(split_result(done, diff=False, reboot=False)["plan"])
+    True
+    """
+    return {
+        "changed": result.changed,
+        "diff": result.diff if diff else [],
+        "plan": result.plan_document(),
+        "actions": result.actions,
+        "reboot_required": reboot,
+        "journal_id": result.applied.journal_id,
+    }
+
+
+def failure(exc: ProxgpuError) -> dict[str, Any]:
+    """A failed task's ``msg`` (the one-line message) and ``error`` (the error document)."""
+    return {"msg": str(exc), "error": exc.document()}
