@@ -331,7 +331,8 @@ def test_qemu_opens_every_vfio_function_of_vm300(
     pid = run_ok(testhost, "cat /run/vm300.pid").strip()
     try:
         fds = run_ok(testhost, f"ls -l /proc/{pid}/fd")
-        qtree = json.loads(run_ok(testhost, "exec bash -c " + shlex.quote(QMP)))["return"]
+        answer = json.loads(run_ok(testhost, "exec bash -c " + shlex.quote(QMP)))["return"]
+        qtree = answer.replace("\r", "")  # HMP's text has CRLF line ends
         gone = testhost.ssh(["sh", "-c", QUIT_WAIT.format(pid=pid)])[0] == 0
     finally:
         testhost.ssh(["sh", "-c", f"kill {pid} 2>/dev/null; true"])
