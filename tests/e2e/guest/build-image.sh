@@ -28,6 +28,10 @@ PACKAGES=(
   coreutils grep findutils mawk
   nvidia-modprobe
 )
+# The guests' own tools, as a Proxmox VE host starts its guests with them: LXC for CT 200 (its
+# root file system is busybox-static's one binary) and QEMU for VM 300's vfio-pci devices. Not
+# their Recommends: no firmware beyond SeaBIOS, no GUI, no templates or lxcfs.
+GUEST_TOOLS=(lxc qemu-system-x86 busybox-static)
 # What builds the stand-in NVIDIA driver; removed from the image once it is built.
 TOOLCHAIN=(gcc make)
 
@@ -44,9 +48,11 @@ step "stand-in NVIDIA driver for $KVER"
 # Built in the guest against its own kernel's headers, installed where DKMS puts NVIDIA's
 # modules; the headers and compiler then leave the image again.
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+chroot "$ROOT" apt-get -qq update
+step "guest tools: ${GUEST_TOOLS[*]}"
+chroot "$ROOT" apt-get -qq install -y --no-install-recommends "${GUEST_TOOLS[@]}"
 # shellcheck disable=SC2016 # dpkg-query's own ${Package}
 chroot "$ROOT" dpkg-query -W -f '${Package}\n' | sort >"$OUT/packages-before"
-chroot "$ROOT" apt-get -qq update
 chroot "$ROOT" apt-get -qq install -y --no-install-recommends "linux-headers-$KVER" "${TOOLCHAIN[@]}"
 mkdir -p "$ROOT/usr/src/nvidia-standin"
 cp "$HERE"/nvidia-standin/* "$ROOT/usr/src/nvidia-standin/"
@@ -72,7 +78,22 @@ chroot "$ROOT" systemctl enable systemd-networkd.service pve-guests.service
 # the periodic maintenance timers.
 chroot "$ROOT" systemctl mask systemd-networkd-wait-online.service apt-daily.timer \
   apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer
+# The tests start CT 200 themselves; LXC's own units (autostart, its NAT bridge) are not a
+# Proxmox host's and only cost boot time.
+chroot "$ROOT" systemctl mask lxc.service lxc-net.service lxc-monitord.service
 chroot "$ROOT" systemctl set-default multi-user.target
+
+step "CT 200's root file system"
+# Where pve-container mounts a container's root volume (lxc.rootfs.path, src/PVE/LXC.pm): here a
+# directory with busybox-static as every command, and an unprivileged user (uid 1000) to open
+# the GPUs as. A few hundred KiB instead of a debootstrapped tree.
+CT=$ROOT/var/lib/lxc/200/rootfs
+install -d "$CT"/{bin,dev,etc,proc,sys,tmp,root}
+chmod 1777 "$CT/tmp"
+install -m 755 "$ROOT/bin/busybox" "$CT/bin/busybox"
+for applet in sh ls cat stat mknod id sleep true; do ln -s busybox "$CT/bin/$applet"; done
+printf 'root:x:0:0:root:/root:/bin/sh\ngpu:x:1000:1000:gpu:/tmp:/bin/sh\n' >"$CT/etc/passwd"
+printf 'root:x:0:\ngpu:x:1000:\n' >"$CT/etc/group"
 
 step "ssh keys"
 # The client key and the host key are made here, once per image, so that the harness never has

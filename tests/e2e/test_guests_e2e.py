@@ -1,0 +1,351 @@
+"""The guests start after ``apply`` and a cold reboot, with the real tools a Proxmox host uses.
+
+One apply (``--lxc 200 --vm 300``) and one cold reboot serve the module; it ends with a
+rollback and another reboot, so the host is as the other modules expect it.
+
+* CT 200 runs in Debian's LXC from the configuration Proxmox would give it (the test-side model
+  in ``pve_guests.py``, with its sources), in both of proxgpu's forms: the raw ``lxc.*`` lines
+  written for Proxmox VE before 8.1 (the test host has no pve-container), and the ``devN:``
+  entries planned once a pve-container that has them is installed. Inside it, as uid 1000, its
+  GPUs' nodes open and no other GPU's does; its cpuset is node 0's CPUs.
+* VM 300's ``hostpciN`` entries become QEMU's ``-device vfio-pci`` arguments as qemu-server's
+  ``vm_commandline`` writes them (pve-validate's ``qemu-start --print-cmd``), and the test
+  host's own QEMU opens every function with them: VFIO lets it only when the function's whole
+  IOMMU group is on vfio-pci.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.pvevalidate import REPO, STORAGE_CFG, pve_validate_command, require_shared
+
+from .pve_guests import (
+    NodeStat,
+    autodev_hook,
+    lxc_config,
+    passthrough_devices,
+    prestart_hook,
+    vfio_devices,
+)
+from .testhost import QemuTestHost
+
+pytestmark = pytest.mark.e2e
+
+NODE0 = [f"0000:{bus:02x}:00.0" for bus in (0x21, 0x22, 0x23, 0x24)]
+NODE1 = [f"0000:{bus:02x}:00.0" for bus in (0x81, 0x82, 0x83, 0x84)]
+CT = "/etc/pve/lxc/200.conf"
+VM = "/etc/pve/qemu-server/300.conf"
+CT_CONFIG = (
+    "arch: amd64\nhostname: inference\nmemory: 256\nostype: debian\n"
+    "rootfs: local:200/vm-200-disk-0.raw,size=1G\n"
+)
+VM_CONFIG = "machine: q35\nmemory: 256\nname: train\nostype: l26\n"
+# A pve-container with devN entries (5.0.7 and later, proxgpu/pve/versions.py): a stand-in
+# dpkg status paragraph, as the test host has no Proxmox package; proxgpu reads only these lines.
+PVE_CONTAINER = "Package: pve-container\nStatus: install ok installed\nVersion: 6.0.9\n"
+DPKG_STATUS = "/var/lib/dpkg/status"
+# qemu-server's machine file, which vm_commandline names with -readconfig.
+PVE_Q35 = REPO.parent / "shared" / "proxmox-src" / "qemu-server" / "src" / "usr"
+CT_USER = "1000:1000"  # gpu in the container's /etc/passwd (guest/build-image.sh)
+QMP_PORT = 4444
+LXC_LOG = "/run/lxc-200.log"
+
+
+@dataclass(frozen=True)
+class Split:
+    """The applied split after its cold reboot: the rendered guest configs and node 0's CPUs."""
+
+    container: str
+    vm: str
+    node0_cpus: str
+
+
+def proxgpu(host: QemuTestHost, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real ``proxgpu`` command line against the guest, over SSH."""
+    ssh_config = tmp / "empty_ssh_config"
+    ssh_config.touch()
+    target = ["--host", f"{host.user}@127.0.0.1:{host.port}", "-i", str(host.identity_file)]
+    target += ["--known-hosts", str(host.known_hosts), "--ssh-config", str(ssh_config)]
+    argv = [sys.executable, "-m", "proxgpu", *args, *target]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+
+
+def run_ok(host: QemuTestHost, script: str, stdin: str = "", timeout: float = 120) -> str:
+    rc, out, err = host.ssh(["sh", "-c", script], timeout=timeout, stdin=stdin.encode())
+    assert rc == 0, f"{script} exited {rc}: {out}{err}"
+    return out
+
+
+def write(host: QemuTestHost, path: str, text: str, mode: str = "644") -> None:
+    quoted = shlex.quote(path)
+    run_ok(host, f"mkdir -p $(dirname {quoted}) && cat > {quoted} && chmod {mode} {quoted}", text)
+
+
+@pytest.fixture(scope="module")
+def split(testhost: QemuTestHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
+    tmp = tmp_path_factory.mktemp("guests")
+    write(testhost, CT, CT_CONFIG)
+    write(testhost, VM, VM_CONFIG)
+    # The test host has no Proxmox API to ask whether the guests run.
+    applied = proxgpu(testhost, tmp, "apply", "--yes", "--lxc", "200", "--vm", "300",
+                      "--skip-guest-check")  # fmt: skip
+    try:
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        testhost.reboot()
+        inventory = proxgpu(testhost, tmp, "inspect", "--json")
+        assert inventory.returncode == 0, inventory.stderr
+        cpus = next(n["cpus"] for n in json.loads(inventory.stdout)["numa_nodes"] if n["id"] == 0)
+        yield Split(run_ok(testhost, f"cat {CT}"), run_ok(testhost, f"cat {VM}"), cpus)
+    finally:
+        back = proxgpu(testhost, tmp, "rollback", "--yes")
+        testhost.ssh(["rm", "-f", CT, VM])
+        testhost.reboot()
+    assert back.returncode == 0, back.stdout + back.stderr
+
+
+# -- CT 200 -------------------------------------------------------------------------------------
+
+
+def node_stats(host: QemuTestHost, paths: list[str]) -> dict[str, NodeStat]:
+    """Each path's type and device number on the host, as LXC.pm's stat() reads them."""
+    if not paths:
+        return {}
+    out = run_ok(host, "stat -c '%n %t %T %F' " + " ".join(shlex.quote(p) for p in paths))
+    stats = {}
+    for line in out.splitlines():
+        name, major, minor, kind, *_ = line.split()  # kind: "character" or "block" (special file)
+        stats[name] = NodeStat("b" if kind == "block" else "c", int(major, 16), int(minor, 16))
+    return stats
+
+
+def common_conf(host: QemuTestHost) -> str:
+    """LXC.pm's include: OSTYPE.common.conf where the host's lxc has it, else common.conf."""
+    config = "/usr/share/lxc/config"
+    rc, _, _ = host.ssh(["test", "-f", f"{config}/debian.common.conf"])
+    return f"{config}/debian.common.conf" if rc == 0 else f"{config}/common.conf"
+
+
+@pytest.fixture
+def container(testhost: QemuTestHost) -> Iterator[Callable[[str], None]]:
+    """Starts CT 200 from a Proxmox config text (call it); stops it and its mounts after."""
+
+    def start(text: str) -> None:
+        devices = [d.path for d in passthrough_devices(text)]
+        config = lxc_config(200, text, node_stats(testhost, devices), common_conf(testhost))
+        write(testhost, "/var/lib/lxc/200/config", config)
+        write(testhost, "/var/lib/lxc/200/pve-prestart-hook", prestart_hook(200, text), "755")
+        write(testhost, "/var/lib/lxc/200/pve-autodev-hook", autodev_hook(200), "755")
+        # The container's payload: a process that waits (its root file system has no init).
+        argv = ["lxc-start", "-n", "200", "-d", "-l", "DEBUG", "-o", LXC_LOG, "--",
+                "/bin/sleep", "100000"]  # fmt: skip
+        rc, out, err = testhost.ssh(argv)
+        log = testhost.ssh(["tail", "-n", "60", LXC_LOG])[1]
+        assert rc == 0, f"lxc-start exited {rc}: {out}{err}\n{log}"
+        run_ok(testhost, "lxc-wait -n 200 -s RUNNING -t 30")
+
+    yield start
+    testhost.ssh(["lxc-stop", "-n", "200", "-k"])
+    testhost.ssh(["sh", "-c", "umount /var/lib/lxc/200/passthrough 2>/dev/null; rm -f " + LXC_LOG])
+
+
+def in_container(host: QemuTestHost, script: str, user: str = CT_USER) -> str:
+    """Run a busybox sh script in CT 200 as ``user`` (uid:gid)."""
+    uid, gid = user.split(":")
+    argv = ["lxc-attach", "-n", "200", "--clear-env", "--uid", uid, "--gid", gid, "--",
+            "/bin/sh", "-c", script]  # fmt: skip
+    rc, out, err = host.ssh(argv)
+    assert rc == 0, f"in CT 200: {script} exited {rc}: {out}{err}"
+    return out
+
+
+# Opens each path for reading as busybox's sh does for "<": "PATH ok", or "PATH ERROR" with the
+# error sh reports (strerror: "Operation not permitted" is the device cgroup's EPERM).
+OPEN_EACH = """
+for p; do
+    if err=$( { : < "$p"; } 2>&1 ); then echo "$p ok"; else echo "$p ${err##*: }"; fi
+done"""
+
+
+def opened(host: QemuTestHost, paths: list[str], user: str = CT_USER) -> dict[str, str]:
+    """Each path opened in CT 200 as ``user``: ``ok`` or the error."""
+    script = "set -- " + " ".join(shlex.quote(p) for p in paths) + OPEN_EACH
+    return dict(line.split(" ", 1) for line in in_container(host, script, user).splitlines())
+
+
+def assert_exactly_its_gpus(host: QemuTestHost, given: list[str], cpus: str) -> None:
+    """As uid 1000 in CT 200: every node it is given opens, node 0's GPUs (minors 0-3 after the
+    reboot), nvidiactl, nvidia-uvm and nvidia-modeset among them; no other GPU's node exists,
+    and one made by root is refused (EPERM from the device cgroup); its cpuset is node 0's
+    CPUs."""
+    required = [f"/dev/nvidia{n}" for n in range(4)]
+    required += ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-modeset"]
+    assert set(required) <= set(given), given
+    present = in_container(host, "ls /dev").split()
+    assert {f"/dev/{n}" for n in present if n.startswith("nvidia")} == set(given), present
+    assert opened(host, given) == dict.fromkeys(given, "ok")
+    # Root in the container may make any node (LXC's common.conf allows "c *:* m"); the device
+    # cgroup (BPF on cgroup2) still refuses to open one the container was not given (minor 4:
+    # a GPU's before the split, none of the container's), and opens one it was given.
+    in_container(host, "mknod -m 666 /tmp/other c 195 4 && mknod -m 666 /tmp/own c 195 0", "0:0")
+    try:
+        assert opened(host, ["/tmp/other", "/tmp/own"]) == {
+            "/tmp/other": "Operation not permitted",
+            "/tmp/own": "ok",
+        }
+    finally:
+        in_container(host, "rm -f /tmp/other /tmp/own", "0:0")
+    pid = run_ok(host, "lxc-info -n 200 -p -H").strip()
+    cgroup = run_ok(host, f"cat /proc/{pid}/cgroup").strip().removeprefix("0::")
+    assert cgroup == "/lxc/200/ns", "LXC.pm's lxc.cgroup.dir.container and .inner"
+    effective = run_ok(host, f"cat /sys/fs/cgroup{cgroup}/cpuset.cpus.effective").strip()
+    assert effective == cpus
+    allowed = in_container(host, "cat /proc/self/status")
+    assert f"Cpus_allowed_list:\t{cpus}" in allowed.splitlines()
+
+
+def test_ct200_starts_from_its_raw_lxc_lines_and_opens_exactly_its_gpus(
+    testhost: QemuTestHost, split: Split, container: Callable[[str], None]
+) -> None:
+    """Proxmox VE before 8.1 (the test host has no pve-container): the rendered raw lines."""
+    assert not passthrough_devices(split.container)
+    raw = [line for line in split.container.splitlines() if line.startswith("lxc.")]
+    assert any(line.startswith("lxc.mount.entry: /dev/nvidia0 ") for line in raw), raw
+    container(split.container)
+    given = [line.split()[1] for line in raw if line.startswith("lxc.mount.entry: /dev/nvidia")]
+    assert_exactly_its_gpus(testhost, given, split.node0_cpus)
+
+
+@pytest.fixture
+def dev_entries(testhost: QemuTestHost, tmp_path: Path) -> Iterator[str]:
+    """CT 200's config as proxgpu plans it once a pve-container with devN entries is installed."""
+    backup = f"{DPKG_STATUS}.proxgpu-e2e"
+    run_ok(testhost, f"cp -p {DPKG_STATUS} {backup} && printf '\\n' >> {DPKG_STATUS} && "
+           f"cat >> {DPKG_STATUS}", PVE_CONTAINER)  # fmt: skip
+    try:
+        planned = proxgpu(testhost, tmp_path, "plan", "--lxc", "200", "--vm", "300", "--json")
+        assert planned.returncode == 0, planned.stderr
+        files = json.loads(planned.stdout)["changes"]["files"]
+        yield next(f["after"] for f in files if f["path"] == CT)
+    finally:
+        run_ok(testhost, f"mv {backup} {DPKG_STATUS}")
+
+
+def test_ct200_starts_from_its_dev_entries_and_opens_exactly_its_gpus(
+    testhost: QemuTestHost, split: Split, dev_entries: str, container: Callable[[str], None]
+) -> None:
+    """Proxmox VE 8.1 and later: devN entries, each node made by the hooks with its mode."""
+    devices = passthrough_devices(dev_entries)
+    assert {d.path for d in devices} >= {"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"}
+    assert not [line for line in dev_entries.splitlines() if line.startswith("lxc.mount")]
+    # proxgpu gives them NVIDIA's 0666, else pve-container's 0660 root:root shuts uid 1000 out.
+    assert {d.mode for d in devices} == {"0666"}, dev_entries
+    container(dev_entries)
+    stats = node_stats(testhost, [d.path for d in devices])
+    # create_passthrough_device_node: the entry's mode (0660 unless given) and uid:gid.
+    paths = " ".join(shlex.quote(d.path) for d in devices)
+    made = in_container(testhost, f"stat -c '%n %a %u:%g %t:%T' {paths}").splitlines()
+    assert made == [
+        f"{d.path} {int(d.mode or '0660', 8):o} {d.uid}:{d.gid} "
+        f"{stats[d.path].major:x}:{stats[d.path].minor:x}"
+        for d in devices
+    ]
+    assert_exactly_its_gpus(testhost, [d.path for d in devices], split.node0_cpus)
+
+
+# -- VM 300 -------------------------------------------------------------------------------------
+
+
+def qemu_server_command(vm_config: str, tmp: Path) -> list[str]:
+    """qemu-server's QEMU command line for the config (pve-validate qemu-start --print-cmd)."""
+    conf = tmp / "300.conf"
+    conf.write_text(vm_config)
+    storage = tmp / "storage.cfg"
+    storage.write_text(STORAGE_CFG)
+    argv = [*pve_validate_command(), "--storage-cfg", str(storage), "--print-cmd", "qemu-start"]
+    result = subprocess.run([*argv, str(conf)], capture_output=True, text=True, timeout=300,
+                            check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith(f"CMD {conf}: "))
+    return shlex.split(line.removeprefix(f"CMD {conf}: "))
+
+
+def slot_functions(host: QemuTestHost, addresses: list[str]) -> dict[str, list[str]]:
+    """Each function 0's slot, all its functions, from the host's sysfs."""
+    found = {}
+    for address in addresses:
+        out = run_ok(host, f"cd /sys/bus/pci/devices && ls -d {address[:-1]}*")
+        found[address] = sorted(out.split())
+    return found
+
+
+# Whether QEMU (PID) has exited within 30 s.
+QUIT_WAIT = "for i in $(seq 30); do kill -0 {pid} 2>/dev/null || exit 0; sleep 1; done; exit 1"
+# QEMU's QMP on a loopback port inside the test host, spoken with bash's /dev/tcp: one JSON
+# document per line; reply waits for the answer to the last command, skipping events.
+QMP = f"""
+exec 3<>/dev/tcp/127.0.0.1/{QMP_PORT}
+reply() {{
+    while read -r line <&3; do
+        case $line in *'"return"'*|*'"error"'*) echo "$line"; return ;; esac
+    done
+}}
+read -r greeting <&3
+echo '{{"execute": "qmp_capabilities"}}' >&3; reply >/dev/null
+echo '{{"execute": "human-monitor-command", "arguments": {{"command-line": "info qtree"}}}}' >&3
+reply
+echo '{{"execute": "quit"}}' >&3; reply >/dev/null
+"""
+
+
+def test_qemu_opens_every_vfio_function_of_vm300(
+    testhost: QemuTestHost, split: Split, tmp_path: Path
+) -> None:
+    command = qemu_server_command(split.vm, tmp_path)
+    readconfig = command[command.index("-readconfig") + 1]
+    hostpci = [v for k, v in (ln.split(": ", 1) for ln in split.vm.splitlines() if ": " in ln)
+               if re.fullmatch(r"hostpci\d+", k)]  # fmt: skip
+    assert sorted(entry.split(",")[0] for entry in hostpci) == [a[:-2] for a in NODE1], split.vm
+    firsts = re.findall(r"vfio-pci,host=([0-9a-f:.]+),", " ".join(command))
+    assert sorted(firsts) == NODE1
+    devices = vfio_devices(command, slot_functions(testhost, firsts))
+    machine = require_shared(PVE_Q35) / Path(readconfig).name
+    write(testhost, readconfig, machine.read_text())
+    # No guest OS: -S stops the CPUs before the first instruction; -daemonize returns once every
+    # device is realized, so its exit status says whether QEMU opened every VFIO device.
+    qemu = ["qemu-system-x86_64", "-S", "-nodefaults", "-display", "none", "-machine", "q35",
+            "-accel", "tcg,tb-size=16", "-m", "64", "-readconfig", readconfig, *devices,
+            "-qmp", f"tcp:127.0.0.1:{QMP_PORT},server=on,wait=off",
+            "-daemonize", "-pidfile", "/run/vm300.pid"]  # fmt: skip
+    started = run_ok(testhost, shlex.join(qemu) + " 2>&1; echo rc=$?")
+    assert started.strip().endswith("rc=0"), started
+    pid = run_ok(testhost, "cat /run/vm300.pid").strip()
+    try:
+        fds = run_ok(testhost, f"ls -l /proc/{pid}/fd")
+        answer = json.loads(run_ok(testhost, "exec bash -c " + shlex.quote(QMP)))["return"]
+        qtree = answer.replace("\r", "")  # HMP's text has CRLF line ends
+        gone = testhost.ssh(["sh", "-c", QUIT_WAIT.format(pid=pid)])[0] == 0
+    finally:
+        testhost.ssh(["sh", "-c", f"kill {pid} 2>/dev/null; true"])
+    # Each IOMMU group's /dev/vfio/N is open: QEMU got every group of VM 300's functions.
+    groups = set(re.findall(r"-> /dev/vfio/(\d+)", fds))
+    assert groups == set(run_ok(testhost, "ls /dev/vfio").split()) - {"vfio"}, fds
+    assert len(groups) == 4, fds
+    # The VM's PCI devices are the host's functions, read through VFIO: the GPU's IDs
+    # (bochs-display 1234:1111) on function 0, the HDA function's (Intel's) on 1. (QEMU's
+    # query-pci cannot list them: without firmware, -S, no bridge has a bus number yet.)
+    seen = dict(re.findall(r'dev: vfio-pci, id "([^"]+)"\n.*?pci id (\w{4}:\w{4})', qtree, re.S))
+    wanted = [v.split(",id=")[1].split(",")[0] for v in devices if v.startswith("vfio-pci,")]
+    assert sorted(seen) == sorted(wanted), qtree
+    assert {seen[i] for i in wanted if i.endswith(".0")} == {"1234:1111"}
+    assert {seen[i][:4] for i in wanted if i.endswith(".1")} == {"8086"}
+    assert gone, "QEMU quits when told to over QMP"
