@@ -6,7 +6,7 @@ qemu-server that turn ``/etc/pve/lxc/VMID.conf`` into LXC's configuration and ho
 arguments. The test host has Debian's ``lxc`` and ``qemu-system-x86`` but no Proxmox (its Perl
 libraries need a cluster file system), so the tests start the guests from these. Every line
 below names the source it follows, in the Proxmox repositories pinned in
-``../shared/proxmox-src`` (pve-container 94f5585, qemu-server e6352be):
+tests/proxmox/sources.toml (pve-container 94f5585, qemu-server e6352be):
 
 * ``src/PVE/LXC.pm``: ``update_lxc_config`` (what ``/var/lib/lxc/VMID/config`` holds),
   ``create_passthrough_device_node``;
@@ -192,9 +192,9 @@ done < {directory}/devices
 def vfio_devices(print_cmd: list[str], functions: dict[str, list[str]]) -> list[str]:
     """QEMU's ``-device vfio-pci`` arguments (and the root ports they sit on) for a VM.
 
-    ``print_cmd`` is qemu-server's command line for the config (pve-validate's ``qemu-start
-    --print-cmd``: ``vm_commandline``). pve-validate's host stand-in gives every ``hostpciN``
-    address one function (its README), so each entry there has function 0 only; ``functions``
+    ``print_cmd`` is qemu-server's command line for the config (the harness's ``qemu-start
+    --print-cmd``: ``vm_commandline``). The harness's host stand-in gives every ``hostpciN``
+    address one function, so each entry there has function 0 only; ``functions``
     maps that function to all of its slot's on the host, and each gets the -device
     ``print_hostpci_devices`` (PCI.pm) gives it: ``id=hostpciN.J``, ``addr=0xS.J``, and
     ``multifunction=on`` on the first.

@@ -9,7 +9,7 @@ rollback and another reboot, so the host is as the other modules expect it.
   entries planned once a pve-container that has them is installed. Inside it, as uid 1000, its
   GPUs' nodes open and no other GPU's does; its cpuset is node 0's CPUs.
 * VM 300's ``hostpciN`` entries become QEMU's ``-device vfio-pci`` arguments as qemu-server's
-  ``vm_commandline`` writes them (pve-validate's ``qemu-start --print-cmd``), and the test
+  ``vm_commandline`` writes them (the harness's ``qemu-start --print-cmd``), and the test
   host's own QEMU opens every function with them: VFIO lets it only when the function's whole
   IOMMU group is on vfio-pci.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pvevalidate import REPO, STORAGE_CFG, pve_validate_command, require_shared
+from tests.support.pvevalidate import STORAGE_CFG, proxmox_sources, pve_check_command
 
 from .pve_guests import (
     NodeStat,
@@ -55,7 +55,8 @@ VM_CONFIG = "machine: q35\nmemory: 256\nname: train\nostype: l26\n"
 PVE_CONTAINER = "Package: pve-container\nStatus: install ok installed\nVersion: 6.0.9\n"
 DPKG_STATUS = "/var/lib/dpkg/status"
 # qemu-server's machine file, which vm_commandline names with -readconfig.
-PVE_Q35 = REPO.parent / "shared" / "proxmox-src" / "qemu-server" / "src" / "usr"
+# qemu-server's machine configs (-readconfig), in the pinned sources (tests/proxmox/sources.toml).
+PVE_Q35 = Path("qemu-server") / "src" / "usr"
 CT_USER = "1000:1000"  # gpu in the container's /etc/passwd (guest/build-image.sh)
 QMP_PORT = 4444
 LXC_LOG = "/run/lxc-200.log"
@@ -266,12 +267,12 @@ def test_ct200_starts_from_its_dev_entries_and_opens_exactly_its_gpus(
 
 
 def qemu_server_command(vm_config: str, tmp: Path) -> list[str]:
-    """qemu-server's QEMU command line for the config (pve-validate qemu-start --print-cmd)."""
+    """qemu-server's QEMU command line for the config (the harness's qemu-start --print-cmd)."""
     conf = tmp / "300.conf"
     conf.write_text(vm_config)
     storage = tmp / "storage.cfg"
     storage.write_text(STORAGE_CFG)
-    argv = [*pve_validate_command(), "--storage-cfg", str(storage), "--print-cmd", "qemu-start"]
+    argv = [*pve_check_command(), "--storage-cfg", str(storage), "--print-cmd", "qemu-start"]
     result = subprocess.run([*argv, str(conf)], capture_output=True, text=True, timeout=300,
                             check=False)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -318,7 +319,7 @@ def test_qemu_opens_every_vfio_function_of_vm300(
     firsts = re.findall(r"vfio-pci,host=([0-9a-f:.]+),", " ".join(command))
     assert sorted(firsts) == NODE1
     devices = vfio_devices(command, slot_functions(testhost, firsts))
-    machine = require_shared(PVE_Q35) / Path(readconfig).name
+    machine = proxmox_sources() / PVE_Q35 / Path(readconfig).name
     write(testhost, readconfig, machine.read_text())
     # No guest OS: -S stops the CPUs before the first instruction; -daemonize returns once every
     # device is realized, so its exit status says whether QEMU opened every VFIO device.
