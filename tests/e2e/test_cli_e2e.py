@@ -326,7 +326,8 @@ def test_the_split_survives_cold_reboots_and_rollback_gives_back_the_old_minors(
         # The nodes a host whose driver has been used has (nvidia-modprobe made them, as
         # nvidia-smi would); the image has no nvidia-modeset, so its node is never there. With no
         # node at all, inspection offers the container every control node.
-        make = " && ".join([*(f"nvidia-modprobe -c {m}" for m in range(8)), "nvidia-modprobe -u -c 0"])
+        made = [f"nvidia-modprobe -c {m}" for m in range(8)] + ["nvidia-modprobe -u -c 0"]
+        make = " && ".join(made)
         rc, _, err = testhost.ssh(["sh", "-c", make])
         assert rc == 0, err
         args = ["--lxc", "200", "--bind-method", method]

@@ -137,9 +137,12 @@ def test_a_host_with_nvidia_in_the_initramfs_and_the_iommu_off_is_refused_with_t
     one. With nvidia loading from the initramfs, only a rebuilt initramfs could carry a binding
     in time; the plan refuses and says how out: turn the IOMMU on and reboot, or keep the GPUs."""
     host = testhost_without_iommu
-    # The boot loader's command line agrees (systemd-boot's /etc/kernel/cmdline, as on Proxmox).
+    # QEMU boots the kernel directly (no ESP), so inspection knows no boot loader: the host gets
+    # GRUB's defaults file as on a host booting with GRUB (Debian grub2's debian/default/grub
+    # sets GRUB_CMDLINE_LINUX_DEFAULT="quiet"), without any IOMMU parameter.
     early = (
         "sed -i 's/ *intel_iommu=on//' /etc/kernel/cmdline && "
+        "echo 'GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"' > /etc/default/grub && "
         "echo nvidia >> /etc/initramfs-tools/modules && update-initramfs -u -k all"
     )
     run_ok(host, early, timeout=600)
@@ -161,8 +164,9 @@ def test_a_host_with_nvidia_in_the_initramfs_and_the_iommu_off_is_refused_with_t
 
     # The way out it names: the kernel command line that turns the IOMMU on, for the next boot.
     way_out = json_of(proxgpu(host, tmp_path, "plan", "--enable-iommu", "--json"))
-    cmdline = next(f for f in way_out["changes"]["files"] if f["path"] == "/etc/kernel/cmdline")
-    assert {"intel_iommu=on", "iommu=pt"} <= set(cmdline["after"].split())
+    grub = next(f for f in way_out["changes"]["files"] if f["path"] == "/etc/default/grub")
+    line = next(ln for ln in grub["after"].splitlines() if ln.startswith("GRUB_CMDLINE_LINUX_DEF"))
+    assert {"quiet", "iommu=pt"} <= set(line.split("=", 1)[1].strip('"').split()), line
     assert way_out["changes"]["reboot_required"]
     bound = drivers(host)
     assert all(bound[a] == "nvidia" for a in NODE0 + NODE1), "planning changed nothing"
