@@ -21,6 +21,7 @@ from proxgpu.inspection.inventory import Inventory
 from proxgpu.model import FrozenModel
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning.model import Plan
+from proxgpu.rendering.binding import binding_conflicts
 
 
 class VerifyReport(FrozenModel):
@@ -70,6 +71,8 @@ proxgpu history)
     files must hold what the apply wrote (or, rolled back, what was there before): the files
     proxgpu owns byte for byte; in the files it only edits (guest configs, the PCI mapping file,
     the kernel command line) only what it changed, so that an edit of anything else is no drift.
+    A setting anywhere that would take the kept GPUs from their driver at the next boot (vfio-pci
+    ``ids=`` naming their IDs, a blacklist of their module) is drift too.
 
     :raises HostUnreachableError: when the host cannot be read.
     """
@@ -90,6 +93,12 @@ proxgpu history)
     if plan is not None and (isinstance(target, Plan) or target.status == "applied"):
         inventory = inventory or inspect(host)
         moved = moved_drivers(inventory, plan)
+        # A setting made since the apply (an ``options vfio-pci ids=`` left by hand) takes the
+        # kept GPUs at the next boot although their drivers are right today.
+        drift += [
+            f"{line} (remove it: proxgpu binds to vfio-pci by PCI address)"
+            for line in binding_conflicts(inventory, plan)
+        ]
         drivers = driver_drift(inventory, plan, explain=not awaiting_reboot)
         if awaiting_reboot:
             pending = [f"{line} (at the next boot)" for line in drivers]

@@ -21,6 +21,7 @@ from proxgpu.paths import (
     MODULES_LOAD,
 )
 from proxgpu.pci import host_modules, returning_driver
+from proxgpu.planning.model import Plan
 from proxgpu.rendering.context import RenderContext, functions_by_address, role_functions
 from proxgpu.rendering.templating import render_template
 
@@ -42,34 +43,49 @@ def _conflicts_in_line(words: list[str], ids: set[str], modules: set[str]) -> st
     return None
 
 
-def refuse_conflicting_binding(ctx: RenderContext) -> None:
-    """Refuse settings that would keep the kept GPUs from their driver at boot: ``ids=`` for
-    vfio-pci that names their IDs, a blacklist of the module that drives them, in any modprobe.d
-    file kmod reads, the kernel command line or the boot loader's."""
-    kept = role_functions(ctx, "host")
+def binding_conflicts(inventory: Inventory, plan: Plan) -> list[str]:
+    """The settings that would keep the GPUs ``plan`` keeps from their driver at boot, one line
+    each (``PATH:LINE: text: why``): ``ids=`` for vfio-pci that names their IDs, a blacklist of
+    the module that drives them, in any modprobe.d file kmod reads, the kernel command line or
+    the boot loader's.
+
+    >>> binding_conflicts(Inventory(source="t", hostname="t"),
+    ...                   Plan(groups=[], warnings=[], tensor_parallel=[]))
+    []
+    """
+    known = functions_by_address(inventory)
+    addresses = {a for g in plan.groups if g.role == "host" for a in g.functions}
+    kept = [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
     ids = {f"{f.vendor_id}:{f.device_id}" for f in kept}
     # The module that drives each after the boot; a blacklist of another that could claim it
     # (nouveau beside nvidia) takes nothing away.
-    modules = {m for f in kept if (m := ctx.inventory.host_module(f)) is not None}
-    sources = dict(theirs(ctx.inventory).files)
-    sources["/proc/cmdline"] = ctx.inventory.kernel_cmdline or ""
+    modules = {m for f in kept if (m := inventory.host_module(f)) is not None}
+    sources = dict(theirs(inventory).files)
+    sources["/proc/cmdline"] = inventory.kernel_cmdline or ""
     for path in (KERNEL_CMDLINE, GRUB_DEFAULT):
-        sources[path] = ctx.inventory.host_files.get(path, "")
+        sources[path] = inventory.host_files.get(path, "")
     problems = []
     for path, text in sorted(sources.items()):
         for number, line in enumerate(text.splitlines(), 1):
             reason = _conflicts_in_line(line.split("#", 1)[0].split(), ids, modules)
             if reason:
-                problems.append(f"  - {path}:{number}: {line.strip()}: {reason}")
+                problems.append(f"{path}:{number}: {line.strip()}: {reason}")
+    return problems
+
+
+def refuse_conflicting_binding(ctx: RenderContext) -> None:
+    """Refuse the settings :func:`binding_conflicts` finds; warn of a kept function whose
+    driver_override holds it elsewhere until the next boot."""
+    problems = binding_conflicts(ctx.inventory, ctx.plan)
     if problems:
         raise RenderError(
             ctx.inventory.source,
             None,
             "these settings would take the GPUs the plan keeps away from their driver at boot:\n"
-            + "\n".join(problems),
+            + "\n".join(f"  - {line}" for line in problems),
             "remove them (proxgpu binds to vfio-pci by PCI address)",
         )
-    for function in kept:
+    for function in role_functions(ctx, "host"):
         if function.driver_override not in (None, function.driver):
             ctx.warnings.append(
                 f"{function.address}: driver_override is {function.driver_override} until the "

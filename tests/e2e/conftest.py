@@ -9,6 +9,8 @@
 * ``reboot()``: cold reboot into whatever kernel/initramfs the guest now has on /boot;
 * ``stop()``.
 
+``testhost_without_iommu`` (module scope) is a second such host, booted without the vIOMMU.
+
 The guest image is built on first use and cached (see ``image.py``); ``pytest -m "not e2e"``
 never reaches these fixtures, so it builds and boots nothing. Missing host tools skip the
 tests, except under CI (``$CI`` set), where a skipped e2e test would hide a broken setup, so
@@ -75,8 +77,8 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Attach the tail of the guest's console to the report of a failed e2e test."""
     report = yield
-    host = getattr(item, "funcargs", {}).get("testhost")
-    if report.failed and isinstance(host, QemuTestHost):
+    hosts = [h for h in getattr(item, "funcargs", {}).values() if isinstance(h, QemuTestHost)]
+    for host in hosts if report.failed else []:
         report.sections.append(
             (f"test host console ({host.console_log})", host.console_tail(CONSOLE_TAIL_LINES))
         )
@@ -113,8 +115,25 @@ def testhost(
     testhost_image: GuestImage, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[QemuTestHost]:
     """A booted test host on a fresh overlay, shared by the whole session."""
-    accel = os.environ.get("PROXGPU_TESTHOST_ACCEL", "tcg")
-    host = QemuTestHost(testhost_image, _run_directory(tmp_path_factory), accel=accel)
+    yield from _booted(QemuTestHost(testhost_image, _run_directory(tmp_path_factory), _accel()))
+
+
+@pytest.fixture(scope="module")
+def testhost_without_iommu(
+    testhost_image: GuestImage, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[QemuTestHost]:
+    """A second test host without the vIOMMU (see QemuTestHost's ``iommu``), on an overlay of
+    its own, for one module: it runs beside ``testhost`` and stops when the module is done."""
+    rundir = _run_directory(tmp_path_factory)
+    yield from _booted(QemuTestHost(testhost_image, rundir, _accel(), iommu=False))
+
+
+def _accel() -> str:
+    return os.environ.get("PROXGPU_TESTHOST_ACCEL", "tcg")
+
+
+def _booted(host: QemuTestHost) -> Iterator[QemuTestHost]:
+    """Start ``host``, hand it out, and stop it however the tests ended."""
     try:
         host.start()
         yield host

@@ -109,11 +109,18 @@ class QemuTestHost:
 
     user = "root"
 
-    def __init__(self, image: GuestImage, rundir: Path, accel: str = "tcg") -> None:
-        """Prepare (but do not start) a host whose state lives in ``rundir``."""
+    def __init__(
+        self, image: GuestImage, rundir: Path, accel: str = "tcg", *, iommu: bool = True
+    ) -> None:
+        """Prepare (but do not start) a host whose state lives in ``rundir``.
+
+        ``iommu=False``: a machine without VT-d (no intel-iommu device, as with VT-d off in the
+        firmware setup) booted without ``intel_iommu=on``, so that the guest has no IOMMU.
+        """
         self.image = image
         self.rundir = rundir
         self.accel = accel
+        self.iommu = iommu
         self.identity_file = image.identity_file
         self.known_hosts = rundir / "known_hosts"
         self.console_log = rundir / "console.log"
@@ -123,7 +130,8 @@ class QemuTestHost:
         self.pid: int | None = None
         self.boot_count = 0
         self.boot_seconds: list[float] = []
-        self._boot = BootFiles(image.kernel, image.initrd, image.cmdline)
+        cmdline = image.cmdline if iommu else without_iommu(image.cmdline)
+        self._boot = BootFiles(image.kernel, image.initrd, cmdline)
         self._client: paramiko.SSHClient | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
 
@@ -217,7 +225,9 @@ class QemuTestHost:
         error: str | None = None
         for _attempt in range(3):
             port = _free_port()
-            argv = qemu_argv(self._boot, self.overlay, self.rundir, port, self.accel)
+            argv = qemu_argv(
+                self._boot, self.overlay, self.rundir, port, self.accel, iommu=self.iommu
+            )
             self.boot_count += 1
             with self.console_log.open("a") as console:
                 console.write(f"\n===== proxgpu test harness: boot {self.boot_count} =====\n")
@@ -389,8 +399,10 @@ class QemuTestHost:
         self._close_client()
 
 
-def qemu_argv(boot: BootFiles, overlay: Path, rundir: Path, port: int, accel: str) -> list[str]:
-    """The full QEMU command line for one boot of the test host."""
+def qemu_argv(
+    boot: BootFiles, overlay: Path, rundir: Path, port: int, accel: str, *, iommu: bool = True
+) -> list[str]:
+    """The full QEMU command line for one boot of the test host (``iommu``: with the vIOMMU)."""
     if accel == "kvm":
         accel_args = ["-accel", "kvm", "-cpu", "host"]
     else:
@@ -407,7 +419,7 @@ def qemu_argv(boot: BootFiles, overlay: Path, rundir: Path, port: int, accel: st
         "-object", "memory-backend-ram,id=mem1,size=512M",
         "-numa", "node,nodeid=0,cpus=0,memdev=mem0",
         "-numa", "node,nodeid=1,cpus=1,memdev=mem1",
-        "-device", "intel-iommu,intremap=on",
+        *(["-device", "intel-iommu,intremap=on"] if iommu else []),
         "-nodefaults", "-display", "none", "-vga", "none",
         # append=on keeps the console output of every boot in one file.
         "-chardev", f"file,id=console,path={console},append=on",
@@ -424,6 +436,15 @@ def qemu_argv(boot: BootFiles, overlay: Path, rundir: Path, port: int, accel: st
         "-no-reboot",
         "-daemonize", "-pidfile", str(rundir / "qemu.pid"),
     ]  # fmt: skip
+
+
+def without_iommu(cmdline: str) -> str:
+    """``cmdline`` without the parameter that turns Intel's IOMMU on.
+
+    >>> without_iommu("root=/dev/vda intel_iommu=on panic=-1")
+    'root=/dev/vda panic=-1'
+    """
+    return " ".join(word for word in cmdline.split() if not word.startswith("intel_iommu="))
 
 
 def gpu_topology_args() -> list[str]:

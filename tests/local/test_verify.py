@@ -10,6 +10,7 @@ from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.apply.verify import verify
 from proxgpu.host.local import DirectoryHost
+from proxgpu.inspection import inspect
 from proxgpu.rendering.changes import ChangeSet, FileChange
 from tests.support.trees import (
     DRIVERCTL,
@@ -228,3 +229,24 @@ def test_verify_reads_the_edited_files_in_one_more_command_only_when_needed(root
     before = host.commands_run
     verify(host, entry)
     assert host.commands_run == before + 2, "one more command reads both configs"
+
+
+def test_verify_finds_a_vfio_ids_option_left_by_hand_for_the_kept_gpus(root: Path) -> None:
+    # The kept GPUs are on their driver today, but vfio-pci would take them at the next boot.
+    host = DirectoryHost(str(root))
+    plan = ct200_plan(root)
+    apply_changes(host, changeset(root), plan=plan)
+    [entry] = history(host)
+    assert not verify(host, entry).drifted
+    kept = next(g for g in inspect(host).gpus if g.address in plan.groups[0].gpus)
+    hand = root / "etc/modprobe.d/local-vfio.conf"
+    hand.write_text(f"# left by hand\noptions vfio-pci ids={kept.vendor_id}:{kept.device_id}\n")
+    report = verify(host, entry)
+    assert report.drifted
+    assert report.drift == [
+        f"/etc/modprobe.d/local-vfio.conf:2: options vfio-pci ids={kept.vendor_id}:"
+        f"{kept.device_id}: vfio-pci would take every {kept.vendor_id}:{kept.device_id} "
+        "device, the kept ones too (remove it: proxgpu binds to vfio-pci by PCI address)"
+    ]
+    hand.unlink()
+    assert not verify(host, entry).drifted
