@@ -68,12 +68,7 @@ def _bounded_read(
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin or b""), daemon=True)
     feeder.start()
-    # One growing buffer per stream, not a list of reads: under load a pipe hands over a few KiB
-    # at a time, and thousands of small objects cost far more than the bytes they hold.
-    chunks: dict[int, bytearray] = {
-        proc.stdout.fileno(): bytearray(),
-        proc.stderr.fileno(): bytearray(),
-    }
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
     total = 0
     with selectors.DefaultSelector() as selector:
         for stream in chunks:
@@ -90,12 +85,12 @@ def _bounded_read(
                 total += len(data)
                 if total > max_output:
                     raise OverflowError
-                chunks[key.fd] += data
+                chunks[key.fd].append(data)
     try:
         proc.wait(max(deadline - time.monotonic(), 0))
     except subprocess.TimeoutExpired:
         raise TimeoutError from None
-    return bytes(chunks[proc.stdout.fileno()]), bytes(chunks[proc.stderr.fileno()])
+    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
 
 
 def _feed(pipe: IO[bytes], data: bytes) -> None:
