@@ -11,7 +11,6 @@ import sys
 from typing import NamedTuple
 
 from proxgpu.apply import ApplyResult
-from proxgpu.apply.verify import driver_drift
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes, render_plan
 from proxgpu.cli.proposing import proposal
@@ -49,13 +48,12 @@ def host_plan(args: argparse.Namespace, host: Host, say: Say) -> Shown:
 def plan_shown(args: argparse.Namespace, host: str, proposed: Proposal, name: str = "") -> Shown:
     """A proposal as ``plan`` shows it (a cluster's node comes planned already)."""
     inventory, plan, changes = proposed
-    pending = [] if changes.changed else driver_drift(inventory, plan, explain=False)
+    document = plan_document(plan, changes, inventory)
+    pending: list[str] = document["reboot_pending"]
     saved = getattr(args, "out", None)  # apply shows a cluster's plans too, and saves none
     out = saved.replace("{host}", name or host) if saved else None
     if out:
         save_plan(out, host, plan, changes)
-    document = plan_document(plan, changes)
-    document["reboot_pending"] = pending
     text = (
         render_plan(plan, inventory) + "\n\n" + render_changes(shown(changes), color=args.use_color)
     )

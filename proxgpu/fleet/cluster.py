@@ -24,7 +24,17 @@ from pathlib import Path
 
 from proxgpu.apply import ApplyResult
 from proxgpu.errors import ClusterNotPlannedError, ProxgpuError, UsageError
-from proxgpu.fleet.engine import FORKS, Connect, Listener, Rollout, Say, Target, each_host, roll_out
+from proxgpu.fleet.engine import (
+    FORKS,
+    Connect,
+    Listener,
+    Rollout,
+    Say,
+    Target,
+    each_host,
+    open_target,
+    roll_out,
+)
 from proxgpu.host import Host, connect
 from proxgpu.inspection import GpuFilter, inspect
 from proxgpu.paths import MEMBERS, guest_config
@@ -88,7 +98,7 @@ def find_nodes(first: Target, *, connect: Connect | None = None) -> ClusterNodes
     :raises SysfsError: when ``/etc/pve/.members`` is missing or unreadable.
     :raises UsageError: when it names a member in a way that is not an address or node name.
     """
-    with (connect or _connect)(first) as host:
+    with (connect or open_target)(first) as host:
         members = read_members(host)
         live = host.is_live
     nodes = ClusterNodes(members, members.nodename, live=live)
@@ -283,7 +293,3 @@ def _first_first(nodes: ClusterNodes) -> ClusterNodes:
     if nodes.first in nodes.targets:
         nodes.targets = {nodes.first: nodes.targets[nodes.first], **nodes.targets}
     return nodes
-
-
-def _connect(target: Target) -> Host:
-    return connect(target.host, target.root)

@@ -247,7 +247,7 @@ class _Runner(Generic[T]):
         self.heartbeat = heartbeat
         self.targets = targets
         self.work = work
-        self.connect = connector or _connect
+        self.connect = connector or open_target
         self.on_event = on_event
 
     def one(self, name: str) -> Outcome[T]:
@@ -262,7 +262,9 @@ class _Runner(Generic[T]):
         return outcome
 
 
-def _connect(target: Target) -> Host:
+def open_target(target: Target) -> Host:
+    """The host ``target`` names, opened with :func:`proxgpu.host.connect` (the default
+    ``connect=`` of every function here)."""
     return connect(target.host, target.root)
 
 
