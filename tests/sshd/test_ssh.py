@@ -153,15 +153,9 @@ def test_cli_exit_codes_and_one_line_errors(
 ) -> None:
     empty_config = tmp_path / "ssh_config"
     empty_config.touch()
-    base = [
-        "inspect",
-        "--ssh-config",
-        str(empty_config),
-        "-i",
-        str(sshd.identity_file),
-        "--connect-timeout",
-        "5",
-    ]
+    # Each option is given once (a repeat is a usage error), so the key is added per case.
+    plain = ["inspect", "--ssh-config", str(empty_config), "--connect-timeout", "5"]
+    base = [*plain, "-i", str(sshd.identity_file)]
     unknown = tmp_path / "unknown_hosts"
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "wrong")], check=True
@@ -169,7 +163,7 @@ def test_cli_exit_codes_and_one_line_errors(
     cases = [
         (
             [
-                *base,
+                *plain,
                 "-i",
                 str(tmp_path / "wrong"),
                 "--host",
