@@ -17,7 +17,6 @@ the Ansible module; secrets in guest configs are redacted in every one of them (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -35,12 +34,11 @@ from proxgpu.apply import (
     signing,
     verify,
 )
-from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
 from proxgpu.apply.journal import select_entry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import read_files, sha
 from proxgpu.apply.verify import driver_drift
-from proxgpu.errors import FileChangedError, SysfsError, UsageError
+from proxgpu.errors import SysfsError, UsageError
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
@@ -338,7 +336,9 @@ def undo(
     entry = undo_target(host, to)
     if entry is None:
         return Undone(None, ChangeSet(host=host.name))
-    preview = rollback_changes(host, entry, force=force)
+    planned = rollback(host, entry.id, force=force, dry_run=True)
+    assert planned.preview is not None  # an entry was named
+    preview = planned.preview
     if options.dry_run:
         return Undone(entry.id, preview)
     done = rollback(
@@ -370,48 +370,6 @@ def undo_target(host: Host, to: str | None = None) -> JournalEntry | None:
     else:
         candidates = [e for e in journal.entries if e.status != "failed"][-1:]
     return next((e for e in candidates if e.status in ("applied", "in-progress")), None)
-
-
-def rollback_changes(host: Host, entry: JournalEntry, *, force: bool = False) -> ChangeSet:
-    """What rolling back ``entry`` would do, decided as :func:`proxgpu.apply.rollback` decides
-    it, without writing: each file as it is now (``before``) and as the rollback would leave it
-    (``after``), and the actions it runs again. A file still as the apply left it (or as it was
-    before) gets its backup; one changed since loses only the apply's entries.
-
-    :raises FileChangedError: when one of the apply's own entries changed since (unless
-        ``force``, which writes every backup back).
-    """
-    now = _read(host, [f.path for f in entry.files])
-    wrote = {c.path: c for c in entry.changeset.files}
-    files = []
-    for f, data in zip(entry.files, now, strict=True):
-        text = _text(data)
-        digest = None if data is None else hashlib.sha256(data).hexdigest()
-        whole = force or digest in (f.sha256_after, f.sha256_before)
-        after = _restored(host, entry, wrote[f.path], text, whole)
-        files.append(FileChange(path=f.path, before=text, after=after, why=f"undo {entry.id}"))
-    return ChangeSet(host=host.name, files=files, actions=entry.changeset.actions)
-
-
-def _restored(
-    host: Host, entry: JournalEntry, change: FileChange, now: str | None, whole: bool
-) -> str | None:
-    if whole:
-        return change.before
-    drift = ["it is gone"] if now is None else []
-    if now is not None and partly_ours(change.path) and change.after:
-        before = change.before or ""
-        drift = entry_drift(change.path, change.after, before, now, f"apply {entry.id}")
-        if not drift:
-            undone = undo_entries(change.path, before, change.after, now)
-            return None if change.before is None and not undone.strip() else undone
-    detail = f": {'; '.join(drift)}" if drift else ""
-    raise FileChangedError(
-        host.name,
-        change.path,
-        f"changed since apply {entry.id} wrote it{detail}; look at it, then roll back with "
-        "force to overwrite it with the backup",
-    )
 
 
 def _read(host: Host, paths: list[str]) -> list[bytes | None]:
