@@ -76,6 +76,7 @@ def rollback(
     action_timeout: float = ACTION_TIMEOUT,
     trust_unsigned: bool = False,
     dry_run: bool = False,
+    action_output: int = 0,
 ) -> RollbackResult:
     """Restore the files of journal entry ``to`` (default: the latest applied or unfinished one)
     byte for byte, remove the files it created, and re-run its post-actions.
@@ -86,7 +87,8 @@ def rollback(
     the functions the apply rebound at runtime to their drivers. The entry must carry this
     machine's signature (:mod:`proxgpu.apply.signing`) unless ``trust_unsigned``.
     ``dry_run`` takes no lock and writes nothing: the result's ``preview`` says what the
-    rollback would do, decided as it decides it, refusals included.
+    rollback would do, decided as it decides it, refusals included. ``action_output``: how
+    many of a running follow-up action's last output lines to say as ``output`` steps.
 
     >>> from proxgpu.host import DirectoryHost
     >>> rollback(DirectoryHost("examples/hosts/ct200"), dry_run=True).messages
@@ -104,7 +106,7 @@ def rollback(
         check_signed(host, entry, trust_unsigned=trust_unsigned)
     if dry_run:
         return _preview(host, entry, force=force)
-    options = _Options(run_actions, force, live, break_lock, action_timeout)
+    options = _Options(run_actions, force, live, break_lock, action_timeout, action_output)
     run = _Rollback(host, entry, progress or quiet, options)
     known = {e.id for e in journal.entries}
     known |= {path.rsplit("/", 1)[1].removesuffix(".json") for path in journal.unreadable}
@@ -119,6 +121,7 @@ class _Options:
     live: bool
     break_lock: bool
     action_timeout: float
+    action_output: int
 
 
 def _refuse_finished(host: Host, entry: JournalEntry) -> None:
@@ -390,5 +393,6 @@ class _Rollback:
             messages += [f"listed, not run: {' '.join(a.argv)}" for a in post]
             return []
         ran: list[list[str]] = []
-        messages += run_actions_on(self.host, post, ran, self.say, self.timeout)
+        follow = self.options.action_output
+        messages += run_actions_on(self.host, post, ran, self.say, self.timeout, follow=follow)
         return ran
