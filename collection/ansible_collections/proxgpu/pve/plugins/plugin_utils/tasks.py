@@ -28,21 +28,23 @@ from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
 from proxgpu.pipeline import SplitResult, reboot_awaited, split_host, undo
 
-#: ``root`` is a directory on the managed host: not a controller path to expand.
-SPLIT_ARGUMENTS: dict[str, Any] = {**ARGUMENTS, "root": {"type": "str"}}
+#: The option every module takes (documented once, in ``doc_fragments/common.py``): a directory
+#: on the managed host, not a controller path to expand.
+ROOT: dict[str, Any] = {"root": {"type": "str"}}
+SPLIT_ARGUMENTS: dict[str, Any] = {**ARGUMENTS, **ROOT}
 FACTS_ARGUMENTS: dict[str, Any] = {
-    "root": {"type": "str"},
+    **ROOT,
     "gpu_vendor": {"type": "list", "elements": "str"},
     "gpu_class": {"type": "list", "elements": "str"},
 }
 ROLLBACK_ARGUMENTS: dict[str, Any] = {
-    "root": {"type": "str"},
+    **ROOT,
     "to": {"type": "str"},
     "force": {"type": "bool", "default": False},
     "live": {"type": "bool", "default": False},
     "break_lock": {"type": "bool", "default": False},
 }
-VERIFY_ARGUMENTS: dict[str, Any] = {"root": {"type": "str"}, "to": {"type": "str"}}
+VERIFY_ARGUMENTS: dict[str, Any] = {**ROOT, "to": {"type": "str"}}
 
 
 class Mode(NamedTuple):
