@@ -2,9 +2,9 @@
 run on a live host, listed for a directory tree.
 
 An action can run for minutes; with ``follow`` its output's last lines are said as ``output``
-steps while it runs: it writes into a log on the host (``scripts/follow.sh``) whose tail a
-second command reads every ``POLL`` seconds, at most ``follow`` lines each time, so neither
-side holds more than that tail.
+steps while it runs: it writes into a log on the host (``scripts/follow.sh``) whose new bytes
+a second command reads every ``POLL`` seconds, only the last ``follow`` lines' worth of them
+each time, so neither side holds more than that tail.
 
 >>> from proxgpu.host import DirectoryHost
 >>> from proxgpu.rendering.changes import Action
@@ -14,6 +14,7 @@ side holds more than that tail.
 
 from __future__ import annotations
 
+import base64
 import logging
 import secrets
 import threading
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 ACTION_TIMEOUT = 900.0
 #: Seconds between two reads of a followed action's output.
 POLL = 1.0
+#: The most characters of one output line said (the rest is cut).
+LINE = 300
 #: The exit code of ``follow.sh`` when it cannot make the log (the action did not run).
 NO_LOG = 125
 
@@ -93,18 +96,18 @@ def run_followed(
     """
     name = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}.log"
     path = Layout.of(host).on_host(f"{OUTPUT_DIR}/{name}")
-    tail = _Tail(say)
+    tail = _Tail(say, lines)
     stop = threading.Event()
     reader = threading.Thread(
         target=_read_while,
-        args=(host, path, lines, poll),
+        args=(host, path, poll),
         kwargs={"stop": stop, "tail": tail},
         daemon=True,
     )
     reader.start()
     try:
         output = run_script(
-            host, "follow", "run", path, str(lines), *argv, timeout=timeout, check=False
+            host, "follow", "run", path, str(tail.most), *argv, timeout=timeout, check=False
         )
     finally:
         stop.set()
@@ -117,39 +120,46 @@ def run_followed(
 
 
 class _Tail:
-    """The lines said so far of one action's output: how many, so that each read says only
-    those it had not."""
+    """What was said so far of one action's output: the offset in its log up to which every
+    line was said, so that each read says only the lines after it, and at most ``lines``."""
 
-    def __init__(self, say: Progress) -> None:
+    def __init__(self, say: Progress, lines: int) -> None:
         self.say = say
-        self.seen = 0
+        self.lines = lines
+        self.offset = 0
         self.lock = threading.Lock()
 
+    @property
+    def most(self) -> int:
+        """The most bytes one read asks for: the last ``lines`` lines, as cut for showing."""
+        return self.lines * (LINE + 1)
+
     def said(self, records: list[Record], *, ended: bool = False) -> None:
-        """Say the lines of one read of the tail that were not said yet. A last line still
-        being written (no newline yet) waits for its end, or for the action's (``ended``)."""
-        count = next((int(r[0]) for r in records if r.kind == "seen"), None)
-        text = [r[0] if r.fields else "" for r in records if r.kind == "line"]
-        if count is None:
+        """Say the whole lines of one read that were not said yet (only its last ``lines``);
+        a last line still being written waits for its newline, or for the action's end."""
+        chunk = next((r for r in records if r.kind == "chunk"), None)
+        if chunk is None:
             return
-        if any(r.kind == "partial" for r in records):
-            if ended:
-                count += 1
-            else:
-                text = text[:-1]
+        start, data = int(chunk[0]), base64.b64decode(chunk[1])
         with self.lock:
-            new, self.seen = max(0, count - self.seen), max(count, self.seen)
-            for line in text[len(text) - min(new, len(text)) :]:
-                self.say("output", line)
+            if start < self.offset:
+                data, start = data[self.offset - start :], self.offset
+            elif start > self.offset and b"\n" in data:
+                # The read began inside a line older than its tail: that line is not whole.
+                data, start = data[data.index(b"\n") + 1 :], start + data.index(b"\n") + 1
+            whole = len(data) if ended else data.rfind(b"\n") + 1
+            self.offset = max(self.offset, start + whole)
+            for line in data[:whole].decode("utf-8", "replace").splitlines()[-self.lines :]:
+                self.say("output", line[:LINE].replace("\t", " "))
 
 
-def _read_while(
-    host: Host, path: str, lines: int, poll: float, *, stop: threading.Event, tail: _Tail
-) -> None:
+def _read_while(host: Host, path: str, poll: float, *, stop: threading.Event, tail: _Tail) -> None:
     # Reading the tail is best effort: the action's own result is what counts.
     while not stop.wait(poll):
         try:
-            tail.said(run_script(host, "follow", "tail", path, str(lines), check=False).records)
+            since = str(tail.offset)
+            found = run_script(host, "follow", "tail", path, since, str(tail.most), check=False)
+            tail.said(found.records)
         except ProxgpuError as exc:
             log.debug("%s: reading %s stopped: %s", host.name, path, exc)
             return

@@ -53,6 +53,14 @@ def test_the_lines_come_while_the_action_runs_each_once(live_host: LocalHost, ro
     assert list((root / OUTPUT_DIR.lstrip("/")).iterdir()) == [], "the log is removed"
 
 
+def test_reads_racing_the_writes_lose_and_repeat_no_line(live_host: LocalHost) -> None:
+    # Each read lands while the action writes: a line is said once it is whole, and once.
+    quick = ["sh", "-c", "for i in $(seq 1 80); do printf '%s' $i; sleep 0.01; echo; done"]
+    heard = Heard()
+    run_followed(live_host, quick, heard, lines=100, poll=0.03)
+    assert heard.lines() == [str(i) for i in range(1, 81)]
+
+
 def test_only_the_tail_of_each_read_is_said(live_host: LocalHost) -> None:
     burst = ["sh", "-c", "seq 1 500; sleep 0.8; printf 'done, no newline'"]
     heard = Heard()
