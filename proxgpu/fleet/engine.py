@@ -67,7 +67,7 @@ class Say(Protocol):
 class Event:
     """One thing a host did, as it happened: a step (``write``, ``action``, ...), ``still``
     running (the heartbeat of a long step), a line of a running action's ``output`` (with
-    :class:`~proxgpu.pipeline.ApplyOptions`' ``action_output``), or its ``end`` with the exit
+    :class:`~proxgpu.apply.ApplyOptions`' ``action_output``), or its ``end`` with the exit
     code."""
 
     host: str
