@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from proxgpu.errors import ProxgpuError
 
 if TYPE_CHECKING:
+    from proxgpu.apply import ApplyOptions
     from proxgpu.fleet import (
         Target,
         apply_cluster,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 # Loaded on first use (PEP 562): they bring pydantic, dataclasses and subprocess, which the
 # command line's --help and usage errors never need.
 _LAZY = {
+    "ApplyOptions": "proxgpu.apply",
     "connect": "proxgpu.host",
     "SSHOptions": "proxgpu.host.ssh",
     "SplitPolicy": "proxgpu.planning",
@@ -71,6 +73,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "ApplyOptions",
     "Gpu",
     "GpuFilter",
     "Inventory",

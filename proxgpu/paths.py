@@ -57,6 +57,8 @@ GRUB_DEFAULT = "/etc/default/grub"
 JOURNAL_DIR = "/var/lib/proxgpu/journal"
 BACKUP_DIR = "/var/lib/proxgpu/backups"
 LOCK_DIR = "/run/lock/proxgpu"
+#: Where a follow-up action's output is kept while it runs, for its last lines to be followed.
+OUTPUT_DIR = "/var/lib/proxgpu/output"
 
 
 def check_host_path(path: str) -> str:

@@ -17,30 +17,27 @@ the Ansible module; secrets in guest configs are redacted in every one of them (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from proxgpu.apply import (
+    ApplyOptions,
     ApplyResult,
     JournalEntry,
     Progress,
     RollbackResult,
-    apply_changes,
     history,
     read_journal,
-    rollback,
     signing,
     verify,
 )
-from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
 from proxgpu.apply.journal import select_entry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import read_files, sha
 from proxgpu.apply.verify import driver_drift
-from proxgpu.errors import FileChangedError, SysfsError, UsageError
+from proxgpu.errors import SysfsError, UsageError
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
@@ -169,46 +166,6 @@ def with_change(changes: ChangeSet, change: FileChange) -> ChangeSet:
 
 
 @dataclass(frozen=True)
-class ApplyOptions:
-    """How an apply runs: ``--dry-run``, ``--live``, ``--skip-guest-check`` and
-    ``--break-lock``, as one type for the command line, the library and Ansible.
-
-    >>> from proxgpu.host import DirectoryHost
-    >>> host = DirectoryHost("examples/hosts/ct200")
-    >>> proposal = propose(host, SplitPolicy(lxc=200, vms=[(300, None)]))
-    >>> ApplyOptions(dry_run=True).apply(host, proposal.changes, plan=proposal.plan).changed
-    True
-    """
-
-    dry_run: bool = False
-    live: bool = False
-    skip_guest_check: bool = False
-    break_lock: bool = False
-
-    def apply(
-        self,
-        host: Host,
-        changes: ChangeSet,
-        *,
-        plan: Plan,
-        inventory: Inventory | None = None,
-        progress: Progress | None = None,
-    ) -> ApplyResult:
-        """Apply ``changes`` (see :func:`proxgpu.apply.apply_changes`) with these options."""
-        return apply_changes(
-            host,
-            changes,
-            plan=plan,
-            inventory=inventory,
-            progress=progress,
-            dry_run=self.dry_run,
-            live=self.live,
-            skip_guest_check=self.skip_guest_check,
-            break_lock=self.break_lock,
-        )
-
-
-@dataclass(frozen=True)
 class SplitResult:
     """Everything one run found, decided and did."""
 
@@ -257,15 +214,23 @@ def split_host(
     gpu_filter: GpuFilter | None = None,
     skip_guest_check: bool = False,
     progress: Progress | None = None,
+    how: ApplyOptions | None = None,
 ) -> SplitResult:
     """Inspect ``host``, plan the split, render it and apply it, or with ``check`` only say what
-    would change (the default: nothing is written unless asked).
+    would change (the default: nothing is written unless asked). ``how`` says how the apply runs
+    (the one type the command line and Ansible pass too); given, it replaces ``check``,
+    ``live`` and ``skip_guest_check``, which are its shorthand.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> tree = DirectoryHost("examples/hosts/ct200")
+    >>> split_host(tree, SplitPolicy(lxc=200), how=ApplyOptions(dry_run=True)).changed
+    True
 
     :raises ProxgpuError: when the host cannot be read, the plan is refused, or applying fails
         (everything written is then restored).
     """
     proposal = propose(host, policy, options, gpu_filter)
-    how = ApplyOptions(dry_run=check, live=live, skip_guest_check=skip_guest_check)
+    how = how or ApplyOptions(dry_run=check, live=live, skip_guest_check=skip_guest_check)
     applied = how.apply(
         host, proposal.changes, plan=proposal.plan, inventory=proposal.inventory, progress=progress
     )
@@ -318,37 +283,32 @@ def undo(
     to: str | None = None,
     *,
     options: ApplyOptions | None = None,
-    force: bool = False,
     progress: Progress | None = None,
 ) -> Undone:
     """Roll back journal entry ``to``, or the last apply while it is still in effect, so that a
     second undo changes nothing (unlike ``proxgpu rollback``, which then goes on to the apply
     before it); a failed apply restored everything itself and is passed over. ``options``
-    says how: ``dry_run`` only says what would be restored, ``live`` also returns the functions
+    says how, as for the rollback (:meth:`ApplyOptions.rollback`): ``dry_run`` only says what
+    would be restored, ``force`` writes every backup back, ``live`` also returns the functions
     the apply rebound, ``break_lock`` takes over a lock left behind.
 
     >>> from proxgpu.host import DirectoryHost
     >>> undo(DirectoryHost("examples/hosts/ct200"), options=ApplyOptions(dry_run=True)).changed
     False
 
-    :raises FileChangedError: when a file changed since the apply (unless ``force``), also
-        as a dry run; otherwise as :func:`proxgpu.apply.rollback` does.
+    :raises FileChangedError: when an entry of the apply changed since (unless ``force``),
+        also as a dry run; otherwise as :func:`proxgpu.apply.rollback` does.
     """
     options = options or ApplyOptions()
     entry = undo_target(host, to)
     if entry is None:
         return Undone(None, ChangeSet(host=host.name))
-    preview = rollback_changes(host, entry, force=force)
+    planned = replace(options, dry_run=True).rollback(host, entry.id)
+    assert planned.preview is not None  # an entry was named
+    preview = planned.preview
     if options.dry_run:
         return Undone(entry.id, preview)
-    done = rollback(
-        host,
-        entry.id,
-        force=force,
-        live=options.live,
-        break_lock=options.break_lock,
-        progress=progress,
-    )
+    done = options.rollback(host, entry.id, progress=progress)
     after = _read(host, [f.path for f in preview.files])
     files = [
         f.model_copy(update={"after": _text(data)})
@@ -370,48 +330,6 @@ def undo_target(host: Host, to: str | None = None) -> JournalEntry | None:
     else:
         candidates = [e for e in journal.entries if e.status != "failed"][-1:]
     return next((e for e in candidates if e.status in ("applied", "in-progress")), None)
-
-
-def rollback_changes(host: Host, entry: JournalEntry, *, force: bool = False) -> ChangeSet:
-    """What rolling back ``entry`` would do, decided as :func:`proxgpu.apply.rollback` decides
-    it, without writing: each file as it is now (``before``) and as the rollback would leave it
-    (``after``), and the actions it runs again. A file still as the apply left it (or as it was
-    before) gets its backup; one changed since loses only the apply's entries.
-
-    :raises FileChangedError: when one of the apply's own entries changed since (unless
-        ``force``, which writes every backup back).
-    """
-    now = _read(host, [f.path for f in entry.files])
-    wrote = {c.path: c for c in entry.changeset.files}
-    files = []
-    for f, data in zip(entry.files, now, strict=True):
-        text = _text(data)
-        digest = None if data is None else hashlib.sha256(data).hexdigest()
-        whole = force or digest in (f.sha256_after, f.sha256_before)
-        after = _restored(host, entry, wrote[f.path], text, whole)
-        files.append(FileChange(path=f.path, before=text, after=after, why=f"undo {entry.id}"))
-    return ChangeSet(host=host.name, files=files, actions=entry.changeset.actions)
-
-
-def _restored(
-    host: Host, entry: JournalEntry, change: FileChange, now: str | None, whole: bool
-) -> str | None:
-    if whole:
-        return change.before
-    drift = ["it is gone"] if now is None else []
-    if now is not None and partly_ours(change.path) and change.after:
-        before = change.before or ""
-        drift = entry_drift(change.path, change.after, before, now, f"apply {entry.id}")
-        if not drift:
-            undone = undo_entries(change.path, before, change.after, now)
-            return None if change.before is None and not undone.strip() else undone
-    detail = f": {'; '.join(drift)}" if drift else ""
-    raise FileChangedError(
-        host.name,
-        change.path,
-        f"changed since apply {entry.id} wrote it{detail}; look at it, then roll back with "
-        "force to overwrite it with the backup",
-    )
 
 
 def _read(host: Host, paths: list[str]) -> list[bytes | None]:

@@ -131,7 +131,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENTS, supports_check_mode=True)
     try:
         import proxgpu
-        from proxgpu.ansible.request import split_request
+        from proxgpu.ansible.request import change_options, split_request
         from proxgpu.ansible.results import failure, split_result
         from proxgpu.pipeline import reboot_awaited, split_host
     except ImportError as exc:
@@ -144,9 +144,8 @@ def main() -> None:
                 host,
                 request.policy,
                 request.options,
-                check=module.check_mode,
-                live=p["live"],
                 gpu_filter=request.gpu_filter,
+                how=change_options(p, check=module.check_mode),
             )
             # A directory tree is not the machine this module runs on: its boot is not ours to
             # ask for. On the host itself, a change that needs a reboot asks for one, and so does

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.inspection import GpuFilter
 from proxgpu.planning import SplitPolicy, parse_vm_spec
 from proxgpu.rendering import RenderOptions
@@ -53,3 +54,20 @@ def split_request(params: dict[str, Any]) -> SplitRequest:
     )
     options = RenderOptions(bind_method=params["bind_method"], mapping=params["mapping"])
     return SplitRequest(policy, options, gpu_filter(params))
+
+
+def change_options(params: dict[str, Any], *, check: bool) -> ApplyOptions:
+    """How the task's change runs, as the command line's options say it: check mode is a dry
+    run; ``live``, ``force`` and ``break_lock`` as the module takes them (a module without one:
+    off).
+
+    >>> change_options({"live": True, "break_lock": False}, check=True)
+    ApplyOptions(dry_run=True, live=True, skip_guest_check=False, break_lock=False, force=False, \
+trust_unsigned=False, action_timeout=900.0, action_output=0)
+    """
+    return ApplyOptions(
+        dry_run=check,
+        live=bool(params.get("live")),
+        break_lock=bool(params.get("break_lock")),
+        force=bool(params.get("force")),
+    )

@@ -6,13 +6,15 @@ leaving a journal entry (:mod:`~proxgpu.apply.journal`) that :func:`rollback`
 (:mod:`~proxgpu.apply.rollback`) undoes and :func:`verify` (:mod:`~proxgpu.apply.verify`) checks.
 :mod:`~proxgpu.apply.rebind` moves GPUs between drivers at runtime, once
 :mod:`~proxgpu.apply.busy` says nothing holds them. :mod:`~proxgpu.apply.remote` is the host side
-they share: one command per step, whatever the number of files.
+they share: one command per step, whatever the number of files. :class:`ApplyOptions`
+(:mod:`~proxgpu.apply.options`) says how an apply or a rollback runs, for every front end.
 """
 
 from __future__ import annotations
 
 from proxgpu.apply.actions import ACTION_TIMEOUT
 from proxgpu.apply.journal import Journal, JournalEntry, JournalFile, history, read_journal
+from proxgpu.apply.options import ApplyOptions
 from proxgpu.apply.remote import Progress
 from proxgpu.apply.result import ApplyResult
 from proxgpu.apply.rollback import RollbackResult, rollback
@@ -21,6 +23,7 @@ from proxgpu.apply.verify import VerifyReport, verify
 
 __all__ = [
     "ACTION_TIMEOUT",
+    "ApplyOptions",
     "ApplyResult",
     "Journal",
     "JournalEntry",

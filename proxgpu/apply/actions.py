@@ -1,6 +1,11 @@
 """The follow-up actions of a change set (``update-initramfs``, ``proxmox-boot-tool refresh``...):
 run on a live host, listed for a directory tree.
 
+An action can run for minutes; with ``follow`` its output's last lines are said as ``output``
+steps while it runs: it writes into a log on the host (``scripts/follow.sh``) whose new bytes
+a second command reads every ``POLL`` seconds, only the last ``follow`` lines' worth of them
+each time, so neither side holds more than that tail.
+
 >>> from proxgpu.host import DirectoryHost
 >>> from proxgpu.rendering.changes import Action
 >>> run_actions(DirectoryHost("examples/hosts/ct200"), [Action(argv=["update-grub"], why="")], [])
@@ -9,18 +14,31 @@ run on a live host, listed for a directory tree.
 
 from __future__ import annotations
 
+import base64
 import logging
+import secrets
+import threading
 import time
 from collections.abc import Sequence
 
+from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import Progress, quiet
+from proxgpu.errors import CommandError, ProxgpuError
 from proxgpu.host.base import Host
+from proxgpu.host.scripts import Record, run_script
+from proxgpu.paths import OUTPUT_DIR
 from proxgpu.rendering.changes import Action
 
 log = logging.getLogger(__name__)
 
 #: Seconds a post-action may run (an initramfs rebuild for every kernel takes minutes).
 ACTION_TIMEOUT = 900.0
+#: Seconds between two reads of a followed action's output.
+POLL = 1.0
+#: The most characters of one output line said (the rest is cut).
+LINE = 300
+#: The exit code of ``follow.sh`` when it cannot make the log (the action did not run).
+NO_LOG = 125
 
 
 def run_actions(
@@ -29,9 +47,13 @@ def run_actions(
     ran: list[list[str]],
     say: Progress = quiet,
     timeout: float = ACTION_TIMEOUT,
+    *,
+    follow: int = 0,
 ) -> list[str]:
     """Run each action in order, appending it to ``ran`` once it succeeded, so that the caller
     knows what ran even when one fails; return messages (on a tree: the actions, listed).
+    ``follow``: how many of an action's last output lines to say (``say("output", line)``)
+    while it runs; 0: none.
 
     :raises CommandError: when an action fails (what ran before it is not undone here).
     """
@@ -40,7 +62,104 @@ def run_actions(
     for action in actions:
         say("action", " ".join(action.argv))
         start = time.monotonic()
-        host.check(action.argv, timeout=timeout)
+        if follow > 0:
+            run_followed(host, action.argv, say, lines=follow, timeout=timeout)
+        else:
+            host.check(action.argv, timeout=timeout)
         log.info("%s: %s took %.1f s", host.name, " ".join(action.argv), time.monotonic() - start)
         ran.append(action.argv)
     return []
+
+
+def run_followed(
+    host: Host,
+    argv: list[str],
+    say: Progress,
+    *,
+    lines: int,
+    timeout: float = ACTION_TIMEOUT,
+    poll: float = POLL,
+) -> None:
+    """Run ``argv`` on ``host``, saying each new line of its output's tail as it comes (at most
+    ``lines`` per read), the last ones once it ended.
+
+    >>> from proxgpu.host import LocalHost
+    >>> import tempfile
+    >>> said = []
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     run_followed(LocalHost(root), ["printf", "a\\\\nb\\\\n"], lambda s, m: said.append(m),
+    ...                  lines=5)
+    >>> said
+    ['a', 'b']
+
+    :raises CommandError: when it fails (its output's end is the message).
+    """
+    name = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}.log"
+    path = Layout.of(host).on_host(f"{OUTPUT_DIR}/{name}")
+    tail = _Tail(say, lines)
+    stop = threading.Event()
+    reader = threading.Thread(
+        target=_read_while,
+        args=(host, path, poll),
+        kwargs={"stop": stop, "tail": tail},
+        daemon=True,
+    )
+    reader.start()
+    try:
+        output = run_script(
+            host, "follow", "run", path, str(tail.most), *argv, timeout=timeout, check=False
+        )
+    finally:
+        stop.set()
+        reader.join()
+    tail.said(output.records, ended=True)
+    if output.returncode == NO_LOG:
+        raise CommandError(host.name, [f"the follow step of {argv[0]}"], NO_LOG, output.stderr)
+    if output.returncode != 0:
+        raise CommandError(host.name, argv, output.returncode, output.stderr)
+
+
+class _Tail:
+    """What was said so far of one action's output: the offset in its log up to which every
+    line was said, so that each read says only the lines after it, and at most ``lines``."""
+
+    def __init__(self, say: Progress, lines: int) -> None:
+        self.say = say
+        self.lines = lines
+        self.offset = 0
+        self.lock = threading.Lock()
+
+    @property
+    def most(self) -> int:
+        """The most bytes one read asks for: the last ``lines`` lines, as cut for showing."""
+        return self.lines * (LINE + 1)
+
+    def said(self, records: list[Record], *, ended: bool = False) -> None:
+        """Say the whole lines of one read that were not said yet (only its last ``lines``);
+        a last line still being written waits for its newline, or for the action's end."""
+        chunk = next((r for r in records if r.kind == "chunk"), None)
+        if chunk is None:
+            return
+        start, data = int(chunk[0]), base64.b64decode(chunk[1])
+        with self.lock:
+            if start < self.offset:
+                data, start = data[self.offset - start :], self.offset
+            elif start > self.offset and b"\n" in data:
+                # The read began inside a line older than its tail: that line is not whole.
+                data, start = data[data.index(b"\n") + 1 :], start + data.index(b"\n") + 1
+            whole = len(data) if ended else data.rfind(b"\n") + 1
+            self.offset = max(self.offset, start + whole)
+            for line in data[:whole].decode("utf-8", "replace").splitlines()[-self.lines :]:
+                self.say("output", line[:LINE].replace("\t", " "))
+
+
+def _read_while(host: Host, path: str, poll: float, *, stop: threading.Event, tail: _Tail) -> None:
+    # Reading the tail is best effort: the action's own result is what counts.
+    while not stop.wait(poll):
+        try:
+            since = str(tail.offset)
+            found = run_script(host, "follow", "tail", path, since, str(tail.most), check=False)
+            tail.said(found.records)
+        except ProxgpuError as exc:
+            log.debug("%s: reading %s stopped: %s", host.name, path, exc)
+            return

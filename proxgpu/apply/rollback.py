@@ -7,6 +7,7 @@ lock, the files the apply created are removed, and the follow-up actions run aga
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from pydantic import Field
@@ -42,6 +43,7 @@ from proxgpu.errors import FileChangedError, RollbackError
 from proxgpu.host.base import Host
 from proxgpu.model import FrozenModel
 from proxgpu.paths import PCI_MAPPING
+from proxgpu.rendering.changes import ChangeSet, FileChange
 
 
 class RollbackResult(FrozenModel):
@@ -57,6 +59,9 @@ class RollbackResult(FrozenModel):
     actions_run: list[list[str]] = Field(default_factory=list)
     live: list[Binding] = Field(default_factory=list)
     messages: list[str] = Field(default_factory=list)
+    #: A dry run's answer: each file as it is now (``before``) and as the rollback would leave
+    #: it (``after``; ``None``: removed), and the actions it would run again. ``None`` otherwise.
+    preview: ChangeSet | None = None
 
 
 def rollback(
@@ -70,6 +75,8 @@ def rollback(
     progress: Progress | None = None,
     action_timeout: float = ACTION_TIMEOUT,
     trust_unsigned: bool = False,
+    dry_run: bool = False,
+    action_output: int = 0,
 ) -> RollbackResult:
     """Restore the files of journal entry ``to`` (default: the latest applied or unfinished one)
     byte for byte, remove the files it created, and re-run its post-actions.
@@ -79,6 +86,13 @@ def rollback(
     from this machine and is gone (``break_lock`` takes over any lock). ``live`` also returns
     the functions the apply rebound at runtime to their drivers. The entry must carry this
     machine's signature (:mod:`proxgpu.apply.signing`) unless ``trust_unsigned``.
+    ``dry_run`` takes no lock and writes nothing: the result's ``preview`` says what the
+    rollback would do, decided as it decides it, refusals included. ``action_output``: how
+    many of a running follow-up action's last output lines to say as ``output`` steps.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> rollback(DirectoryHost("examples/hosts/ct200"), dry_run=True).messages
+    ['nothing to roll back: no applied or unfinished journal entry']
 
     :raises RollbackError: when there is nothing to roll back or a step failed.
     :raises JournalError: when the entry is not signed with this machine's key.
@@ -90,7 +104,9 @@ def rollback(
     if entry is not None:
         _refuse_finished(host, entry)
         check_signed(host, entry, trust_unsigned=trust_unsigned)
-    options = _Options(run_actions, force, live, break_lock, action_timeout)
+    if dry_run:
+        return _preview(host, entry, force=force)
+    options = _Options(run_actions, force, live, break_lock, action_timeout, action_output)
     run = _Rollback(host, entry, progress or quiet, options)
     known = {e.id for e in journal.entries}
     known |= {path.rsplit("/", 1)[1].removesuffix(".json") for path in journal.unreadable}
@@ -105,6 +121,7 @@ class _Options:
     live: bool
     break_lock: bool
     action_timeout: float
+    action_output: int
 
 
 def _refuse_finished(host: Host, entry: JournalEntry) -> None:
@@ -203,6 +220,51 @@ def _wrote_nothing(owner: dict[str, str], known: set[str]) -> bool:
     """Whether the lock's owner was an apply cut off before it wrote its journal entry (and so
     before it wrote any file); a rollback's lock has an id of its own, never an entry's."""
     return owner.get("op", "apply") == "apply" and owner.get("id") not in known
+
+
+def _preview(host: Host, entry: JournalEntry | None, *, force: bool) -> RollbackResult:
+    """What rolling back ``entry`` would do (see :func:`rollback`'s ``dry_run``): the files
+    read as the rollback's probe reads them, merged or refused as it merges and refuses them.
+
+    :raises FileChangedError: as the rollback itself would.
+    """
+    if entry is None:
+        note = "nothing to roll back: no applied or unfinished journal entry"
+        return RollbackResult(host=host.name, journal_id=None, messages=[note])
+    layout = Layout.of(host)
+    now = read_files(host, [layout.on_host(f.path) for f in entry.files])
+    states = [_state(data) for data in now]
+    merged: dict[str, Merged] = {}
+    if not force:
+        entry = _recognise_api_writes(host, layout, entry, states)
+        merged = _merge_changed(host, layout, entry, states)
+    wrote = {c.path: c for c in entry.changeset.files}
+    files = []
+    for f, data in zip(entry.files, now, strict=True):
+        whole = f.path not in merged
+        after = wrote[f.path].before if whole else _text(merged[f.path].content)
+        files.append(
+            FileChange(path=f.path, before=_text(data), after=after, why=f"undo {entry.id}")
+        )
+    preview = ChangeSet(host=host.name, files=files, actions=entry.changeset.actions)
+    changed = [f.path for f in preview.changed_files()]
+    messages = [
+        f"would restore {len(changed)} files from journal entry {entry.id}",
+        *[f"would run again: {' '.join(a.argv)}" for a in entry.changeset.actions],
+    ]
+    return RollbackResult(
+        host=host.name, journal_id=entry.id, files=changed, messages=messages, preview=preview
+    )
+
+
+def _state(data: bytes | None) -> FileState:
+    if data is None:
+        return FileState(kind="absent")
+    return FileState(kind="file", sha256=hashlib.sha256(data).hexdigest())
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 class _Rollback:
@@ -331,5 +393,6 @@ class _Rollback:
             messages += [f"listed, not run: {' '.join(a.argv)}" for a in post]
             return []
         ran: list[list[str]] = []
-        messages += run_actions_on(self.host, post, ran, self.say, self.timeout)
+        follow = self.options.action_output
+        messages += run_actions_on(self.host, post, ran, self.say, self.timeout, follow=follow)
         return ran

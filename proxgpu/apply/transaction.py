@@ -85,6 +85,7 @@ def apply_changes(
     skip_guest_check: bool = False,
     break_lock: bool = False,
     action_timeout: float = ACTION_TIMEOUT,
+    action_output: int = 0,
 ) -> ApplyResult:
     """Apply ``changeset`` to ``host`` as one transaction; see the module docstring for the steps.
 
@@ -95,7 +96,8 @@ def apply_changes(
     given, says whether the host has pvesh; ``skip_guest_check`` applies without asking whether
     the guests are running (for hosts without pvesh, guests known to be stopped).
     ``break_lock`` takes over a lock another apply or rollback left (one of this machine's whose
-    process is gone is taken over anyway).
+    process is gone is taken over anyway). ``action_output``: how many of a running follow-up
+    action's last output lines to say as ``output`` steps (0: none).
 
     >>> from proxgpu.host import DirectoryHost
     >>> apply_changes(DirectoryHost("/"), ChangeSet(host="pve1")).messages
@@ -112,6 +114,7 @@ def apply_changes(
         return _unchanged(host, live)
     run = _Apply(host, changeset, plan, progress or quiet, action_timeout)
     run.break_lock = break_lock
+    run.action_output = action_output
     return run.run(dry_run, live, inventory, skip_guest_check)
 
 
@@ -144,6 +147,8 @@ class _Apply:
         self.plan = plan
         self.say = say
         self.action_timeout = action_timeout
+        #: How many lines of a running action's output to say (0: none).
+        self.action_output = 0
         self.id = new_journal_id()
         self.layout = Layout.of(host)
         self.where = [where(self.layout, c.path, self.id, host.is_live) for c in self.changes]
@@ -368,7 +373,14 @@ class _Apply:
 
     def _post_actions(self) -> list[str]:
         actions = self.changeset.actions
-        return run_actions(self.host, actions, self.actions_run, self.say, self.action_timeout)
+        return run_actions(
+            self.host,
+            actions,
+            self.actions_run,
+            self.say,
+            self.action_timeout,
+            follow=self.action_output,
+        )
 
     def _live(self, live: bool) -> list[str]:
         if not live:

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import NamedTuple
 
-from proxgpu.apply import ApplyResult
+from proxgpu.apply import ApplyOptions, ApplyResult
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes, render_plan
 from proxgpu.cli.proposing import proposal
@@ -20,7 +20,6 @@ from proxgpu.fleet import Say
 from proxgpu.host.base import Host
 from proxgpu.inspection import Inventory
 from proxgpu.pipeline import (
-    ApplyOptions,
     Proposal,
     apply_document,
     load_plan,
@@ -144,13 +143,22 @@ def applied_shown(args: argparse.Namespace, proposed: Proposed, result: ApplyRes
     return Shown(text, apply_document(proposed.plan, result, proposed.changes), code)
 
 
+#: With ``-v``, how many of a running follow-up action's last output lines each read shows.
+ACTION_OUTPUT = 5
+
+
 def apply_options(args: argparse.Namespace) -> ApplyOptions:
-    """``--dry-run``, ``--live``, ``--skip-guest-check`` and ``--break-lock``."""
+    """How ``apply`` or ``rollback`` runs, as its options say: ``--dry-run``, ``--live``,
+    ``--skip-guest-check``, ``--break-lock``, ``--force``, ``--trust-unsigned`` (each off where
+    the command has none), and with ``-v`` a running action's last output lines."""
     return ApplyOptions(
-        dry_run=args.dry_run,
+        dry_run=getattr(args, "dry_run", False),
         live=args.live,
-        skip_guest_check=args.skip_guest_check,
+        skip_guest_check=getattr(args, "skip_guest_check", False),
         break_lock=args.break_lock,
+        force=getattr(args, "force", False),
+        trust_unsigned=getattr(args, "trust_unsigned", False),
+        action_output=ACTION_OUTPUT if getattr(args, "verbose", 0) else 0,
     )
 
 

@@ -9,9 +9,8 @@ import os
 import sys
 
 from proxgpu.apply.journal import read_journal
-from proxgpu.apply.rollback import rollback
 from proxgpu.apply.verify import applied_entry, verify
-from proxgpu.cli.change import confirm
+from proxgpu.cli.change import apply_options, confirm
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.cli.shown import Progress, Shown, emit, run_one
@@ -66,15 +65,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def host_rollback(args: argparse.Namespace, host: Host, say: Say) -> Shown:
     """One host's rollback, without asking (see :func:`cmd_rollback`)."""
-    result = rollback(
-        host,
-        args.to,
-        force=args.force,
-        live=args.live,
-        break_lock=args.break_lock,
-        progress=say,
-        trust_unsigned=args.trust_unsigned,
-    )
+    result = apply_options(args).rollback(host, args.to, progress=say)
     text = _lines(result.messages or [f"restored {len(result.files)} files"])
     return Shown(text, result.model_dump(mode="json"))
 

@@ -86,13 +86,34 @@ def require_yes(args: argparse.Namespace) -> None:
         )
 
 
+#: Each command's work on one host of several, by the command's handler: ``module:function``
+#: under :mod:`proxgpu.cli`, imported when a run needs it (``--help`` loads no command module).
+#: ``report``, ``run`` and ``completion`` are not here: they handle several hosts themselves.
+HOST_WORK = {
+    "inspecting:cmd_inspect": "inspecting:host_inspect",
+    "commands:cmd_snapshot": "commands:host_snapshot",
+    "change:cmd_plan": "change:host_plan",
+    "change:cmd_apply": "change:host_apply",
+    "commands:cmd_verify": "commands:host_verify",
+    "commands:cmd_rollback": "commands:host_rollback",
+    "commands:cmd_history": "commands:host_history",
+    "commands:cmd_check_gpus": "commands:host_check_gpus",
+}
+
+
 def host_work(handler: str) -> HostWork:
-    """The per-host work of the command ``handler`` names (``module:cmd_NAME`` has
-    ``host_NAME`` beside it)."""
-    module, _, name = handler.partition(":")
-    work: HostWork = getattr(
-        import_module(f"proxgpu.cli.{module}"), name.replace("cmd_", "host_", 1)
-    )
+    """The per-host work of the command ``handler`` names (see :data:`HOST_WORK`).
+
+    >>> host_work("change:cmd_plan").__name__
+    'host_plan'
+
+    :raises UsageError: for a command that does not run host by host.
+    """
+    if handler not in HOST_WORK:
+        command = handler.partition(":cmd_")[2].replace("_", "-")
+        raise UsageError(f"proxgpu {command} does not run on several hosts: give one --host")
+    module, _, name = HOST_WORK[handler].partition(":")
+    work: HostWork = getattr(import_module(f"proxgpu.cli.{module}"), name)
     return work
 
 

@@ -49,9 +49,13 @@ class Progress:
         self.start = time.monotonic()
 
     def __call__(self, step: str, message: str) -> None:
-        if not self.quiet:
-            elapsed = time.monotonic() - self.start
-            print(f"[{elapsed:6.1f}s] {step}: {message}", file=sys.stderr, flush=True)
+        if self.quiet:
+            return
+        if step == "output":  # a line of the running action's output (with -v)
+            print(f"  | {message}", file=sys.stderr, flush=True)
+            return
+        elapsed = time.monotonic() - self.start
+        print(f"[{elapsed:6.1f}s] {step}: {message}", file=sys.stderr, flush=True)
 
 
 def run_one(args: argparse.Namespace, work: HostWork, output: str | None = None) -> int:

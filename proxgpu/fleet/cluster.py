@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
 
-from proxgpu.apply import ApplyResult
+from proxgpu.apply import ApplyOptions, ApplyResult
 from proxgpu.errors import ClusterNotPlannedError, ProxgpuError, UsageError
 from proxgpu.fleet.engine import (
     FORKS,
@@ -39,7 +39,6 @@ from proxgpu.host import Host, connect
 from proxgpu.inspection import GpuFilter, inspect
 from proxgpu.paths import MEMBERS, guest_config
 from proxgpu.pipeline import (
-    ApplyOptions,
     Proposal,
     node_policy,
     plan_inventory,

@@ -66,7 +66,9 @@ class Say(Protocol):
 @dataclass(frozen=True)
 class Event:
     """One thing a host did, as it happened: a step (``write``, ``action``, ...), ``still``
-    running (the heartbeat of a long step), or its ``end`` with the exit code."""
+    running (the heartbeat of a long step), a line of a running action's ``output`` (with
+    :class:`~proxgpu.apply.ApplyOptions`' ``action_output``), or its ``end`` with the exit
+    code."""
 
     host: str
     elapsed: float
@@ -81,9 +83,13 @@ class Event:
         'pve2: [   3.1s] write: replacing 5 files'
         >>> str(Event("pve2", 9.0, "end", "ok", 0))
         'pve2: ok'
+        >>> str(Event("pve2", 61.0, "output", "update-initramfs: Generating /boot/initrd.img"))
+        'pve2:   | update-initramfs: Generating /boot/initrd.img'
         """
         if self.step == "end":
             return f"{self.host}: {self.message}"
+        if self.step == "output":
+            return f"{self.host}:   | {self.message}"
         what = self.message if self.step == "still" else f"{self.step}: {self.message}"
         return f"{self.host}: [{self.elapsed:6.1f}s] {what}"
 
@@ -285,6 +291,9 @@ class _Steps:
         return time.monotonic() - self.start
 
     def __call__(self, step: str, message: str) -> None:
+        if step == "output":  # a line of the running step's output: that step still runs
+            self._emit(step, message)
+            return
         now = time.monotonic()
         with self.lock:
             self.step, self.next_beat = (step, message, now), now + self.beat

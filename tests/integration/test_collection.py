@@ -67,3 +67,18 @@ def test_the_built_collection_installs_and_runs_over_the_local_connection(
     split = run("gpu_split", "-a", json.dumps({"root": str(root), "lxc": 200, "vms": ["300"]}))
     assert split["changed"] is True and split["reboot_required"] is False
     assert "hostpci0:" in (root / "etc/pve/qemu-server/300.conf").read_text()
+
+
+def test_the_modules_that_share_a_fragment_document_it_alike(tmp_path: Path) -> None:
+    docs = {}
+    for module in ("gpu_facts", "gpu_rollback", "gpu_verify"):
+        completed = ansible("ansible-doc", tmp_path, "--json", f"proxgpu.pve.{module}")
+        assert completed.returncode == 0, completed.stderr
+        docs[module] = json.loads(completed.stdout)[f"proxgpu.pve.{module}"]["doc"]
+    assert len({json.dumps(doc["options"]["root"]) for doc in docs.values()}) == 1
+    for doc in docs.values():
+        assert doc["attributes"]["action"]["support"] == "full"
+        assert any("through the task's connection" in note for note in doc["notes"])
+    for module in ("gpu_facts", "gpu_verify"):  # they change nothing
+        assert docs[module]["attributes"]["diff_mode"]["support"] == "none"
+    assert docs["gpu_rollback"]["attributes"]["diff_mode"]["support"] == "full"

@@ -5,6 +5,7 @@ run the same engine over real connections)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import proxgpu
-from proxgpu.cli import main
+from proxgpu.cli import fleet, main
+from proxgpu.cli.parser import build_parser
 from proxgpu.errors import ClusterNotPlannedError, SysfsError, UsageError
 from proxgpu.fleet import Event, Target, each_host, roll_out
 from proxgpu.host import DirectoryHost, Host
@@ -175,3 +177,17 @@ def test_one_json_file_holds_every_node_and_per_host_files_on_request(tmp_path: 
     assert main(["inspect", "--root", str(CLUSTER), "--cluster", "--tree", "-o", f"{folder}/"]) == 0
     assert sorted(p.name for p in folder.iterdir()) == NODES
     assert "NUMA node" in (folder / "pve2").read_text()
+
+
+def test_every_command_run_host_by_host_has_its_work_in_the_table() -> None:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    host_by_host = {
+        sub.get_default("handler")
+        for sub in commands.choices.values()
+        if sub.get_default("fleet") in ("read", "rolling")
+    }
+    assert host_by_host == set(fleet.HOST_WORK)
+    assert all(callable(fleet.host_work(handler)) for handler in host_by_host)
+    with pytest.raises(UsageError, match="proxgpu report does not run on several hosts"):
+        fleet.host_work("report:cmd_report")

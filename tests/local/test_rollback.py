@@ -73,6 +73,40 @@ def test_rollback_refuses_a_file_changed_since_the_apply_unless_forced(root: Pat
     assert snapshot(root) == original
 
 
+def test_a_dry_run_predicts_the_rollback_file_by_file_and_writes_nothing(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    original = snapshot(root)
+    cs = changeset(root).model_copy(update={"actions": [Action(argv=["update-grub"], why="")]})
+    texts = {f.path: text(root, f.path) for f in cs.files}
+    applied = apply_changes(host, cs)
+    after_apply = snapshot(root)
+    planned = rollback(host, dry_run=True)
+    assert snapshot(root) == after_apply, "a dry run writes nothing, its journal neither"
+    assert [e.status for e in history(host)] == ["applied"]
+    assert planned.journal_id == applied.journal_id and planned.preview is not None
+    for f in planned.preview.files:
+        assert f.before == text(root, f.path), "before: the file as it is now"
+        assert f.after == texts[f.path], "after: as the rollback leaves it"
+    assert [a.argv for a in planned.preview.actions] == [["update-grub"]]
+    assert "would run again: update-grub" in planned.messages
+    done = rollback(host)
+    assert sorted(planned.files) == sorted(done.files)
+    assert snapshot(root) == original
+
+
+def test_a_dry_run_refuses_what_the_rollback_refuses(root: Path) -> None:
+    host = DirectoryHost(str(root))
+    apply_changes(host, changeset(root))
+    (root / LXC.lstrip("/")).write_text("edited by hand\n")
+    with pytest.raises(FileChangedError, match="changed since apply") as err:
+        rollback(host, dry_run=True)
+    assert err.value.path == LXC
+    forced = rollback(host, dry_run=True, force=True)
+    assert forced.preview is not None
+    (lxc,) = [f for f in forced.preview.files if f.path == LXC]
+    assert lxc.before == "edited by hand\n" and lxc.after != lxc.before
+
+
 def new_directories(root: Path) -> ChangeSet:
     """Creates two files whose directories ct200 lacks, two levels deep each."""
     return ChangeSet(

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.cli import main
 from proxgpu.errors import FileChangedError, PlanRefusedError, UsageError
 from proxgpu.host import DirectoryHost
-from proxgpu.pipeline import ApplyOptions, split_host, undo, undo_target
+from proxgpu.pipeline import split_host, undo, undo_target
 from proxgpu.planning import SplitPolicy
 from tests.support.trees import EXAMPLES, copy_example, snapshot
 
@@ -75,10 +76,10 @@ def test_a_changed_entry_of_the_apply_refuses_until_forced(tmp_path: Path) -> No
         assert refused.value.path == "/etc/pve/qemu-server/300.conf"
         assert "hostpci0" in str(refused.value)
     assert snapshot(root) == before
-    forced = undo(host, options=DRY, force=True)
+    forced = undo(host, options=ApplyOptions(dry_run=True, force=True))
     (vm,) = [f for f in forced.changes.files if f.path.endswith("300.conf")]
     assert vm.before == edited and "hostpci0" not in (vm.after or "")
-    assert undo(host, force=True).changes.files == forced.changes.files
+    assert undo(host, options=ApplyOptions(force=True)).changes.files == forced.changes.files
     assert "hostpci0" not in (root / VM).read_text()
 
 

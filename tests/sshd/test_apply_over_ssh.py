@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.journal import history
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
@@ -21,11 +22,17 @@ from proxgpu.errors import (
     PreflightError,
     ProxgpuError,
 )
+from proxgpu.fleet import Event, Say, Target, each_host
+from proxgpu.host import Host
 from proxgpu.host.ssh import SSHHost
+from proxgpu.planning import Plan
 from tests.support.faults import drop_after
 from tests.support.trees import changeset, contents, snapshot
 
 pytestmark = pytest.mark.sshd
+
+#: A plan with nothing to move at runtime: these applies are not live.
+NO_PLAN = Plan(groups=[], warnings=[], tensor_parallel=[])
 
 
 def test_apply_verify_rollback_over_ssh(
@@ -120,3 +127,27 @@ def test_concurrent_applies_over_ssh_never_both_write(
     assert isinstance(others[0], ConcurrentApplyError) or not getattr(others[0], "changed", True)
     assert len(history(hosts[0])) == 1
     assert [now for now, _, _ in contents(root, cs)] == [f.after for f in cs.files]
+
+
+def test_a_slow_post_actions_lines_come_over_ssh_as_the_hosts_events(
+    root: Path, ssh_host: Callable[[], SSHHost]
+) -> None:
+    """The action and the reads of its tail share one connection (a channel each)."""
+    slow = ["sh", "-c", 'for i in 1 2 3 4; do echo "update-initramfs: kernel $i"; sleep 0.5; done']
+    cs = changeset(root, actions=[slow])
+    how = ApplyOptions(action_output=5, skip_guest_check=True)
+    events: list[Event] = []
+
+    def work(host: Host, say: Say) -> list[list[str]]:
+        return how.apply(host, cs, plan=NO_PLAN, progress=say).actions_run
+
+    outcomes = each_host(
+        {"pve2": Target("ssh")}, work, connect=lambda _: ssh_host(), on_event=events.append
+    )
+    assert outcomes["pve2"].unwrap() == [slow]
+    output = [e for e in events if e.step == "output"]
+    assert [str(e) for e in output] == [
+        f"pve2:   | update-initramfs: kernel {i}" for i in range(1, 5)
+    ]
+    end = next(e for e in events if e.step == "end")
+    assert output[0].elapsed < end.elapsed - 1.0, "the first line came while the action ran"

@@ -288,11 +288,13 @@ def test_a_split_is_reviewed_applied_verified_and_rolled_back_through_ansible(
     refused = results["pve1"]["undone"]
     assert refused["failed"] is True and refused["error"]["kind"] == "FileChangedError"
     assert refused["error"]["path"] == "/etc/modprobe.d/00-proxgpu-vfio.conf", refused
+    predicted = {}
     for name in ("pve2", "pve3", "pve4"):
         assert results[name]["verified"]["verify"]["drifted"] is False, name
         undone = results[name]["undone"]
         assert undone["changed"] is True and undone["journal_id"] == applied[name], name
         assert undone["restored"], name
+        predicted[name] = (undone["restored"], undone["actions"], undone["diff"])
     # Diff mode shows what each rollback would put back, e.g. the IOMMU flag pve2's apply
     # turned on.
     assert re.search(r"^-.*intel_iommu=on", output, re.MULTILINE), output
@@ -308,3 +310,8 @@ def test_a_split_is_reviewed_applied_verified_and_rolled_back_through_ansible(
     for name in FLEET:
         assert results[name]["undone"]["journal_id"] == applied[name]
         assert results[name]["undone_again"]["changed"] is False, name
+    # What check mode said each rollback would restore, and run again, is what it did.
+    for name, (restored, actions, diff) in predicted.items():
+        done = results[name]["undone"]
+        assert (done["restored"], done["actions"]) == (restored, actions), name
+        assert diff and not done["diff"], "the diff is shown in diff mode only"

@@ -11,13 +11,10 @@ author: proxgpu contributors
 description:
   - Sets the fact C(proxgpu) to the host's inventory as C(proxgpu inspect --json) prints it
     (guest config secrets redacted), in one command on the host.
-  - proxgpu runs on the controller (C(pip install proxgpu) beside ansible-core) and reaches the
-    host through the task's connection; the host needs only a POSIX shell, no Python.
+extends_documentation_fragment:
+  - proxgpu.pve.common
+  - proxgpu.pve.common.read_only
 options:
-  root:
-    description:
-      - Directory on the host laid out like a host (an image, a snapshot); default the host.
-    type: str
   gpu_vendor:
     description: Only PCI functions of these vendor IDs (four hex digits) count as GPUs.
     type: list
@@ -28,12 +25,6 @@ options:
     type: list
     elements: str
 attributes:
-  check_mode:
-    description: Reads the same in check mode; never changes anything.
-    support: full
-  diff_mode:
-    description: Changes nothing, so has no diff.
-    support: none
   facts:
     description: Sets C(ansible_facts.proxgpu).
     support: full

@@ -20,14 +20,9 @@ description:
     was itself changed since, the task fails naming the file, in check mode too, unless
     O(force).
   - The follow-up actions run again (listed, not run, on a O(root) tree).
-  - proxgpu runs on the controller and reaches the host through the task's connection, as
-    M(proxgpu.pve.gpu_split) does.
+extends_documentation_fragment:
+  - proxgpu.pve.common
 options:
-  root:
-    description:
-      - Directory on the host laid out like a host's absolute paths (an image, a snapshot);
-        default the host.
-    type: str
   to:
     description:
       - The journal entry to roll back (C(journal_id) of M(proxgpu.pve.gpu_split),
@@ -52,11 +47,6 @@ attributes:
   diff_mode:
     description: Returns every file the rollback changes in before/after form.
     support: full
-  action:
-    description: Runs on the controller as an action plugin.
-    support: full
-notes:
-  - Errors fail the task with proxgpu's one-line message and RV(error), the error document.
 seealso:
   - module: proxgpu.pve.gpu_split
   - module: proxgpu.pve.gpu_verify

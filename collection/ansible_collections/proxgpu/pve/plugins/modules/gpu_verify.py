@@ -17,27 +17,13 @@ description:
     or a new tag is not drift). Drivers not yet as planned before the reboot that completes
     the apply are RV(verify.pending_reboot), not drift.
   - A host without an applied journal entry fails the task (C(UsageError)).
-  - proxgpu runs on the controller and reaches the host through the task's connection, as
-    M(proxgpu.pve.gpu_split) does.
+extends_documentation_fragment:
+  - proxgpu.pve.common
+  - proxgpu.pve.common.read_only
 options:
-  root:
-    description:
-      - Directory on the host laid out like a host's absolute paths (an image, a snapshot);
-        default the host.
-    type: str
   to:
     description: The journal entry to compare with (default the last applied one).
     type: str
-attributes:
-  check_mode:
-    description: Reads the same in check mode; never changes anything.
-    support: full
-  diff_mode:
-    description: Changes nothing, so has no diff.
-    support: none
-  action:
-    description: Runs on the controller as an action plugin.
-    support: full
 seealso:
   - module: proxgpu.pve.gpu_split
   - module: proxgpu.pve.gpu_rollback

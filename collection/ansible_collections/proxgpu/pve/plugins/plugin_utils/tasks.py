@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from proxgpu.ansible.proxgpu_split import ARGUMENTS
-from proxgpu.ansible.request import gpu_filter, split_request
+from proxgpu.ansible.request import change_options, gpu_filter, split_request
 from proxgpu.ansible.results import failure, split_result
 from proxgpu.apply import verify
 from proxgpu.apply.verify import applied_entry
@@ -26,23 +26,25 @@ from proxgpu.errors import DriftError
 from proxgpu.host import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
-from proxgpu.pipeline import ApplyOptions, SplitResult, reboot_awaited, split_host, undo
+from proxgpu.pipeline import SplitResult, reboot_awaited, split_host, undo
 
-#: ``root`` is a directory on the managed host: not a controller path to expand.
-SPLIT_ARGUMENTS: dict[str, Any] = {**ARGUMENTS, "root": {"type": "str"}}
+#: The option every module takes (documented once, in ``doc_fragments/common.py``): a directory
+#: on the managed host, not a controller path to expand.
+ROOT: dict[str, Any] = {"root": {"type": "str"}}
+SPLIT_ARGUMENTS: dict[str, Any] = {**ARGUMENTS, **ROOT}
 FACTS_ARGUMENTS: dict[str, Any] = {
-    "root": {"type": "str"},
+    **ROOT,
     "gpu_vendor": {"type": "list", "elements": "str"},
     "gpu_class": {"type": "list", "elements": "str"},
 }
 ROLLBACK_ARGUMENTS: dict[str, Any] = {
-    "root": {"type": "str"},
+    **ROOT,
     "to": {"type": "str"},
     "force": {"type": "bool", "default": False},
     "live": {"type": "bool", "default": False},
     "break_lock": {"type": "bool", "default": False},
 }
-VERIFY_ARGUMENTS: dict[str, Any] = {"root": {"type": "str"}, "to": {"type": "str"}}
+VERIFY_ARGUMENTS: dict[str, Any] = {**ROOT, "to": {"type": "str"}}
 
 
 class Mode(NamedTuple):
@@ -78,7 +80,8 @@ def split(host: Host, params: dict[str, Any], *, check: bool) -> SplitResult:
     :raises ProxgpuError: as :func:`proxgpu.pipeline.split_host` does.
     """
     policy, options, gpus = split_request(params)
-    return split_host(host, policy, options, check=check, live=params["live"], gpu_filter=gpus)
+    how = change_options(params, check=check)
+    return split_host(host, policy, options, gpu_filter=gpus, how=how)
 
 
 def reboot_required(host: Host, result: SplitResult) -> bool:
@@ -107,8 +110,7 @@ def rollback_task(
     >>> done["changed"], done["journal_id"], done["restored"]
     (False, None, [])
     """
-    options = ApplyOptions(dry_run=mode.check, live=params["live"], break_lock=params["break_lock"])
-    done = undo(host, params["to"], options=options, force=params["force"])
+    done = undo(host, params["to"], options=change_options(params, check=mode.check))
     result = {
         "changed": done.changed,
         "journal_id": done.journal_id,
