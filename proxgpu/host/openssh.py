@@ -45,11 +45,14 @@ from proxgpu.host.sshcommon import (
     SSHOptions,
     known_hosts_name,
     no_banner,
+    no_key,
     parse_target,
 )
 
 #: ssh's own exit status for its failures (a remote command's status is passed through).
 SSH_FAILED = 255
+#: Seconds the shared connection outlives its last command when nobody closes it.
+IDLE_MASTER = 600
 
 
 def ssh_binary() -> str | None:
@@ -101,6 +104,7 @@ class OpenSSHHost(Host):
         self._folder: str | None = None
         self._opening: Opening | None = None
         self._open = False
+        self._strict: list[str] = []
 
     def ssh_argv(self, *extra: str) -> list[str]:
         """The ssh command line that reaches the host, ``extra`` options before ``--``."""
@@ -165,11 +169,13 @@ class OpenSSHHost(Host):
         strict = _first(config, "stricthostkeychecking", "true").lower()
         accept = self.options.accept_new_host_key or strict in ("accept-new", "false", "no")
         log = Path(str(self._folder)) / "master.log"
+        # A changed key is refused whatever ssh_config says (StrictHostKeyChecking=no would let
+        # ssh go on with it), on the master and on any connection a command makes without it.
+        self._strict = ["-o", f"StrictHostKeyChecking={'accept-new' if accept else 'yes'}"]
         argv = self.ssh_argv(
             *self._control("yes"),
-            # A changed key is refused whatever ssh_config says (StrictHostKeyChecking=no
-            # would let ssh go on with it).
-            *("-o", f"StrictHostKeyChecking={'accept-new' if accept else 'yes'}"),
+            # Should proxgpu be killed before close(), the master ends by itself once idle.
+            *("-o", f"ControlPersist={IDLE_MASTER}"),
             *("-E", str(log), "-v", "-N", "-f"),
         )
         timeout = float(_first(config, "connecttimeout", "none").replace("none", "10"))
@@ -188,11 +194,12 @@ class OpenSSHHost(Host):
                 ) from None
         if status != 0:
             text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
-            raise _failure(display, text, self.options.known_hosts or files[0], timeout)
+            known = self.options.known_hosts or files[0]
+            raise _failure(display, text, known, timeout, _first(config, "user"))
 
     def _control(self, master: str) -> list[str]:
         path = os.path.join(str(self._folder), "control")
-        return ["-o", f"ControlMaster={master}", "-o", f"ControlPath={path}"]
+        return [*self._strict, "-o", f"ControlMaster={master}", "-o", f"ControlPath={path}"]
 
     def _run(
         self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
@@ -291,7 +298,7 @@ def _collect(
     return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
 
 
-def _failure(display: str, log: str, known: str, timeout: float) -> Exception:
+def _failure(display: str, log: str, known: str, timeout: float, user: str) -> Exception:
     """The error for the ssh master that did not start, from what ssh logged."""
     said = [line for line in log.splitlines() if not line.startswith("debug")]
     offered = re.search(r"Server host key: (\S+) (SHA256:\S+)", log)
@@ -323,7 +330,9 @@ def _failure(display: str, log: str, known: str, timeout: float) -> Exception:
             known,
         )
     if "Permission denied" in text or "Too many authentication failures" in text:
-        return AuthenticationError(display, f"authentication failed: {_last(said)}")
+        if "Offering public key" not in log and "Server accepts key" not in log:
+            return AuthenticationError(display, no_key(user))
+        return AuthenticationError(display, f"authentication as {user} failed: {_last(said)}")
     if "banner exchange" in text:
         return HostUnreachableError(display, no_banner(timeout))
     return HostUnreachableError(display, f"cannot connect: {_unreachable(text, said)}")

@@ -44,6 +44,7 @@ from proxgpu.host.sshcommon import (
     SSHOptions,
     known_hosts_name,
     no_banner,
+    no_key,
     parse_target,
     with_includes,
 )
@@ -222,7 +223,8 @@ def _resolve(target: str, options: SSHOptions, config: _Config) -> _Resolved:
         hostname=entry.get("hostname", alias),
         port=port or options.port or int(entry.get("port", 22)),
         user=user or options.user or entry.get("user") or _local_user(),
-        identity_files=[os.path.expanduser(p) for p in identity],
+        # ssh skips an IdentityFile that does not exist (paramiko would fail on it).
+        identity_files=[p for p in map(os.path.expanduser, identity) if os.path.isfile(p)],
         known_hosts=os.path.expanduser(users[0]),
         proxy_jump=entry.get("proxyjump"),
         proxy_command=entry.get("proxycommand"),
@@ -475,8 +477,7 @@ class SSHHost(Host):
                 # "Permission denied"), not a host that cannot be reached.
                 raise AuthenticationError(
                     display,
-                    f"authentication as {dest.user} failed: no key to offer "
-                    "(give one with -i/--identity, IdentityFile or ssh-agent)",
+                    no_key(dest.user),
                 ) from exc
             transport = client.get_transport()
             if transport is not None and not transport.remote_version:

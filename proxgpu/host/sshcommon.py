@@ -62,6 +62,14 @@ def no_banner(timeout: float) -> str:
     )
 
 
+def no_key(user: str) -> str:
+    """What both transports say when there was no key at all to offer."""
+    return (
+        f"authentication as {user} failed: no key to offer "
+        "(give one with -i/--identity, IdentityFile or ssh-agent)"
+    )
+
+
 def known_hosts_name(hostname: str, port: int) -> str:
     """The name known_hosts files this host under (``[host]:port`` off port 22)."""
     return hostname if port == 22 else f"[{hostname}]:{port}"

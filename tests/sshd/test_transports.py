@@ -201,8 +201,7 @@ def test_keys_from_ssh_agent(
         env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
         subprocess.run(["ssh-add", "-q", str(sshd.identity_file)], env=env, check=True)
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
-        monkeypatch.setenv("HOME", str(tmp_path))  # no default key files to fall back on
-        options = client_options(sshd, tmp_path, identity_file=None)
+        options = _without_default_keys(sshd, tmp_path, monkeypatch)
         assert transport(sshd.target, options).check(["echo", "agent"]).stdout == b"agent\n"
     finally:
         agent.terminate()
@@ -346,8 +345,29 @@ def test_cli_exit_codes_and_one_line_errors_over_each_client(
         assert err.count("\n") == 1 and "Traceback" not in err, err
 
 
+def _without_default_keys(
+    sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> SSHOptions:
+    """Options with no key file at all, whatever this machine's ~/.ssh holds: ssh skips its
+    default key files once ssh_config names one (here a missing one); paramiko looks in $HOME."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = tmp_path / "no_keys_config"
+    config.write_text(f"IdentityFile {tmp_path}/absent\n")
+    return client_options(sshd, tmp_path, identity_file=None, ssh_config=str(config))
+
+
 def _fingerprint(public_key: Path) -> str:
     listed = subprocess.run(
         ["ssh-keygen", "-l", "-f", str(public_key)], capture_output=True, text=True, check=True
     )
     return listed.stdout.split()[1]
+
+
+def test_no_key_at_all_says_how_to_give_one(
+    transport: Open, sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    options = _without_default_keys(sshd, tmp_path, monkeypatch)
+    with pytest.raises(AuthenticationError, match="no key to offer") as err:
+        transport(sshd.target, options).run(["true"])
+    assert err.value.exit_code == 4 and "-i/--identity" in str(err.value)
