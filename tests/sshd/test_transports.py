@@ -371,3 +371,23 @@ def test_no_key_at_all_says_how_to_give_one(
     with pytest.raises(AuthenticationError, match="no key to offer") as err:
         transport(sshd.target, options).run(["true"])
     assert err.value.exit_code == 4 and "-i/--identity" in str(err.value)
+
+
+def test_hostname_tokens_and_connection_attempts_from_ssh_config(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host 1\n  HostName 127.0.0.%h\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.identity_file}\n  UserKnownHostsFile {sshd.known_hosts}\n"
+        f"  GlobalKnownHostsFile {tmp_path}/none\n  ServerAliveInterval 5\n  IdentitiesOnly yes\n"
+        f"Host closed\n  HostName 127.0.0.1\n  Port {free_port()}\n  ConnectionAttempts 2\n"
+    )
+    host = transport("1", SSHOptions(ssh_config=str(config)))
+    assert (
+        host.check(["sh", "-c", "echo ${SSH_CONNECTION##* }"]).stdout == f"{sshd.port}\n".encode()
+    )
+    started = time.monotonic()
+    with pytest.raises(HostUnreachableError, match="connection refused"):
+        transport("closed", SSHOptions(ssh_config=str(config))).run(["true"])
+    assert time.monotonic() - started >= 1, "two attempts, a second apart"
