@@ -238,6 +238,22 @@ def _resolve(target: str, options: SSHOptions, config: _Config) -> _Resolved:
     )
 
 
+def resolved_options(target: str, options: SSHOptions) -> dict[str, list[str]]:
+    """What ssh_config says for ``target``, as ``ssh -G`` lists it (each option's values), with
+    the known_hosts files, key files, host name and port the connection would use.
+
+    Read with paramiko's parser: unlike ``ssh -G`` it costs no process on the way to the host.
+    """
+    entry = _read_config(options.ssh_config).lookup_at(parse_target(target)[1], options.port)
+    dest = _resolve(target, options, _read_config(options.ssh_config))
+    values = {k: v if isinstance(v, list) else [str(v)] for k, v in entry.items()}
+    values["identityfile"] = dest.identity_files
+    values["userknownhostsfile"] = list(dest.known_hosts_files)
+    values["globalknownhostsfile"] = []
+    values["hostname"], values["port"] = [dest.hostname], [str(dest.port)]
+    return values
+
+
 def _words(entry: paramiko.SSHConfigDict, key: str) -> list[str]:
     # paramiko keeps a list-valued option as one string; OpenSSH splits it on blanks.
     return str(entry.get(key) or "").split()

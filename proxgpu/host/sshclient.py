@@ -3,8 +3,9 @@
 ``--ssh-client`` (else ``$PROXGPU_SSH_CLIENT``) picks one; ``auto``, the default, takes paramiko
 unless the host needs what only OpenSSH does: host certificates (a known_hosts
 ``@cert-authority`` line), user certificates, FIDO or PKCS#11 keys, GSSAPI, an ``IdentityAgent``
-other than ``$SSH_AUTH_SOCK``, or a ``Match exec`` line. It asks ``ssh -G`` what ssh_config says
-for the host, so the verdict is ssh's own; ``-v`` logs which transport it took and why.
+other than ``$SSH_AUTH_SOCK``, or a ``Match exec`` line. It reads ssh_config with paramiko's
+parser (no ``ssh -G`` process on the way to the host); ``-v`` logs which transport it took and
+why.
 
 >>> why_openssh({"pkcs11provider": ["/usr/lib/opensc-pkcs11.so"]}, "pve1", "")
 'a PKCS#11 key (PKCS11Provider)'
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from proxgpu.host.base import Host
 from proxgpu.host.knownhosts import read_known_hosts
-from proxgpu.host.openssh import OpenSSHHost, resolved_config, ssh_binary
+from proxgpu.host.openssh import OpenSSHHost, ssh_binary
 from proxgpu.host.sshcommon import SSHOptions, client_choice, known_hosts_name, with_includes
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,9 @@ def open_ssh(
 def _auto(target: str, options: SSHOptions) -> tuple[str, str]:
     if ssh_binary() is None:
         return "paramiko", "no ssh client on PATH"
-    probe = OpenSSHHost(target, options)
-    config = resolved_config(probe.ssh_argv(), target)
+    from proxgpu.host.ssh import resolved_options  # noqa: PLC0415 - see open_ssh
+
+    config = resolved_options(target, options)
     hostname = (config.get("hostname") or [""])[0]
     display = known_hosts_name(hostname, int((config.get("port") or ["22"])[0]))
     reason = why_openssh(config, display, _config_text(options.ssh_config))
