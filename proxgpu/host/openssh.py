@@ -172,13 +172,15 @@ class OpenSSHHost(Host):
         # A changed key is refused whatever ssh_config says (StrictHostKeyChecking=no would let
         # ssh go on with it), on the master and on any connection a command makes without it.
         self._strict = ["-o", f"StrictHostKeyChecking={'accept-new' if accept else 'yes'}"]
+        timeout = float(_first(config, "connecttimeout", "none").replace("none", "10"))
         argv = self.ssh_argv(
             *self._control("yes"),
+            # Without a ConnectTimeout ssh would wait as long as the kernel's TCP connect does.
+            *("-o", f"ConnectTimeout={math.ceil(timeout)}"),
             # Should proxgpu be killed before close(), the master ends by itself once idle.
             *("-o", f"ControlPersist={IDLE_MASTER}"),
             *("-E", str(log), "-v", "-N", "-f"),
         )
-        timeout = float(_first(config, "connecttimeout", "none").replace("none", "10"))
         attempts = int(_first(config, "connectionattempts", "1"))
         # ssh bounds connecting and the banner by ConnectTimeout; authentication is bounded here.
         limit = (timeout + 1) * attempts + timeout
