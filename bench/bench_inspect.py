@@ -4,11 +4,12 @@ Starts a throwaway OpenSSH server on 127.0.0.1 (see tests/support/sshd.py), then
 shape measures, in the same run:
 
 * floor: OpenSSH's own client running ``true`` on that server (connect, authenticate, one command);
-* proxgpu: connect, gather and build the inventory, in process, with the same key and known_hosts.
+* proxgpu: connect, gather and build the inventory, in process, with the same key and known_hosts,
+  over each transport (paramiko, and OpenSSH's ssh with one shared connection).
 
 Host shapes: this machine ("/"), the ct200 example (8 GPUs) and a synthetic 64-GPU tree, so that
 the round-trip count can be seen not to grow with the number of GPUs. Last, the whole command
-``proxgpu inspect --host ... --json`` as a child process against the same floor.
+``proxgpu inspect --host ... --json`` as a child process against the same floor, per transport.
 
 Run: python bench/bench_inspect.py
 """
@@ -26,11 +27,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.timing import median_seconds  # noqa: E402
+from proxgpu.host.base import Host  # noqa: E402
+from proxgpu.host.openssh import OpenSSHHost  # noqa: E402
 from proxgpu.host.ssh import SSHHost, SSHOptions  # noqa: E402
 from proxgpu.inspection import inspect  # noqa: E402
 from tests.support.sshd import Sshd, running_sshd  # noqa: E402
 
 RUNS = 15
+TRANSPORTS: dict[str, type[Host]] = {"paramiko": SSHHost, "openssh": OpenSSHHost}
 
 
 def ssh_true(server: Sshd) -> None:
@@ -57,13 +61,13 @@ def ssh_true(server: Sshd) -> None:
     )
 
 
-def proxgpu_inspect(server: Sshd, root: str, config: Path) -> int:
+def proxgpu_inspect(server: Sshd, root: str, config: Path, client: str) -> int:
     options = SSHOptions(
         identity_file=str(server.identity_file),
         known_hosts=str(server.known_hosts),
         ssh_config=str(config),
     )
-    with SSHHost(server.target, options, root=root) as host:
+    with TRANSPORTS[client](server.target, options, root=root) as host:  # type: ignore[call-arg]
         inventory = inspect(host)
         assert inventory.hostname
         return host.commands_run
@@ -95,25 +99,28 @@ def main() -> None:
             "ct200 (8 GPUs)": str(REPO / "examples/hosts/ct200"),
             "synthetic (64 GPUs)": str(synthetic_64_gpu_tree(Path(tmp))),
         }
-        for name, root in shapes.items():
-            trips = proxgpu_inspect(server, root, config)
-            seconds = median_seconds(
-                partial(proxgpu_inspect, server, root, config), RUNS, warmups=1
-            )
-            print(
-                f"{name:22} round trips {trips}  wall {seconds * 1000:7.1f} ms  "
-                f"ratio to floor {seconds / floor:5.2f}"
-            )
+        for client in TRANSPORTS:
+            for name, root in shapes.items():
+                trips = proxgpu_inspect(server, root, config, client)
+                seconds = median_seconds(
+                    partial(proxgpu_inspect, server, root, config, client), RUNS, warmups=1
+                )
+                print(
+                    f"{client:8} {name:22} round trips {trips}  wall {seconds * 1000:7.1f} ms  "
+                    f"ratio to floor {seconds / floor:5.2f}"
+                )
         # The whole command, as a user runs it: interpreter start, imports, connect, inspect.
         ct200 = str(REPO / "examples/hosts/ct200")
-        whole = median_seconds(partial(cli_inspect, server, ct200, config), RUNS, warmups=1)
-        print(
-            f"{'proxgpu inspect --json':22} whole process {whole * 1000:7.1f} ms  "
-            f"ratio to floor {whole / floor:5.2f}"
-        )
+        for client in TRANSPORTS:
+            run = partial(cli_inspect, server, ct200, config, client)
+            whole = median_seconds(run, RUNS, warmups=1)
+            print(
+                f"{client:8} {'proxgpu inspect --json':22} whole process {whole * 1000:7.1f} ms  "
+                f"ratio to floor {whole / floor:5.2f}"
+            )
 
 
-def cli_inspect(server: Sshd, root: str, config: Path) -> None:
+def cli_inspect(server: Sshd, root: str, config: Path, client: str) -> None:
     """``proxgpu inspect --host ... --json`` as a child process, with the same key and hosts."""
     subprocess.run(
         [
@@ -131,6 +138,8 @@ def cli_inspect(server: Sshd, root: str, config: Path) -> None:
             str(server.known_hosts),
             "--ssh-config",
             str(config),
+            "--ssh-client",
+            client,
             "--json",
         ],
         check=True,

@@ -107,6 +107,14 @@ class HostKeyChangedError(HostKeyError):
     """The host offered a key that differs from the one in known_hosts."""
 
 
+class HostKeyRevokedError(HostKeyError):
+    """The host offered a key that a known_hosts ``@revoked`` line refuses."""
+
+
+class KnownHostsDamagedError(HostKeyError):
+    """A known_hosts line cannot be read: the host's key cannot be checked against it."""
+
+
 class NotRootError(HostError):
     """The operation needs root on the host."""
 

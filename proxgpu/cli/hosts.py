@@ -90,5 +90,6 @@ def _ssh_options(args: argparse.Namespace) -> SSHOptions:
         accept_new_host_key=args.accept_new_host_key,
         connect_timeout=args.connect_timeout,
         ssh_config=args.ssh_config,
+        client=args.ssh_client,
     )
     return options

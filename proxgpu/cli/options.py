@@ -92,7 +92,15 @@ def host_options(parser: argparse.ArgumentParser, *, rolling: bool, gpus: bool) 
         help="trust and record a host key seen for the first time (never a changed one)",
     )
     ssh.add_argument("--ssh-config", metavar="FILE", help="SSH config file (default ~/.ssh/config)")
-    ssh.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS")
+    ssh.add_argument(
+        "--connect-timeout", type=float, metavar="SECONDS", help="default ConnectTimeout, else 10"
+    )
+    ssh.add_argument(
+        "--ssh-client",
+        choices=("openssh", "paramiko", "auto"),
+        help="SSH transport (default $PROXGPU_SSH_CLIENT, else auto: paramiko unless the host "
+        "needs OpenSSH's ssh)",
+    )
     if gpus:
         gpu_options(parser)
     # Not offered, but the fleet and cluster code reads every command's namespace alike.

@@ -37,10 +37,10 @@ def connect(
             return LocalHost()
         return DirectoryHost(root)
     # Imported on first use: paramiko takes longer to import than a local command takes to run.
-    from proxgpu.host.ssh import SSHHost  # noqa: PLC0415
+    from proxgpu.host.sshclient import open_ssh  # noqa: PLC0415
 
     remote_root = "/" if root is None or posixpath.normpath(root).strip("/") == "" else root
-    return SSHHost(host, ssh_options, root=remote_root)
+    return open_ssh(host, ssh_options, root=remote_root)
 
 
 __all__ = ["CommandResult", "DirectoryHost", "Host", "LocalHost", "command_line", "connect"]

@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import glob
 import hashlib
 import logging
 import os
-import re
 import select
-import shlex
 import socket
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,11 +32,22 @@ from proxgpu.errors import (
     CommandOutputTooLargeError,
     CommandTimeoutError,
     HostKeyChangedError,
+    HostKeyRevokedError,
     HostKeyUnknownError,
     HostUnreachableError,
     UsageError,
 )
 from proxgpu.host.base import CommandResult, Host, command_line
+from proxgpu.host.knownhosts import GLOBAL_KNOWN_HOSTS, KnownHosts, read_known_hosts
+from proxgpu.host.sshcommon import (
+    Opening,
+    SSHOptions,
+    known_hosts_name,
+    no_banner,
+    no_key,
+    parse_target,
+    with_includes,
+)
 from proxgpu.host.sshlib import import_paramiko
 
 if TYPE_CHECKING:
@@ -141,48 +148,10 @@ def disabled_algorithms() -> dict[str, list[str]]:
     }
 
 
-def parse_target(target: str) -> tuple[str | None, str, int | None]:
-    """Split ``[user@]host[:port]`` (IPv6 in brackets) into its parts.
-
-    :raises UsageError: when the target is empty or the port is not a number.
-    """
-    user, _, rest = target.rpartition("@")
-    host, port = rest, None
-    if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
-        port = tail[1:] or None if tail.startswith(":") else None
-    elif rest.count(":") == 1:
-        host, port = rest.split(":")
-    if not host:
-        raise UsageError(f"{target!r} is not a host: expected [user@]host[:port]")
-    if port is not None and not port.isdigit():
-        raise UsageError(f"{target!r}: port {port!r} is not a number")
-    return user or None, host, int(port) if port else None
-
-
 def fingerprint(key: paramiko.PKey) -> str:
     """The key's fingerprint as OpenSSH prints it (``SHA256:...``)."""
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-def known_hosts_name(hostname: str, port: int) -> str:
-    """The name known_hosts files this host under (``[host]:port`` off port 22)."""
-    return hostname if port == 22 else f"[{hostname}]:{port}"
-
-
-@dataclass
-class SSHOptions:
-    """How to reach a host; ``None`` means "ask ~/.ssh/config, then use the default"."""
-
-    user: str | None = None
-    port: int | None = None
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    accept_new_host_key: bool = False
-    connect_timeout: float = 10.0
-    command_timeout: float = 300.0
-    ssh_config: str | None = None
 
 
 @dataclass
@@ -195,6 +164,13 @@ class _Resolved:
     proxy_jump: str | None
     proxy_command: str | None
     accept_new: bool = False
+    #: Every file checked, in OpenSSH's order: each UserKnownHostsFile, then the global ones.
+    known_hosts_files: tuple[str, ...] = ()
+    timeout: float = 10.0
+    attempts: int = 1
+    keepalive: int = 0
+    identities_only: bool = False
+    agent: bool = True
 
 
 class _Config(paramiko.SSHConfig):
@@ -226,38 +202,7 @@ def _read_config(path: str | None) -> _Config:
         if path:
             raise UsageError(f"{config_path}: no such SSH config file")
         return _Config()
-    return _Config.from_text(_with_includes(config_path, depth=0))
-
-
-_INCLUDE = re.compile(r"^\s*include\s+(.+?)\s*$", re.IGNORECASE)
-
-
-def _with_includes(path: Path, depth: int) -> str:
-    """The config's text with every ``Include`` replaced by the files it names, as OpenSSH reads
-    them (paramiko does not): globs, in lexical order, relative paths from ``~/.ssh``.
-
-    >>> import tempfile
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "extra.conf").write_text("Host pve1\\n  Port 2222\\n")
-    >>> _ = (folder / "config").write_text(f"Include {folder}/*.conf\\n")
-    >>> paramiko.SSHConfig.from_text(_with_includes(folder / "config", 0)).lookup("pve1")["port"]
-    '2222'
-    """
-    if depth > 16:  # OpenSSH's own limit on nested includes
-        raise UsageError(f"{path}: Include nested too deep")
-    lines = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        match = _INCLUDE.match(line)
-        if match is None:
-            lines.append(line)
-            continue
-        for pattern in shlex.split(match[1]):
-            full = Path(pattern).expanduser()
-            if not full.is_absolute():
-                full = Path("~/.ssh").expanduser() / full
-            for included in sorted(glob.glob(str(full))):
-                lines.append(_with_includes(Path(included), depth + 1))
-    return "\n".join(lines) + "\n"
+    return _Config.from_text(with_includes(config_path, depth=0))
 
 
 def _resolve(target: str, options: SSHOptions, config: _Config) -> _Resolved:
@@ -266,9 +211,11 @@ def _resolve(target: str, options: SSHOptions, config: _Config) -> _Resolved:
     identity = [options.identity_file] if options.identity_file else entry.get("identityfile", [])
     if options.identity_file and not os.path.isfile(os.path.expanduser(options.identity_file)):
         raise UsageError(f"{options.identity_file}: no such key file (-i/--identity)")
-    known = (
-        options.known_hosts or (entry.get("userknownhostsfile") or "~/.ssh/known_hosts").split()[0]
-    )
+    users = [options.known_hosts] if options.known_hosts else _words(entry, "userknownhostsfile")
+    users = users or ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]
+    default_global = [GLOBAL_KNOWN_HOSTS, GLOBAL_KNOWN_HOSTS + "2"]
+    globals_ = [options.global_known_hosts] if options.global_known_hosts else []
+    globals_ = globals_ or _words(entry, "globalknownhostsfile") or default_global
     # StrictHostKeyChecking accept-new (or no) trusts a key seen for the first time, like
     # --accept-new-host-key; a changed key is refused whatever it says.
     strict = entry.get("stricthostkeychecking", "yes").lower()
@@ -276,12 +223,40 @@ def _resolve(target: str, options: SSHOptions, config: _Config) -> _Resolved:
         hostname=entry.get("hostname", alias),
         port=port or options.port or int(entry.get("port", 22)),
         user=user or options.user or entry.get("user") or _local_user(),
-        identity_files=[os.path.expanduser(p) for p in identity],
-        known_hosts=os.path.expanduser(known),
+        # ssh skips an IdentityFile that does not exist (paramiko would fail on it).
+        identity_files=[p for p in map(os.path.expanduser, identity) if os.path.isfile(p)],
+        known_hosts=os.path.expanduser(users[0]),
         proxy_jump=entry.get("proxyjump"),
         proxy_command=entry.get("proxycommand"),
         accept_new=options.accept_new_host_key or strict in ("accept-new", "no", "off"),
+        known_hosts_files=tuple(os.path.expanduser(p) for p in [*users, *globals_]),
+        timeout=options.connect_timeout or float(entry.get("connecttimeout", 10)),
+        attempts=max(int(entry.get("connectionattempts", 1)), 1),
+        keepalive=int(entry.get("serveraliveinterval", 0)),
+        identities_only=entry.get("identitiesonly", "no").lower() == "yes",
+        agent=entry.get("identityagent", "").lower() != "none",
     )
+
+
+def resolved_options(target: str, options: SSHOptions) -> dict[str, list[str]]:
+    """What ssh_config says for ``target``, as ``ssh -G`` lists it (each option's values), with
+    the known_hosts files, key files, host name and port the connection would use.
+
+    Read with paramiko's parser: unlike ``ssh -G`` it costs no process on the way to the host.
+    """
+    entry = _read_config(options.ssh_config).lookup_at(parse_target(target)[1], options.port)
+    dest = _resolve(target, options, _read_config(options.ssh_config))
+    values = {k: v if isinstance(v, list) else [str(v)] for k, v in entry.items()}
+    values["identityfile"] = dest.identity_files
+    values["userknownhostsfile"] = list(dest.known_hosts_files)
+    values["globalknownhostsfile"] = []
+    values["hostname"], values["port"] = [dest.hostname], [str(dest.port)]
+    return values
+
+
+def _words(entry: paramiko.SSHConfigDict, key: str) -> list[str]:
+    # paramiko keeps a list-valued option as one string; OpenSSH splits it on blanks.
+    return str(entry.get(key) or "").split()
 
 
 def _forget_key(known_hosts: str, display: str) -> list[str]:
@@ -297,6 +272,37 @@ def _forget_key(known_hosts: str, display: str) -> list[str]:
     return ["ssh-keygen", "-f", known_hosts, "-R", display]
 
 
+def _refuse_revoked(display: str, known: KnownHosts, key: paramiko.PKey) -> None:
+    entry = known.revoked(display, key.asbytes())
+    if entry is not None:
+        raise HostKeyRevokedError(
+            display,
+            f"host key {key.get_name()} {fingerprint(key)} is revoked ({entry.path} line "
+            f"{entry.line}); find out why before trusting this host again",
+            fingerprint(key),
+            entry.path,
+        )
+
+
+def _ca_hint(display: str, known: KnownHosts) -> str:
+    # paramiko cannot check host certificates: say which transport can.
+    if known.matching(display, "@cert-authority"):
+        return "; known_hosts trusts a certificate authority for it: use --ssh-client openssh"
+    return ""
+
+
+def _host_keys(display: str, known: KnownHosts) -> paramiko.HostKeys:
+    """The plain keys known for ``display`` that paramiko can compare (revoked ones left out)."""
+    keys = paramiko.HostKeys()
+    for entry in known.matching(display):
+        if entry.keytype in OPENSSH_DEFAULTS["keys"] or entry.keytype == "ssh-rsa":
+            with contextlib.suppress(paramiko.SSHException, ValueError, TypeError):
+                key = paramiko.PKey.from_type_string(entry.keytype, entry.blob)
+                if known.revoked(display, entry.blob) is None:
+                    keys.add(display, entry.keytype, key)
+    return keys
+
+
 def _local_user() -> str:
     return os.environ.get("USER") or os.environ.get("LOGNAME") or "root"
 
@@ -304,19 +310,22 @@ def _local_user() -> str:
 class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
     """Refuse unknown keys, or append them when the caller accepted new keys explicitly."""
 
-    def __init__(self, display: str, known_hosts: str, accept_new: bool) -> None:
+    def __init__(self, display: str, dest: _Resolved, known: KnownHosts) -> None:
         self.display = display
-        self.known_hosts = known_hosts
-        self.accept_new = accept_new
+        self.known_hosts = dest.known_hosts
+        self.accept_new = dest.accept_new
+        self.known = known
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
+        _refuse_revoked(self.display, self.known, key)
         if not self.accept_new:
             raise HostKeyUnknownError(
                 self.display,
                 f"host key {key.get_name()} {fingerprint(key)} is not in {self.known_hosts}; "
-                "check it with the host's console, then rerun with --accept-new-host-key",
+                f"check it with the host's console, then rerun with --accept-new-host-key"
+                f"{_ca_hint(self.display, self.known)}",
                 fingerprint(key),
                 self.known_hosts,
             )
@@ -353,14 +362,15 @@ class SSHHost(Host):
         self.is_live = root == "/" if live is None else live
         self.name = target
         self._clients: list[paramiko.SSHClient] = []
-        self._opening: _Opening | None = None
+        self._timeout = self.options.connect_timeout or 10.0
+        self._opening: Opening | None = None
 
     def open_in_background(self) -> None:
         """Start connecting on a thread of its own: the handshake is mostly spent waiting for the
         host, time the caller can use (the CLI imports the command's modules meanwhile). The
         first command waits for it and raises what connecting raised."""
         if not self._clients and self._opening is None:
-            self._opening = _Opening(self._open_chain)
+            self._opening = Opening(self._open_chain)
 
     def _client(self) -> paramiko.SSHClient:
         self._await_opening()
@@ -386,10 +396,9 @@ class SSHHost(Host):
         sock: Any = None
         if dest.proxy_jump and dest.proxy_jump.lower() != "none":
             for hop in dest.proxy_jump.split(","):
-                jump = _resolve(
-                    hop, SSHOptions(connect_timeout=self.options.connect_timeout), config
-                )
+                jump = _resolve(hop, SSHOptions(connect_timeout=dest.timeout), config)
                 jump.known_hosts = dest.known_hosts
+                jump.known_hosts_files = dest.known_hosts_files
                 self._open(jump, self._tunnel(jump) if self._clients else None)
             sock = self._tunnel(dest)
         elif dest.proxy_command:
@@ -404,7 +413,7 @@ class SSHHost(Host):
                 "direct-tcpip",
                 (dest.hostname, dest.port),
                 ("127.0.0.1", 0),
-                timeout=self.options.connect_timeout,
+                timeout=dest.timeout,
             )
         except (paramiko.SSHException, OSError) as exc:
             raise HostUnreachableError(
@@ -413,14 +422,24 @@ class SSHHost(Host):
 
     def _open(self, dest: _Resolved, sock: Any) -> None:
         display = known_hosts_name(dest.hostname, dest.port)
+        known = read_known_hosts(dest.known_hosts_files)
         client = paramiko.SSHClient()
-        if os.path.exists(dest.known_hosts):
-            client.load_host_keys(dest.known_hosts)
-        client.set_missing_host_key_policy(
-            _KnownHostsPolicy(display, dest.known_hosts, dest.accept_new)
-        )
+        client.get_host_keys().update(_host_keys(display, known))
+        client.set_missing_host_key_policy(_KnownHostsPolicy(display, dest, known))
         try:
-            self._handshake(client, dest, sock, display)
+            for attempt in range(dest.attempts):
+                try:
+                    self._handshake(client, dest, sock, display, known)
+                    break
+                except HostUnreachableError:
+                    # ConnectionAttempts: a refused or silent host is tried again, once a second.
+                    if attempt + 1 == dest.attempts or sock is not None:
+                        raise
+                    time.sleep(1)
+            transport = client.get_transport()
+            if transport is not None and dest.keepalive:
+                transport.set_keepalive(dest.keepalive)
+            self._timeout = dest.timeout
         except BaseException:
             # A failed handshake leaves paramiko's transport thread (and a ProxyCommand's
             # process) running until closed.
@@ -429,9 +448,15 @@ class SSHHost(Host):
         self._clients.append(client)
 
     def _handshake(
-        self, client: paramiko.SSHClient, dest: _Resolved, sock: Any, display: str
+        self,
+        client: paramiko.SSHClient,
+        dest: _Resolved,
+        sock: Any,
+        display: str,
+        known: KnownHosts,
     ) -> None:
-        timeout = self.options.connect_timeout
+        timeout = dest.timeout
+        only = dest.identities_only and bool(dest.identity_files)
         try:
             client.connect(
                 dest.hostname,
@@ -444,8 +469,11 @@ class SSHHost(Host):
                 auth_timeout=timeout,
                 sock=sock,
                 disabled_algorithms=disabled_algorithms(),
+                allow_agent=dest.agent and not only,
+                look_for_keys=not only,
             )
         except paramiko.BadHostKeyException as exc:
+            _refuse_revoked(display, known, exc.key)
             raise HostKeyChangedError(
                 display,
                 f"host key changed: offered {exc.key.get_name()} {fingerprint(exc.key)}, "
@@ -465,9 +493,13 @@ class SSHHost(Host):
                 # "Permission denied"), not a host that cannot be reached.
                 raise AuthenticationError(
                     display,
-                    f"authentication as {dest.user} failed: no key to offer "
-                    "(give one with -i/--identity, IdentityFile or ssh-agent)",
+                    no_key(dest.user),
                 ) from exc
+            transport = client.get_transport()
+            if transport is not None and not transport.remote_version:
+                # Connected, but the port never said it is an SSH server (paramiko itself then
+                # reports "No existing session" or a raw banner error).
+                raise HostUnreachableError(display, no_banner(timeout)) from exc
             raise HostUnreachableError(display, f"cannot connect: {_describe(exc)}") from exc
 
     def _run(
@@ -480,7 +512,7 @@ class SSHHost(Host):
             raise HostUnreachableError(self.name, "connection lost")
         channel = None
         try:
-            channel = transport.open_session(timeout=self.options.connect_timeout)
+            channel = transport.open_session(timeout=self._timeout)
             channel.exec_command(command_line(argv))
             result = _collect(channel, argv, stdin, deadline, self.max_output)
         except TimeoutError as exc:
@@ -509,30 +541,6 @@ class SSHHost(Host):
     def _close_clients(self) -> None:
         while self._clients:
             self._clients.pop().close()
-
-
-class _Opening:
-    """A connection being opened on a daemon thread (so a hung host cannot keep the process
-    alive past its connect timeout)."""
-
-    def __init__(self, open_chain: Callable[[], None]) -> None:
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(open_chain,), name="ssh-connect", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, open_chain: Callable[[], None]) -> None:
-        try:
-            open_chain()
-        except BaseException as exc:  # handed to the thread that waits, which raises it
-            self._error = exc
-
-    def wait(self) -> None:
-        """Wait until the connection is open; raise what opening it raised."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
 
 
 def _collect(

@@ -81,17 +81,50 @@ def _config(work: Path, port: int, addresses: Sequence[str]) -> str:
     )
 
 
+def sign(ca: Path, public_key: Path, identity: str, principals: str, *, host: bool) -> Path:
+    """Certify ``public_key`` with the CA key ``ca`` (``ssh-keygen -s``); returns the
+    certificate (``NAME-cert.pub`` beside the key, where OpenSSH looks for it)."""
+    kind = ["-h"] if host else []
+    subprocess.run(
+        [
+            "ssh-keygen",
+            "-q",
+            "-s",
+            str(ca),
+            "-I",
+            identity,
+            *kind,
+            "-n",
+            principals,
+            str(public_key),
+        ],
+        check=True,
+    )
+    return public_key.with_name(public_key.name.removesuffix(".pub") + "-cert.pub")
+
+
+def _certificates(work: Path, addresses: Sequence[str]) -> str:
+    # A CA (work/ca) certifies the host key for the addresses and trusts user certificates.
+    keygen(work / "ca")
+    cert = sign(work / "ca", work / "host_key.pub", "host", ",".join(addresses), host=True)
+    return f"HostCertificate {cert}\nTrustedUserCAKeys {work}/ca.pub\n"
+
+
 @contextmanager
-def running_sshd(work: Path, addresses: Sequence[str] = ("127.0.0.1",)) -> Iterator[Sshd]:
+def running_sshd(
+    work: Path, addresses: Sequence[str] = ("127.0.0.1",), *, certificates: bool = False
+) -> Iterator[Sshd]:
     """Start sshd with keys and config under ``work``; stop it on exit. It listens on each of
     ``addresses`` (loopback ones only: all of 127/8 is loopback, so several stand for the nodes
-    of a cluster), with the same port and host key on each."""
+    of a cluster), with the same port and host key on each. With ``certificates`` a CA
+    (``work/ca``) has certified the host key, and user certificates it signs are accepted."""
     assert all(a.startswith("127.") for a in addresses), "loopback only"
     keygen(work / "host_key")
     keygen(work / "user_key")
     (work / "authorized_keys").write_text((work / "user_key.pub").read_text())
     port = free_port()
-    (work / "sshd_config").write_text(_config(work, port, addresses))
+    extra = _certificates(work, addresses) if certificates else ""
+    (work / "sshd_config").write_text(_config(work, port, addresses) + extra)
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     proc = subprocess.Popen(
@@ -120,6 +153,7 @@ def client_options(server: Sshd, workdir: Path, **overrides: Any) -> SSHOptions:
         known_hosts=str(server.known_hosts),
         ssh_config=str(empty_config),
         connect_timeout=5.0,
+        global_known_hosts=str(workdir / "global_known_hosts"),
     )
     return replace(options, **overrides)
 

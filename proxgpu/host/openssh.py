@@ -1,0 +1,368 @@
+"""A remote host through the system's OpenSSH client (``ssh``), one shared connection per host.
+
+The first command opens a master connection (``ControlMaster``) whose socket lives in a private
+0700 directory; every command after it is a session on that connection, so a host's several
+commands cost one handshake. :meth:`OpenSSHHost.close` ends the master and removes the directory.
+ssh reads ssh_config itself, so everything it supports works here (host certificates,
+``@cert-authority``, FIDO and PKCS#11 keys, GSSAPI, ``Match exec``); proxgpu only adds what its
+own options say, and ``BatchMode`` so that nothing ever waits for a password.
+
+Names reach ssh as argument-list entries after ``--``, never through a shell, and only the names
+:func:`~proxgpu.host.sshcommon.parse_target` accepts.
+
+>>> host = OpenSSHHost("root@pve1:2222", SSHOptions(identity_file="/k"))
+>>> host.ssh_argv()[-4:]
+['-p', '2222', '--', 'pve1']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from proxgpu.errors import (
+    AuthenticationError,
+    CommandOutputTooLargeError,
+    CommandTimeoutError,
+    HostKeyChangedError,
+    HostKeyRevokedError,
+    HostKeyUnknownError,
+    HostUnreachableError,
+    UsageError,
+)
+from proxgpu.host.base import CommandResult, Host, command_line
+from proxgpu.host.knownhosts import read_known_hosts
+from proxgpu.host.sshcommon import (
+    Opening,
+    SSHOptions,
+    known_hosts_name,
+    no_banner,
+    no_key,
+    parse_target,
+)
+
+#: ssh's own exit status for its failures (a remote command's status is passed through).
+SSH_FAILED = 255
+#: Seconds the shared connection outlives its last command when nobody closes it.
+IDLE_MASTER = 600
+
+
+def ssh_binary() -> str | None:
+    """The ``ssh`` on PATH, if there is one."""
+    return shutil.which("ssh")
+
+
+def resolved_config(argv: list[str], display: str) -> dict[str, list[str]]:
+    """What ssh would use for the host ``argv`` names (``ssh -G``): each option's values.
+
+    :raises UsageError: when ssh refuses the config or the options.
+    """
+    try:
+        done = subprocess.run(
+            [argv[0], "-G", *argv[1:]], capture_output=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"{display}: ssh -G failed: {exc}") from exc
+    if done.returncode != 0:
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise UsageError(f"{display}: ssh cannot read its config: {why[-1] if why else '?'}")
+    values: dict[str, list[str]] = {}
+    for line in done.stdout.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition(" ")
+        values.setdefault(key, []).append(value)
+    return values
+
+
+class OpenSSHHost(Host):
+    """A remote host reached with the system's ``ssh``; see the module docstring.
+
+    ``root`` and ``live`` mean what they mean for :class:`~proxgpu.host.ssh.SSHHost`.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        options: SSHOptions | None = None,
+        root: str = "/",
+        live: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.target = target
+        self.options = options or SSHOptions()
+        self.root = root
+        self.is_live = root == "/" if live is None else live
+        self.name = target
+        self._user, self._alias, self._port = parse_target(target)
+        self._folder: str | None = None
+        self._opening: Opening | None = None
+        self._open = False
+        self._strict: list[str] = []
+
+    def ssh_argv(self, *extra: str) -> list[str]:
+        """The ssh command line that reaches the host, ``extra`` options before ``--``."""
+        opts = self.options
+        argv = [ssh_binary() or "ssh", "-T", "-o", "BatchMode=yes", *extra]
+        if opts.ssh_config:
+            argv += ["-F", opts.ssh_config]
+        if opts.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={_quoted(opts.known_hosts)}"]
+        if opts.global_known_hosts:
+            argv += ["-o", f"GlobalKnownHostsFile={_quoted(opts.global_known_hosts)}"]
+        if opts.connect_timeout:
+            argv += ["-o", f"ConnectTimeout={math.ceil(opts.connect_timeout)}"]
+        if opts.identity_file:
+            argv += ["-i", opts.identity_file]
+        if self._user or opts.user:
+            argv += ["-l", str(self._user or opts.user)]
+        if self._port or opts.port:
+            argv += ["-p", str(self._port or opts.port)]
+        return [*argv, "--", self._alias]
+
+    def open_in_background(self) -> None:
+        """Start the master connection on a thread of its own; the first command waits for it."""
+        if not self._open and self._opening is None:
+            self._opening = Opening(self._connect)
+
+    def _await_opening(self) -> None:
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.wait()
+
+    def _ensure_open(self) -> None:
+        self._await_opening()
+        if not self._open:
+            self._connect()
+
+    def _connect(self) -> None:
+        if self.options.identity_file and not os.path.isfile(
+            os.path.expanduser(self.options.identity_file)
+        ):
+            raise UsageError(f"{self.options.identity_file}: no such key file (-i/--identity)")
+        if ssh_binary() is None:
+            raise UsageError(f"{self.name}: no ssh client on PATH: install openssh-client")
+        config = resolved_config(self.ssh_argv(), self.name)
+        display = known_hosts_name(_first(config, "hostname"), int(_first(config, "port", "22")))
+        files = [
+            os.path.expanduser(path)
+            for key in ("userknownhostsfile", "globalknownhostsfile")
+            for path in " ".join(config.get(key, [])).split()
+        ]
+        # A damaged line is an error here as with paramiko (ssh would skip it silently).
+        read_known_hosts(files)
+        self._folder = tempfile.mkdtemp(prefix="proxgpu-ssh-")  # mode 0700
+        try:
+            self._start_master(config, display, files)
+        except BaseException:
+            self._remove_folder()
+            raise
+        self._open = True
+
+    def _start_master(self, config: dict[str, list[str]], display: str, files: list[str]) -> None:
+        strict = _first(config, "stricthostkeychecking", "true").lower()
+        accept = self.options.accept_new_host_key or strict in ("accept-new", "false", "no")
+        log = Path(str(self._folder)) / "master.log"
+        # A changed key is refused whatever ssh_config says (StrictHostKeyChecking=no would let
+        # ssh go on with it), on the master and on any connection a command makes without it.
+        self._strict = ["-o", f"StrictHostKeyChecking={'accept-new' if accept else 'yes'}"]
+        timeout = float(_first(config, "connecttimeout", "none").replace("none", "10"))
+        argv = self.ssh_argv(
+            *self._control("yes"),
+            # Without a ConnectTimeout ssh would wait as long as the kernel's TCP connect does.
+            *("-o", f"ConnectTimeout={math.ceil(timeout)}"),
+            # Should proxgpu be killed before close(), the master ends by itself once idle.
+            *("-o", f"ControlPersist={IDLE_MASTER}"),
+            *("-E", str(log), "-v", "-N", "-f"),
+        )
+        attempts = int(_first(config, "connectionattempts", "1"))
+        # ssh bounds connecting and the banner by ConnectTimeout; authentication is bounded here.
+        limit = (timeout + 1) * attempts + timeout
+        with subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ) as proc:
+            try:
+                status = proc.wait(limit)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise HostUnreachableError(
+                    display, f"no answer within {limit:.0f} s (connecting and authenticating)"
+                ) from None
+        if status != 0:
+            text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+            known = self.options.known_hosts or files[0]
+            raise _failure(display, text, known, timeout, _first(config, "user"))
+
+    def _control(self, master: str) -> list[str]:
+        path = os.path.join(str(self._folder), "control")
+        return [*self._strict, "-o", f"ControlMaster={master}", "-o", f"ControlPath={path}"]
+
+    def _run(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
+    ) -> CommandResult:
+        limit = timeout or self.options.command_timeout
+        self._ensure_open()
+        command = [*self.ssh_argv(*self._control("no")), command_line(argv)]
+        with subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        ) as proc:
+            try:
+                out, err = _collect(proc, stdin, time.monotonic() + limit, self.max_output)
+            except TimeoutError:
+                raise CommandTimeoutError(self.name, list(argv), limit) from None
+            except OverflowError:
+                raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            status = proc.wait()
+        if status == SSH_FAILED and not self._master_alive():
+            raise HostUnreachableError(self.name, f"connection lost while running {argv[0]}")
+        return CommandResult(argv, status, out, err)
+
+    def _master_alive(self) -> bool:
+        check = self.ssh_argv(*self._control("no"), "-O", "check")
+        done = subprocess.run(check, capture_output=True, timeout=30, check=False)
+        return done.returncode == 0
+
+    def close(self) -> None:
+        """End the shared connection (once one being opened has opened or failed)."""
+        with contextlib.suppress(Exception):
+            self._await_opening()
+        if self._open:
+            self._open = False
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(
+                    self.ssh_argv(*self._control("no"), "-O", "exit"),
+                    capture_output=True,
+                    timeout=30,
+                    check=False,
+                )
+        self._remove_folder()
+
+    def _remove_folder(self) -> None:
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+
+def _collect(
+    proc: subprocess.Popen[bytes], stdin: bytes | None, deadline: float, max_output: int
+) -> tuple[bytes, bytes]:
+    """stdout and stderr of ``proc`` until it closes both, feeding it ``stdin`` meanwhile; one
+    deadline and one output bound for the whole command, as the paramiko transport has.
+
+    :raises TimeoutError: past ``deadline``. :raises OverflowError: past ``max_output`` bytes.
+    """
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    pending = memoryview(stdin or b"")
+    writers = [proc.stdin] if pending else []
+    if not pending:
+        proc.stdin.close()
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    readers = [proc.stdout.fileno(), proc.stderr.fileno()]
+    total = 0
+    while readers:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        readable, writable, _ = select.select(readers, writers, [], remaining)
+        if writable:
+            try:
+                pending = pending[os.write(proc.stdin.fileno(), pending[: 1 << 16]) :]
+            except BrokenPipeError:
+                pending = pending[:0]
+            if not pending:
+                writers = []
+                proc.stdin.close()
+        for fd in readable:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                readers.remove(fd)
+            chunks[fd].append(data)
+            total += len(data)
+            if total > max_output:
+                raise OverflowError
+    try:
+        proc.wait(max(deadline - time.monotonic(), 0.001))
+    except subprocess.TimeoutExpired:
+        raise TimeoutError from None
+    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
+
+
+def _failure(display: str, log: str, known: str, timeout: float, user: str) -> Exception:
+    """The error for the ssh master that did not start, from what ssh logged."""
+    said = [line for line in log.splitlines() if not line.startswith("debug")]
+    offered = re.search(r"Server host key: (\S+) (SHA256:\S+)", log)
+    kind, fingerprint = offered.groups() if offered else ("", "")
+    text = "\n".join(said)
+    if "REVOKED" in text or "revoked" in text.lower():
+        return HostKeyRevokedError(
+            display,
+            f"host key {kind} {fingerprint} is revoked in known_hosts; "
+            "find out why before trusting this host again",
+            fingerprint,
+            known,
+        )
+    if "IDENTIFICATION HAS CHANGED" in text or ("Host key for" in text and "changed" in text):
+        return HostKeyChangedError(
+            display,
+            f"host key changed: offered {kind} {fingerprint}, which {known} does not hold; if the "
+            f"host was reinstalled, remove the old key with: "
+            f"{command_line(['ssh-keygen', '-f', known, '-R', display])}",
+            fingerprint,
+            known,
+        )
+    if "host key is known" in text or "Host key verification failed" in text:
+        return HostKeyUnknownError(
+            display,
+            f"host key {kind} {fingerprint} is not in {known}; check it with the host's console, "
+            "then rerun with --accept-new-host-key",
+            fingerprint,
+            known,
+        )
+    if "Permission denied" in text or "Too many authentication failures" in text:
+        if "Offering public key" not in log and "Server accepts key" not in log:
+            return AuthenticationError(display, no_key(user))
+        return AuthenticationError(display, f"authentication as {user} failed: {_last(said)}")
+    if "banner exchange" in text:
+        return HostUnreachableError(display, no_banner(timeout))
+    return HostUnreachableError(display, f"cannot connect: {_unreachable(text, said)}")
+
+
+def _unreachable(text: str, said: list[str]) -> str:
+    if "Connection refused" in text:
+        return "connection refused"
+    if "Could not resolve" in text:
+        return "name does not resolve"
+    if "timed out" in text:
+        return "timed out"
+    return _last(said)
+
+
+def _last(lines: list[str]) -> str:
+    meaningful = [line.strip() for line in lines if line.strip()]
+    return meaningful[-1] if meaningful else "ssh failed without saying why"
+
+
+def _first(config: dict[str, list[str]], key: str, default: str = "") -> str:
+    values = config.get(key)
+    return values[0] if values else default
+
+
+def _quoted(path: str) -> str:
+    # ssh splits an -o value at blanks and expands %-tokens in file names: keep a path one word.
+    return '"' + path.replace("%", "%%") + '"'
+
+
+__all__ = ["OpenSSHHost", "resolved_config", "ssh_binary"]

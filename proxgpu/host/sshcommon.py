@@ -1,0 +1,163 @@
+"""What both SSH transports share, without importing either: the target's syntax, the options,
+and a connection opened on a thread of its own.
+
+>>> parse_target("root@pve1:2222")
+('root', 'pve1', 2222)
+>>> parse_target("[::1]:22")
+(None, '::1', 22)
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxgpu.errors import UsageError
+
+#: The transports ``--ssh-client`` names: ``auto`` picks one per host.
+CLIENTS = ("auto", "openssh", "paramiko")
+#: The environment variable that picks the transport when ``--ssh-client`` is not given.
+CLIENT_VARIABLE = "PROXGPU_SSH_CLIENT"
+#: A host name or address as OpenSSH takes one: never an option (``-oProxyCommand=...``), never a
+#: shell word of its own.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.:][A-Za-z0-9_.:-]*")
+_USER_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.$-]*")
+
+
+def parse_target(target: str) -> tuple[str | None, str, int | None]:
+    """Split ``[user@]host[:port]`` (IPv6 in brackets) into its parts.
+
+    :raises UsageError: when the target is empty, the port is not a number, or the name could
+        be read as an option or as more than one word (``-oProxyCommand=...``, ``a b``).
+    """
+    user, _, rest = target.rpartition("@")
+    host, port = rest, None
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        port = tail[1:] or None if tail.startswith(":") else None
+    elif rest.count(":") == 1:
+        host, port = rest.split(":")
+    if not host:
+        raise UsageError(f"{target!r} is not a host: expected [user@]host[:port]")
+    if port is not None and not port.isdigit():
+        raise UsageError(f"{target!r}: port {port!r} is not a number")
+    if not _HOST_NAME.fullmatch(host) or (user and not _USER_NAME.fullmatch(user)):
+        raise UsageError(
+            f"{target!r} is not a host: a name, an address or an ssh_config alias "
+            "(letters, digits, '.', '_', '-', ':'), not starting with '-'"
+        )
+    return user or None, host, int(port) if port else None
+
+
+def no_banner(timeout: float) -> str:
+    """What both transports say of a port that accepts a connection and never speaks SSH."""
+    return (
+        f"cannot connect: no SSH banner within {timeout:g} s (the port is open, not an SSH server)"
+    )
+
+
+def no_key(user: str) -> str:
+    """What both transports say when there was no key at all to offer."""
+    return (
+        f"authentication as {user} failed: no key to offer "
+        "(give one with -i/--identity, IdentityFile or ssh-agent)"
+    )
+
+
+def known_hosts_name(hostname: str, port: int) -> str:
+    """The name known_hosts files this host under (``[host]:port`` off port 22)."""
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+@dataclass
+class SSHOptions:
+    """How to reach a host; ``None`` means "ask ~/.ssh/config, then use the default"."""
+
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    #: Seconds to connect; ``None``: ssh_config's ``ConnectTimeout``, else 10.
+    connect_timeout: float | None = None
+    command_timeout: float = 300.0
+    ssh_config: str | None = None
+    #: The system-wide known_hosts; ``None``: ssh_config's ``GlobalKnownHostsFile``, else
+    #: ``/etc/ssh/ssh_known_hosts`` (the tests point it at a file of their own).
+    global_known_hosts: str | None = None
+    #: ``openssh``, ``paramiko`` or ``auto``; ``None``: ``$PROXGPU_SSH_CLIENT``, else ``auto``.
+    client: str | None = None
+
+
+class Opening:
+    """A connection being opened on a daemon thread (so a hung host cannot keep the process
+    alive past its connect timeout)."""
+
+    def __init__(self, open_chain: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(open_chain,), name="ssh-connect", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, open_chain: Callable[[], None]) -> None:
+        try:
+            open_chain()
+        except BaseException as exc:  # handed to the thread that waits, which raises it
+            self._error = exc
+
+    def wait(self) -> None:
+        """Wait until the connection is open; raise what opening it raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+_INCLUDE = re.compile(r"^\s*include\s+(.+?)\s*$", re.IGNORECASE)
+
+
+def with_includes(path: Path, depth: int) -> str:
+    """The config's text with every ``Include`` replaced by the files it names, as OpenSSH reads
+    them (paramiko does not): globs, in lexical order, relative paths from ``~/.ssh``.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "extra.conf").write_text("Host pve1\\n  Port 2222\\n")
+    >>> _ = (folder / "config").write_text(f"Include {folder}/*.conf\\n")
+    >>> with_includes(folder / "config", 0).split()
+    ['Host', 'pve1', 'Port', '2222']
+    """
+    if depth > 16:  # OpenSSH's own limit on nested includes
+        raise UsageError(f"{path}: Include nested too deep")
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = _INCLUDE.match(line)
+        if match is None:
+            lines.append(line)
+            continue
+        for pattern in shlex.split(match[1]):
+            full = Path(pattern).expanduser()
+            if not full.is_absolute():
+                full = Path("~/.ssh").expanduser() / full
+            for included in sorted(glob.glob(str(full))):
+                lines.append(with_includes(Path(included), depth + 1))
+    return "\n".join(lines) + "\n"
+
+
+def client_choice(option: str | None) -> str:
+    """The transport asked for: ``--ssh-client``, else ``$PROXGPU_SSH_CLIENT``, else ``auto``.
+
+    >>> client_choice("openssh"), client_choice(None) in CLIENTS
+    ('openssh', True)
+    """
+    chosen = option or os.environ.get(CLIENT_VARIABLE) or "auto"
+    if chosen not in CLIENTS:
+        source = "--ssh-client" if option else CLIENT_VARIABLE
+        raise UsageError(f"{source}: {chosen!r} is not one of {', '.join(CLIENTS)}")
+    return chosen

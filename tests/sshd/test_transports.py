@@ -1,0 +1,393 @@
+"""Both SSH transports (paramiko and the system's OpenSSH ``ssh``) against the same real sshd on
+loopback: the same commands, the same host-key verdicts, the same exit codes and bounds."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from proxgpu.cli import main
+from proxgpu.errors import (
+    AuthenticationError,
+    CommandOutputTooLargeError,
+    CommandTimeoutError,
+    HostKeyChangedError,
+    HostKeyRevokedError,
+    HostKeyUnknownError,
+    HostUnreachableError,
+    KnownHostsDamagedError,
+    UsageError,
+)
+from proxgpu.host import connect
+from proxgpu.host.base import Host
+from proxgpu.host.openssh import OpenSSHHost
+from proxgpu.host.ssh import SSHHost, SSHOptions
+from proxgpu.host.sshcommon import parse_target
+from tests.support.sshd import (
+    Sshd,
+    client_options,
+    free_port,
+    keygen,
+    known_hosts_with_another_key,
+    running_sshd,
+    sign,
+)
+
+pytestmark = pytest.mark.sshd
+
+Open = Callable[[str, SSHOptions], Host]
+TRANSPORTS = {"paramiko": SSHHost, "openssh": OpenSSHHost}
+
+
+@pytest.fixture(params=sorted(TRANSPORTS))
+def transport(request: pytest.FixtureRequest) -> Iterator[Open]:
+    """Opens hosts over one transport (each test runs over both); closes them afterwards."""
+    opened: list[Host] = []
+
+    def open_host(target: str, options: SSHOptions) -> Host:
+        opened.append(TRANSPORTS[request.param](target, options))
+        return opened[-1]
+
+    yield open_host
+    for host in opened:
+        host.close()
+
+
+@pytest.fixture(scope="module")
+def cert_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """An sshd whose host key a CA has certified, and which accepts that CA's user certificates."""
+    with running_sshd(tmp_path_factory.mktemp("cert-sshd"), certificates=True) as server:
+        yield server
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port that accepts TCP connections (the kernel's backlog) and never says a
+    word: a hung sshd, or something else on port 22."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield int(listener.getsockname()[1])
+
+
+def test_commands_keep_their_arguments_input_and_status(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    host = transport(sshd.target, client_options(sshd, tmp_path))
+    tricky = ["printf", "%s|", "a b", "it's", "$HOME", "; rm -rf /", ""]
+    assert host.run(tricky).stdout == b"a b|it's|$HOME|; rm -rf /||"
+    assert host.run(["cat"], stdin=b"x" * 300_000).stdout == b"x" * 300_000
+    failed = host.run(["sh", "-c", "echo oops >&2; exit 255"])
+    assert (failed.returncode, failed.stderr) == (255, b"oops\n")
+
+
+def test_unknown_host_key_is_refused_with_its_fingerprint(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.touch()
+    host = transport(sshd.target, client_options(sshd, tmp_path, known_hosts=str(empty)))
+    with pytest.raises(HostKeyUnknownError) as err:
+        host.run(["true"])
+    assert err.value.fingerprint == _fingerprint(sshd.workdir / "host_key.pub")
+    assert err.value.fingerprint in str(err.value) and "--accept-new-host-key" in str(err.value)
+    assert empty.read_text() == "", "an unknown key must not be recorded without consent"
+
+
+def test_a_new_key_accepted_is_recorded_and_then_verified(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    known = tmp_path / "known_hosts"
+    options = client_options(sshd, tmp_path, known_hosts=str(known), accept_new_host_key=True)
+    transport(sshd.target, options).check(["true"])
+    assert sshd.host_public_key in known.read_text()
+    again = transport(sshd.target, replace(options, accept_new_host_key=False))
+    assert again.check(["echo", "ok"]).stdout == b"ok\n"
+
+
+def test_a_changed_key_is_refused_even_when_accepting_new_keys(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    known, _ = known_hosts_with_another_key(sshd, tmp_path)
+    options = client_options(sshd, tmp_path, known_hosts=str(known), accept_new_host_key=True)
+    with pytest.raises(HostKeyChangedError, match=f"ssh-keygen -f {known} -R"):
+        transport(sshd.target, options).run(["true"])
+
+
+def test_a_revoked_key_is_refused_though_known_hosts_also_holds_it(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    known = tmp_path / "known_hosts"
+    name = f"[127.0.0.1]:{sshd.port}"
+    known.write_text(f"{name} {sshd.host_public_key}\n@revoked {name} {sshd.host_public_key}\n")
+    with pytest.raises(HostKeyRevokedError, match="revoked"):
+        transport(sshd.target, client_options(sshd, tmp_path, known_hosts=str(known))).run(["true"])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["[127.0.0.1]:1 ssh-ed25519", "x ssh-ed25519 not-base64!", "@trusted x ssh-ed25519 AAAA"],
+)
+def test_a_damaged_known_hosts_line_is_named_by_file_and_line(
+    transport: Open, sshd: Sshd, tmp_path: Path, damage: str
+) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text(f"# ours\n{damage}\n{sshd.known_hosts.read_text()}")
+    with pytest.raises(KnownHostsDamagedError) as err:
+        transport(sshd.target, client_options(sshd, tmp_path, known_hosts=str(known))).run(["true"])
+    assert err.value.exit_code == 5
+    assert str(err.value).startswith(f"{known}:2: damaged known_hosts line")
+
+
+def test_a_hashed_name_is_found(transport: Open, sshd: Sshd, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts.read_text())
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(known)], check=True, capture_output=True)
+    assert known.read_text().startswith("|1|")
+    host = transport(sshd.target, client_options(sshd, tmp_path, known_hosts=str(known)))
+    assert host.check(["echo", "hashed"]).stdout == b"hashed\n"
+
+
+def test_the_global_and_every_user_known_hosts_file_are_read(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    (tmp_path / "empty").touch()
+    global_known = tmp_path / "global"
+    global_known.write_text(sshd.known_hosts.read_text())
+    options = client_options(sshd, tmp_path, global_known_hosts=str(global_known))
+    in_global = transport(sshd.target, replace(options, known_hosts=str(tmp_path / "empty")))
+    assert in_global.check(["echo", "global"]).stdout == b"global\n"
+    config = tmp_path / "config"
+    config.write_text(f"UserKnownHostsFile {tmp_path}/empty {sshd.known_hosts}\n")
+    second = replace(options, known_hosts=None, global_known_hosts=None, ssh_config=str(config))
+    assert transport(sshd.target, second).check(["echo", "second"]).stdout == b"second\n"
+
+
+def test_proxy_jump_tunnels_through_the_jump_host(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    config = tmp_path / "config"
+    common = (
+        f"  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.identity_file}\n  UserKnownHostsFile {sshd.known_hosts}\n"
+        f"  GlobalKnownHostsFile {tmp_path}/none\n"
+    )
+    config.write_text(f"Host jump\n{common}\nHost target\n{common}  ProxyJump jump\n")
+    host = transport("target", SSHOptions(ssh_config=str(config)))
+    # Through the jump host, the target sees the connection come from 127.0.0.1 (the jump host
+    # itself), as a second hop.
+    assert host.check(["sh", "-c", "echo ${SSH_CONNECTION%% *}"]).stdout == b"127.0.0.1\n"
+
+
+def test_keys_from_ssh_agent(
+    transport: Open, sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(["ssh-add", "-q", str(sshd.identity_file)], env=env, check=True)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        options = _without_default_keys(sshd, tmp_path, monkeypatch)
+        assert transport(sshd.target, options).check(["echo", "agent"]).stdout == b"agent\n"
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+
+
+def test_a_refused_key_is_an_authentication_failure(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    keygen(tmp_path / "stranger")
+    options = client_options(sshd, tmp_path, identity_file=str(tmp_path / "stranger"))
+    with pytest.raises(AuthenticationError, match="authentication"):
+        transport(sshd.target, options).run(["true"])
+
+
+def test_a_closed_port_is_refused(transport: Open, sshd: Sshd, tmp_path: Path) -> None:
+    host = transport(f"127.0.0.1:{free_port()}", client_options(sshd, tmp_path))
+    with pytest.raises(HostUnreachableError, match="connection refused"):
+        host.run(["true"])
+
+
+def test_a_port_that_never_sends_a_banner_says_so_within_the_timeout(
+    transport: Open, sshd: Sshd, tmp_path: Path, silent_port: int
+) -> None:
+    host = transport(f"127.0.0.1:{silent_port}", client_options(sshd, tmp_path, connect_timeout=2))
+    started = time.monotonic()
+    with pytest.raises(HostUnreachableError, match="banner"):
+        host.run(["true"])
+    assert time.monotonic() - started < 6
+
+
+def test_ssh_configs_connect_timeout_applies(
+    transport: Open, sshd: Sshd, tmp_path: Path, silent_port: int
+) -> None:
+    config = tmp_path / "config"
+    config.write_text("ConnectTimeout 1\n")
+    options = client_options(sshd, tmp_path, connect_timeout=None, ssh_config=str(config))
+    started = time.monotonic()
+    with pytest.raises(HostUnreachableError):
+        transport(f"127.0.0.1:{silent_port}", options).run(["true"])
+    assert time.monotonic() - started < 4, "ConnectTimeout 1, not the default 10"
+
+
+def test_a_command_is_bounded_in_time_and_output(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    host = transport(sshd.target, client_options(sshd, tmp_path))
+    host.max_output = 1 << 20
+    with pytest.raises(CommandOutputTooLargeError):
+        host.run(["head", "-c", "3000000", "/dev/zero"])
+    started = time.monotonic()
+    with pytest.raises(CommandTimeoutError):
+        host.run(["sh", "-c", "while :; do echo .; sleep 0.2; done"], timeout=1)
+    assert time.monotonic() - started < 3
+    assert host.check(["echo", "still"]).stdout == b"still\n", "the connection outlives both"
+
+
+def test_openssh_shares_one_private_connection_and_closes_it(sshd: Sshd, tmp_path: Path) -> None:
+    host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path))
+    ports = {host.check(["sh", "-c", "echo $SSH_CONNECTION"]).stdout.split()[1] for _ in range(3)}
+    assert len(ports) == 1, "three commands, one TCP connection (one handshake)"
+    folder = Path(str(host._folder))
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    host.close()
+    assert not folder.exists()
+    check = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, check=False)
+    assert check.returncode == 1, "no master ssh left running"
+
+
+def test_host_certificates_reach_the_host_through_openssh(
+    cert_sshd: Sshd, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    known = tmp_path / "known_hosts"
+    ca = (cert_sshd.workdir / "ca.pub").read_text().split()
+    known.write_text(f"@cert-authority [127.0.0.1]:{cert_sshd.port} {ca[0]} {ca[1]}\n")
+    options = client_options(cert_sshd, tmp_path, known_hosts=str(known))
+    caplog.set_level(logging.INFO, "proxgpu")
+    with connect(cert_sshd.target, ssh_options=options) as host:
+        assert isinstance(host, OpenSSHHost)
+        assert host.check(["echo", "certified"]).stdout == b"certified\n"
+    assert "SSH through openssh (paramiko cannot use host certificates" in caplog.text
+    with pytest.raises(HostKeyUnknownError, match="--ssh-client openssh"):
+        SSHHost(cert_sshd.target, options).run(["true"])
+
+
+def test_a_user_certificate_authenticates_through_openssh(cert_sshd: Sshd, tmp_path: Path) -> None:
+    keygen(tmp_path / "certified")  # not in authorized_keys: only its certificate lets it in
+    sign(cert_sshd.workdir / "ca", tmp_path / "certified.pub", "me", cert_sshd.user, host=False)
+    options = client_options(cert_sshd, tmp_path, identity_file=str(tmp_path / "certified"))
+    with connect(cert_sshd.target, ssh_options=options) as host:
+        assert isinstance(host, OpenSSHHost)
+        assert host.check(["echo", "user-cert"]).stdout == b"user-cert\n"
+
+
+def test_plain_hosts_stay_on_paramiko_unless_asked(
+    sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = client_options(sshd, tmp_path)
+    assert isinstance(connect(sshd.target, ssh_options=options), SSHHost)
+    monkeypatch.setenv("PROXGPU_SSH_CLIENT", "openssh")
+    assert isinstance(connect(sshd.target, ssh_options=options), OpenSSHHost)
+    monkeypatch.setenv("PROXGPU_SSH_CLIENT", "putty")
+    with pytest.raises(UsageError, match="PROXGPU_SSH_CLIENT: 'putty' is not one of"):
+        connect(sshd.target, ssh_options=options)
+
+
+@pytest.mark.parametrize("name", ["-oProxyCommand=touch x", "a b", "pve1;id", "$(id)", "-p22"])
+def test_a_host_name_that_could_be_an_option_or_a_shell_word_is_refused(name: str) -> None:
+    with pytest.raises(UsageError, match="is not a host"):
+        parse_target(name)
+
+
+@pytest.mark.parametrize("client", ["openssh", "paramiko"])
+def test_cli_exit_codes_and_one_line_errors_over_each_client(
+    client: str, sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "ssh_config").touch()
+    (tmp_path / "unknown").touch()
+    keygen(tmp_path / "wrong")
+    base = ["inspect", "--ssh-config", str(tmp_path / "ssh_config"), "--ssh-client", client]
+    known = ["--known-hosts", str(sshd.known_hosts)]
+    cases = [
+        ([*base, "-i", str(tmp_path / "wrong"), *known, "--host", sshd.target], 4),
+        (
+            [
+                *base,
+                "-i",
+                str(sshd.identity_file),
+                "--known-hosts",
+                str(tmp_path / "unknown"),
+                "--host",
+                sshd.target,
+            ],
+            5,
+        ),
+        ([*base, "-i", str(sshd.identity_file), *known, "--host", f"127.0.0.1:{free_port()}"], 3),
+    ]
+    for argv, code in cases:
+        assert main(argv) == code
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def _without_default_keys(
+    sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> SSHOptions:
+    """Options with no key file at all, whatever this machine's ~/.ssh holds: ssh skips its
+    default key files once ssh_config names one (here a missing one); paramiko looks in $HOME."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = tmp_path / "no_keys_config"
+    config.write_text(f"IdentityFile {tmp_path}/absent\n")
+    return client_options(sshd, tmp_path, identity_file=None, ssh_config=str(config))
+
+
+def _fingerprint(public_key: Path) -> str:
+    listed = subprocess.run(
+        ["ssh-keygen", "-l", "-f", str(public_key)], capture_output=True, text=True, check=True
+    )
+    return listed.stdout.split()[1]
+
+
+def test_no_key_at_all_says_how_to_give_one(
+    transport: Open, sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    options = _without_default_keys(sshd, tmp_path, monkeypatch)
+    with pytest.raises(AuthenticationError, match="no key to offer") as err:
+        transport(sshd.target, options).run(["true"])
+    assert err.value.exit_code == 4 and "-i/--identity" in str(err.value)
+
+
+def test_hostname_tokens_and_connection_attempts_from_ssh_config(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    config = tmp_path / "config"
+    config.write_text(
+        f"Host 1\n  HostName 127.0.0.%h\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.identity_file}\n  UserKnownHostsFile {sshd.known_hosts}\n"
+        f"  GlobalKnownHostsFile {tmp_path}/none\n  ServerAliveInterval 5\n  IdentitiesOnly yes\n"
+        f"Host closed\n  HostName 127.0.0.1\n  Port {free_port()}\n  ConnectionAttempts 2\n"
+    )
+    host = transport("1", SSHOptions(ssh_config=str(config)))
+    assert (
+        host.check(["sh", "-c", "echo ${SSH_CONNECTION##* }"]).stdout == f"{sshd.port}\n".encode()
+    )
+    started = time.monotonic()
+    with pytest.raises(HostUnreachableError, match="connection refused"):
+        transport("closed", SSHOptions(ssh_config=str(config))).run(["true"])
+    assert time.monotonic() - started >= 1, "two attempts, a second apart"
