@@ -18,7 +18,6 @@ from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
 from proxgpu.apply.journal import (
     JournalEntry,
-    check_signed,
     new_journal_id,
     read_journal,
     select_entry,
@@ -38,6 +37,7 @@ from proxgpu.apply.remote import (
     release_quietly,
 )
 from proxgpu.apply.restore import Merged, restore
+from proxgpu.apply.trust import check_trusted
 from proxgpu.errors import FileChangedError, RollbackError
 from proxgpu.host.base import Host
 from proxgpu.model import FrozenModel
@@ -78,10 +78,13 @@ def rollback(
     dropped connection is recovered here, taking over the lock it left behind when that apply ran
     from this machine and is gone (``break_lock`` takes over any lock). ``live`` also returns
     the functions the apply rebound at runtime to their drivers. The entry must carry this
-    machine's signature (:mod:`proxgpu.apply.signing`) unless ``trust_unsigned``.
+    machine's signature (:mod:`proxgpu.apply.signing`) and be in its place in the journal's chain
+    (:mod:`proxgpu.apply.trust`) unless ``trust_unsigned``, and have been made for this host and
+    root.
 
     :raises RollbackError: when there is nothing to roll back or a step failed.
-    :raises JournalError: when the entry is not signed with this machine's key.
+    :raises JournalError: when the entry is not signed with this machine's key, out of its
+        place in the chain, or made for another host or root.
     :raises FileChangedError: when a file changed since the apply and ``force`` is not given.
     :raises ConcurrentApplyError: when another apply or rollback holds the lock.
     """
@@ -89,7 +92,7 @@ def rollback(
     entry = select_entry(host, journal, to, latest=("applied", "in-progress"))
     if entry is not None:
         _refuse_finished(host, entry)
-        check_signed(host, entry, trust_unsigned=trust_unsigned)
+        check_trusted(host, journal, entry, trust_unsigned=trust_unsigned)
     options = _Options(run_actions, force, live, break_lock, action_timeout)
     run = _Rollback(host, entry, progress or quiet, options)
     known = {e.id for e in journal.entries}
