@@ -77,14 +77,14 @@ def link_after(last: tuple[str, bytes] | None) -> str:
 
 def chain_problems(journal: Journal) -> dict[str, str]:
     """Why each entry of ``journal`` is out of its place in the chain, by entry id (see the
-    module docstring); entries in place are left out."""
+    module docstring); entries in place are left out. A file that cannot be read counts only
+    where an entry was chained to it: one planted beside the entries hides none of them."""
     readable = {e.id: e for e in journal.entries}
-    order = sorted([*readable, *(_id_of(path) for path in journal.unreadable)])
+    ids = set(readable) | {_id_of(path) for path in journal.unreadable}
     problems = {}
-    for entry in journal.entries:
-        index = order.index(entry.id)
-        before = order[index - 1] if index else None
-        problem = _out_of_place(entry, before, readable, set(order))
+    for index, entry in enumerate(journal.entries):
+        before = journal.entries[index - 1].id if index else None
+        problem = _out_of_place(entry, before, readable, ids)
         if problem is not None:
             problems[entry.id] = problem
     return problems
@@ -97,6 +97,7 @@ def _id_of(path: str) -> str:
 def _out_of_place(
     entry: JournalEntry, before: str | None, readable: dict[str, JournalEntry], ids: set[str]
 ) -> str | None:
+    """Why ``entry``, whose nearest readable predecessor is ``before``, is out of its place."""
     if entry.previous is None:
         return "it is not chained (written before proxgpu chained its journal)"
     if entry.previous == START:
@@ -106,15 +107,25 @@ def _out_of_place(
     previous_id, _, digest = entry.previous.partition(":")
     if previous_id not in ids:
         return f"the entry before it, {previous_id}, is gone from the journal: deleted since"
-    if before != previous_id:
-        return (
-            f"it was written after {previous_id}, yet {before} lies just before it: "
-            "the journal was reordered or an entry put in since"
-        )
     was = readable.get(previous_id)
-    if digest and (was is None or seal(was) != digest):
-        return f"the entry before it, {previous_id}, is not the one it was written after"
+    if was is not None:
+        if before != previous_id:
+            return _reordered(previous_id, before)
+        if digest and seal(was) != digest:
+            return f"the entry before it, {previous_id}, is not the one it was written after"
+        return None
+    if digest:
+        return f"the entry before it, {previous_id}, can no longer be read: damaged since"
+    if before is not None and before > previous_id:
+        return _reordered(previous_id, before)
     return None
+
+
+def _reordered(previous_id: str, before: str | None) -> str:
+    return (
+        f"it was written after {previous_id}, yet {before or 'no entry'} lies just before it: "
+        "the journal was reordered or an entry put in since"
+    )
 
 
 def problems(host: Host, journal: Journal, key: bytes) -> dict[str, str]:

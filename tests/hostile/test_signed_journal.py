@@ -168,6 +168,19 @@ def test_an_entry_deleted_from_the_journal_is_detected_by_rollback_verify_and_hi
     assert history(capsys, hostile.tree)[0] == [{"id": second.stem, "untrusted": why}]
 
 
+def test_an_entry_damaged_in_the_middle_of_the_journal_is_detected_by_the_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hostile = scene(tmp_path)
+    first, second = two_entries(hostile, capsys)
+    first.write_text("{cut short")
+    why = f"the entry before it, {first.stem}, can no longer be read: damaged since"
+    assert refused(hostile, capsys, "rollback", "--yes") == refusal(hostile.tree, second, why)
+    shown, err = history(capsys, hostile.tree)
+    assert shown == [{"id": second.stem, "untrusted": why}]
+    assert f"{first}: unreadable" in err
+
+
 def test_an_entry_copied_in_from_another_hosts_journal_is_refused_even_when_trusted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
