@@ -101,6 +101,10 @@ class JournalEntry(FrozenModel):
     message: str = ""
     #: The host's boot when the apply ran, so that verify can tell a pending reboot from drift.
     boot_id: str | None = None
+    #: The root of the host the apply ran on (``None``: written before proxgpu recorded it).
+    root: str | None = None
+    #: The entry before this one when it was written (see :mod:`proxgpu.apply.trust`).
+    previous: str | None = None
     #: The HMAC of the admin's key over the rest (see :mod:`proxgpu.apply.signing`).
     signature: str | None = None
 
@@ -113,26 +117,27 @@ def entry_json(entry: JournalEntry, key: bytes | None = None) -> bytes:
     >>> JournalEntry.model_validate_json(entry_json(entry, b"k" * 32)).signature[:12]
     'hmac-sha256:'
     """
-    document = entry.model_dump(mode="json")
-    signed = signing.sign(document, key if key is not None else signing.load_key())
+    signed = signing.sign(signed_form(entry), key if key is not None else signing.load_key())
     return json.dumps(signed, indent=2).encode()
 
 
-def check_signed(host: Host, entry: JournalEntry, *, trust_unsigned: bool) -> None:
-    """Refuse ``entry`` unless it carries the admin key's signature (or ``trust_unsigned``).
+#: Fields added since proxgpu first signed its journal: left out of what is signed while unset,
+#: so that an entry the earlier release signed still checks.
+_LATER = ("root", "previous")
 
-    :raises JournalError: naming the entry's file, why and the way out.
+
+def signed_form(entry: JournalEntry) -> dict[str, object]:
+    """What the signature of ``entry`` covers (with the signature itself, which
+    :func:`~proxgpu.apply.signing.check` sets aside).
+
+    >>> entry = JournalEntry(id="1", status="applied", host="pve1", client="me", started="now",
+    ...                      changeset=ChangeSet(host="pve1"), files=[])
+    >>> "previous" in signed_form(entry), "previous" in signed_form(
+    ...     entry.model_copy(update={"previous": "start"}))
+    (False, True)
     """
-    if trust_unsigned:
-        return
-    problem = signing.check(entry.model_dump(mode="json"), signing.load_key())
-    if problem is not None:
-        raise JournalError(
-            host.name,
-            Layout.of(host).journal(entry.id),
-            f"{problem}; refused: roll back from the machine whose key ({signing.key_path()}) "
-            "wrote it, or pass --trust-unsigned if you have checked the entry by hand",
-        )
+    document = entry.model_dump(mode="json")
+    return {k: v for k, v in document.items() if not (k in _LATER and v is None)}
 
 
 def new_journal_id(now: datetime | None = None) -> str:

@@ -86,6 +86,8 @@ class Probe:
     pvesh: bool = False
     #: The kernel's id of the running boot (``None`` in a tree): it changes at every reboot.
     boot_id: str | None = None
+    #: The newest journal entry's id and bytes, which the next entry is chained to.
+    last_entry: tuple[str, bytes] | None = None
 
 
 def _file_state(fields: Sequence[str]) -> FileState:
@@ -157,7 +159,12 @@ def probe(
         node=node[0].split(".")[0] if node and node.fields else "",
         pvesh=output.has("pvesh"),
         boot_id=_boot_id(output.first("boot")),
+        last_entry=_last_entry(output.first("last")),
     )
+
+
+def _last_entry(record: Record | None) -> tuple[str, bytes] | None:
+    return (record[0], base64.b64decode(record[1])) if record is not None else None
 
 
 def _boot_id(record: Record | None) -> str | None:

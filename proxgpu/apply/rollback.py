@@ -19,7 +19,6 @@ from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
 from proxgpu.apply.journal import (
     JournalEntry,
-    check_signed,
     new_journal_id,
     read_journal,
     select_entry,
@@ -39,6 +38,7 @@ from proxgpu.apply.remote import (
     release_quietly,
 )
 from proxgpu.apply.restore import Merged, restore
+from proxgpu.apply.trust import check_trusted
 from proxgpu.errors import FileChangedError, RollbackError
 from proxgpu.host.base import Host
 from proxgpu.model import FrozenModel
@@ -85,8 +85,9 @@ def rollback(
     dropped connection is recovered here, taking over the lock it left behind when that apply ran
     from this machine and is gone (``break_lock`` takes over any lock). ``live`` also returns
     the functions the apply rebound at runtime to their drivers. The entry must carry this
-    machine's signature (:mod:`proxgpu.apply.signing`) unless ``trust_unsigned``.
-    ``dry_run`` takes no lock and writes nothing: the result's ``preview`` says what the
+    machine's signature (:mod:`proxgpu.apply.signing`) and be in its place in the journal's chain
+    (:mod:`proxgpu.apply.trust`) unless ``trust_unsigned``, and have been made for this host and
+    root. ``dry_run`` takes no lock and writes nothing: the result's ``preview`` says what the
     rollback would do, decided as it decides it, refusals included. ``action_output``: how
     many of a running follow-up action's last output lines to say as ``output`` steps.
 
@@ -95,7 +96,8 @@ def rollback(
     ['nothing to roll back: no applied or unfinished journal entry']
 
     :raises RollbackError: when there is nothing to roll back or a step failed.
-    :raises JournalError: when the entry is not signed with this machine's key.
+    :raises JournalError: when the entry is not signed with this machine's key, out of its
+        place in the chain, or made for another host or root.
     :raises FileChangedError: when a file changed since the apply and ``force`` is not given.
     :raises ConcurrentApplyError: when another apply or rollback holds the lock.
     """
@@ -103,7 +105,7 @@ def rollback(
     entry = select_entry(host, journal, to, latest=("applied", "in-progress"))
     if entry is not None:
         _refuse_finished(host, entry)
-        check_signed(host, entry, trust_unsigned=trust_unsigned)
+        check_trusted(host, journal, entry, trust_unsigned=trust_unsigned)
     if dry_run:
         return _preview(host, entry, force=force)
     options = _Options(run_actions, force, live, break_lock, action_timeout, action_output)

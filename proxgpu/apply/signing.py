@@ -13,11 +13,17 @@ What it protects against: someone who can write the plan file or the host's jour
 not have the key. A path or an action added to a plan, a backup name or a hash edited in a
 journal entry, an entry copied from another host: each breaks the signature and is refused.
 
+Journal entries are also chained (:mod:`proxgpu.apply.trust`): each signature covers a link
+to the entry before it, so an entry deleted from the journal, or put in from another one, is
+found out too.
+
 What it does not: root on the admin's machine (who can read the key and sign anything); a host
 that lies consistently (a compromised host can still answer probes and reads with whatever it
-wants: the signature proves who wrote a document, not what the host holds); deleting an entry
-(each is signed on its own, not chained). Documents written before proxgpu signed them are
-refused with the way out named: ``--trust-unsigned`` (``trust_unsigned=True``).
+wants: the signature proves who wrote a document, not what the host holds); deleting the newest
+entries (nothing after them records them); an entry put back to an earlier state of itself that
+proxgpu wrote (its status before a rollback). Documents written before proxgpu signed (or
+chained) them are refused with the way out named: ``--trust-unsigned``
+(``trust_unsigned=True``).
 
 >>> key = b"k" * 32
 >>> signed = sign({"host": "pve1", "files": ["/etc/modules"]}, key)

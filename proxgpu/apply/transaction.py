@@ -54,6 +54,7 @@ from proxgpu.apply.remote import (
 )
 from proxgpu.apply.restore import restore
 from proxgpu.apply.result import ApplyResult
+from proxgpu.apply.trust import link_after
 from proxgpu.apply.vmapi import VmApiWriter
 from proxgpu.errors import (
     ApplyError,
@@ -291,6 +292,8 @@ class _Apply:
             id=self.id,
             status="in-progress",
             host=self.host.name,
+            root=self.host.root,
+            previous=link_after(probe.last_entry),
             client=f"{getpass.getuser()}@{socket.gethostname()}",
             started=now(),
             boot_id=probe.boot_id,

@@ -13,6 +13,7 @@ from proxgpu.apply.entries import entry_drift, partly_ours
 from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import probe, read_files
+from proxgpu.apply.trust import check_trusted
 from proxgpu.apply.why import why_not_vfio
 from proxgpu.errors import UsageError
 from proxgpu.host.base import Host
@@ -42,14 +43,21 @@ class VerifyReport(FrozenModel):
     moved: dict[str, str | None] = Field(default_factory=dict)
 
 
-def applied_entry(host: Host, to: str | None = None) -> JournalEntry:
-    """The journal entry ``to``, or the last applied one (what ``verify`` compares with).
+def applied_entry(
+    host: Host, to: str | None = None, *, trust_unsigned: bool = False
+) -> JournalEntry:
+    """The journal entry ``to``, or the last applied one (what ``verify`` compares with), made
+    for ``host`` and, unless ``trust_unsigned``, signed and in its place in the chain
+    (:mod:`proxgpu.apply.trust`): an entry edited by hand says nothing about the host.
 
     :raises UsageError: when there is none (or none named ``to``).
+    :raises JournalError: when the entry is not to be trusted.
     """
-    entry = select_entry(host, read_journal(host), to, latest=("applied",))
+    journal = read_journal(host)
+    entry = select_entry(host, journal, to, latest=("applied",))
     if entry is None:
         raise UsageError(f"{host.name}: no applied entry in the journal (see proxgpu history)")
+    check_trusted(host, journal, entry, trust_unsigned=trust_unsigned)
     return entry
 
 

@@ -9,6 +9,9 @@ import os
 import sys
 
 from proxgpu.apply.journal import read_journal
+from proxgpu.apply.layout import Layout
+from proxgpu.apply.signing import load_key
+from proxgpu.apply.trust import problems as trust_problems
 from proxgpu.apply.verify import applied_entry, verify
 from proxgpu.cli.change import apply_options, confirm
 from proxgpu.cli.hosts import open_host
@@ -36,7 +39,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def host_verify(args: argparse.Namespace, host: Host, say: Say) -> Shown:
     """One host's verify (see :func:`cmd_verify`)."""
-    report = verify(host, applied_entry(host, args.to))
+    trust_unsigned = getattr(args, "trust_unsigned", False)
+    report = verify(host, applied_entry(host, args.to, trust_unsigned=trust_unsigned))
     if report.drifted:
         lines = [f"{host.name}: drift: {line}" for line in report.drift]
     elif report.pending_reboot:
@@ -78,16 +82,32 @@ def cmd_history(args: argparse.Namespace) -> int:
 def host_history(args: argparse.Namespace, host: Host, say: Say) -> Shown:
     """One host's journal (see :func:`cmd_history`)."""
     journal = read_journal(host)
-    notes = tuple(
+    notes = [
         f"{host.name}: {path}: {why}; the other entries are listed"
         for path, why in journal.unreadable.items()
-    )
+    ]
     entries = journal.entries
-    rows = [["ID", "STATUS", "STARTED", "BY", "FILES"]]
-    rows += [[e.id, e.status, e.started, e.client, str(len(e.files))] for e in entries]
+    untrusted = trust_problems(host, journal, load_key()) if entries else {}
+    layout = Layout.of(host)
+    notes += [
+        f"{host.name}: {layout.journal(entry_id)}: UNTRUSTED: {why}"
+        for entry_id, why in untrusted.items()
+    ]
+    rows = [["ID", "STATUS", "STARTED", "BY", "FILES", "TRUSTED"]]
+    rows += [
+        [e.id, e.status, e.started, e.client, str(len(e.files)), _trusted(untrusted, e.id)]
+        for e in entries
+    ]
     text = table(rows) if entries else f"{host.name}: the journal is empty"
-    document = redact_document([e.model_dump(mode="json") for e in entries])
-    return Shown(text + "\n", document, notes=notes)
+    document = redact_document(
+        [{**e.model_dump(mode="json"), "untrusted": untrusted.get(e.id)} for e in entries]
+    )
+    return Shown(text + "\n", document, notes=tuple(notes))
+
+
+def _trusted(untrusted: dict[str, str], entry_id: str) -> str:
+    """The TRUSTED cell: ``yes``, or ``NO`` (the note below the table says why)."""
+    return "NO" if entry_id in untrusted else "yes"
 
 
 def cmd_check_gpus(args: argparse.Namespace) -> int:

@@ -226,6 +226,7 @@ def _verify(sub: Commands) -> None:
         gpus=False,
     )
     verify.add_argument("--to", metavar="ID", help="journal entry (default: the last applied)")
+    _trust_unsigned(verify, "a journal entry")
 
 
 def _rollback(sub: Commands) -> None:

@@ -20,12 +20,31 @@ b'a b\\x00in'
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from importlib import resources
 
-from proxgpu.host.base import CommandResult, Host, command_line
+from proxgpu.errors import CommandOutputTooLargeError, CommandTimeoutError
+from proxgpu.host.base import DEFAULT_TIMEOUT, CommandResult, Host, command_line
 
 #: Runs a shell command line with these stdin bytes: (exit status, stdout, stderr).
 Execute = Callable[[str, bytes], tuple[int, bytes, bytes]]
+
+#: ``scripts/bounded.sh``: runs each command under one deadline and a cap on what it answers.
+BOUNDED = resources.files("proxgpu").joinpath("scripts", "bounded.sh").read_text(encoding="utf-8")
+#: The exit statuses of ``timeout`` when the deadline came (TERM, then KILL).
+_TIMED_OUT = (124, 137)
+
+
+def bounded_line(argv: tuple[str, ...], max_output: int, limit: float) -> str:
+    """The command line that runs ``argv`` on the host under ``limit`` seconds in all, keeping at
+    most one byte more than ``max_output`` of each of stdout and stderr (what goes past that is
+    refused, not cut: see :class:`CommandHost`).
+
+    >>> bounded_line(("echo", "a b"), 10, 2.5).endswith("bounded 11 2.5 echo 'a b'")
+    True
+    """
+    return command_line(["sh", "-c", BOUNDED, "bounded", str(max_output + 1), f"{limit:g}", *argv])
 
 
 class CommandHost(Host):
@@ -33,7 +52,13 @@ class CommandHost(Host):
 
     With a ``root`` other than ``/`` the host is a directory tree on that machine (an image):
     files are written there, actions and live steps are listed, not run, as on an SSH host.
-    Timeouts are the caller's connection's to keep (Ansible's task ``timeout``).
+
+    Every command is bounded as a whole, as on the other hosts, and on the host itself, so that
+    the connection never carries more (``scripts/bounded.sh``, which needs ``timeout`` and
+    ``head`` there): one deadline for the whole command (``DEFAULT_TIMEOUT`` when none is given),
+    after which the command and its process group are killed, and at most ``max_output`` bytes
+    of answer. A connection that hangs on its own is the caller's to time out (Ansible's task
+    ``timeout``).
     """
 
     def __init__(self, name: str, execute: Execute, root: str = "/") -> None:
@@ -46,7 +71,14 @@ class CommandHost(Host):
     def _run(
         self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
     ) -> CommandResult:
-        returncode, stdout, stderr = self.execute(command_line(argv), stdin or b"")
+        limit = DEFAULT_TIMEOUT if timeout is None else timeout
+        started = time.monotonic()
+        line = bounded_line(argv, self.max_output, limit)
+        returncode, stdout, stderr = self.execute(line, stdin or b"")
+        if len(stdout) + len(stderr) > self.max_output:
+            raise CommandOutputTooLargeError(self.name, list(argv), self.max_output)
+        if returncode in _TIMED_OUT and time.monotonic() - started >= limit:
+            raise CommandTimeoutError(self.name, list(argv), limit)
         return CommandResult(argv, returncode, stdout, stderr)
 
 

@@ -103,7 +103,7 @@ def check_files(host: Host, capture: Capture) -> None:
         _check_local_files(host.root, capture)
         return
     by_dir: dict[str, list[str]] = {}
-    for path in [*capture.raw, *capture.lines]:
+    for path in _read_or_refused(capture):
         directory, _, name = path.rpartition("/")
         by_dir.setdefault(directory, []).append(name)
     prefix = host.root.rstrip("/")
@@ -113,10 +113,7 @@ def check_files(host: Host, capture: Capture) -> None:
         raise CommandError(host.name, ["the inside step"], output.returncode, output.stderr)
     for record in output.of("outside"):
         directory, name, target = record.fields
-        path = directory.removeprefix(prefix) + "/" + name
-        capture.raw.pop(path, None)
-        capture.lines.pop(path, None)
-        capture.outside[path] = target
+        _drop_outside(capture, directory.removeprefix(prefix) + "/" + name, target)
     for record in output.of("mode"):
         directory, mode, name = record.fields
         capture.modes[directory.removeprefix(prefix) + "/" + name] = int(mode, 8) & 0o777
@@ -310,14 +307,26 @@ def _redacted(data: bytes) -> bytes:
     )
 
 
+def _read_or_refused(capture: Capture) -> list[str]:
+    """Every file the gather read, and those it refused to read (the gather reads no file
+    through a link out of the root: those are among the refused, and are told apart here)."""
+    return [*capture.raw, *capture.lines, *capture.unreadable]
+
+
+def _drop_outside(capture: Capture, path: str, target: str) -> None:
+    capture.raw.pop(path, None)
+    capture.lines.pop(path, None)
+    if path in capture.unreadable:
+        capture.unreadable.remove(path)
+    capture.outside[path] = target
+
+
 def _check_local_files(root: str, capture: Capture) -> None:
     real_root = os.path.realpath(root).rstrip("/")
-    for path in [*capture.raw, *capture.lines]:
+    for path in _read_or_refused(capture):
         real = os.path.realpath(real_root + path)
         if not (real + "/").startswith(real_root + "/"):
-            capture.raw.pop(path, None)
-            capture.lines.pop(path, None)
-            capture.outside[path] = real
+            _drop_outside(capture, path, real)
             continue
         try:
             capture.modes[path] = os.stat(real).st_mode & 0o777

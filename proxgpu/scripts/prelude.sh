@@ -4,7 +4,8 @@
 #   rec KIND FIELD...: print one record, "#KIND" and its fields separated by tabs, on one line.
 #   put_tmp TMP MODE UMASK OWNER CMD...: write CMD's output into the new file TMP, created under
 #     UMASK, then give it OWNER (uid:gid) and MODE, each unless "-" (pmxcfs takes no chmod or
-#     chown: /etc/pve files pass "-" for both), and flush it to disk.
+#     chown: /etc/pve files pass "-" for both), and flush it to disk; fails when TMP no longer
+#     names the file it wrote.
 #   put_stdin TMP MODE UMASK OWNER SIZE: put_tmp with exactly the next SIZE bytes of stdin (GNU
 #     head never reads past them, so the next file's bytes stay on stdin); fails on a short read.
 #   durable_mv SRC DEST: rename SRC over DEST, then sync DEST's directory so that the rename
@@ -71,15 +72,24 @@ put_tmp() {
     pt_tmp=$1 pt_mode=$2 pt_mask=$3 pt_owner=$4
     shift 4
     # A name left there (a symlink planted to redirect the write) is removed, not followed, and
-    # noclobber creates the file with O_EXCL, which refuses a link made since.
+    # noclobber creates the file with O_EXCL, which refuses a link made since. From then on the
+    # file is reached only through the descriptor that made it (fd 7; chown, chmod and sync
+    # through /proc/self/fd/7): a name swapped meanwhile for a link or a hard link to another
+    # file is never followed, and is refused at the end.
     rm -f -- "$pt_tmp" || return 1
-    (umask "$pt_mask" && set -C && "$@" > "$pt_tmp") || return 1
-    [ -f "$pt_tmp" ] && [ ! -L "$pt_tmp" ] || return 1
-    if [ "$pt_owner" != - ] && [ "$(stat -c %u:%g "$pt_tmp")" != "$pt_owner" ]; then
-        chown -h "$pt_owner" "$pt_tmp" || return 1
-    fi
-    if [ "$pt_mode" != - ]; then [ ! -L "$pt_tmp" ] && chmod "$pt_mode" "$pt_tmp" || return 1; fi
-    sync "$pt_tmp"
+    (
+        umask "$pt_mask" && set -C && exec 7>"$pt_tmp" || exit 1
+        set +C
+        "$@" >&7 7>&- || exit 1
+        pt_fd=/proc/self/fd/7
+        if [ "$pt_owner" != - ] && [ "$(stat -L -c %u:%g "$pt_fd")" != "$pt_owner" ]; then
+            chown "$pt_owner" "$pt_fd" || exit 1
+        fi
+        if [ "$pt_mode" != - ]; then chmod "$pt_mode" "$pt_fd" || exit 1; fi
+        sync "$pt_fd" || exit 1
+        [ -f "$pt_tmp" ] && [ ! -L "$pt_tmp" ] &&
+            [ "$(stat -L -c %d:%i "$pt_fd")" = "$(stat -c %d:%i -- "$pt_tmp")" ]
+    )
 }
 put_stdin() {
     put_tmp "$1" "$2" "$3" "$4" head -c "$5" || return 1

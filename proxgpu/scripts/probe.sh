@@ -7,7 +7,7 @@
 # of the way first, so of two that break it one wins. Records:
 #   uid N | node NAME | boot ID (this boot's id, "-" in a tree) | pvesh | notroot | lock
 #   locked B64(owner) | held B64(owner)
-#   inprogress ID | file I other | file I file SHA256 MODE UID GID
+#   inprogress ID | last ID B64(json) (the newest entry) | file I other | file I file SHA256 MODE UID GID
 #   file I absent MISSING_DIRS (how many of its ancestors do not exist)
 #   file I escapes DIR (its directory resolves outside ROOT through a symlink)
 #   outside DIR WHERE (the journal's or the backups' directory does) | end
@@ -63,12 +63,22 @@ for own in "$journal" "${journal%/*}/backups"; do
 done
 (
     enter "$journal" 2>/dev/null || exit 0
+    last=
     for j in ./*.json; do
-        if [ -f "$j" ] && [ ! -L "$j" ] && nofollow_cat "$j" | grep -q '^  "status": "in-progress"'; then
+        if [ ! -f "$j" ] || [ -L "$j" ]; then continue; fi
+        last=$j
+        if nofollow_cat "$j" | grep -q '^  "status": "in-progress"'; then
             n=${j##*/}
             rec inprogress "${n%.json}"
         fi
     done
+    # The newest entry (ids sort by time), which the next one is chained to: streamed, as an
+    # entry holds whole configs.
+    [ -n "$last" ] || exit 0
+    n=${last##*/}
+    printf '#last\t%s\t' "${n%.json}"
+    nofollow_cat "$last" | base64 -w0
+    echo
 )
 state() {  # PATH I: its file record, found in its directory entered inside the root
     en_missing=0 en_now=$1

@@ -228,7 +228,7 @@ def test_a_journal_entry_edited_by_hand_is_refused_by_rollback(
     assert code == 15
     assert err == (
         f"proxgpu: dir:{hostile.tree}: {entry}: its signature does not match: edited since "
-        "proxgpu wrote it; refused: roll back from the machine whose key "
+        "proxgpu wrote it; refused: act on it from the machine whose key "
         f"({signing.key_path()}) wrote it, or pass --trust-unsigned if you have checked the "
         "entry by hand\n"
     )

@@ -1,0 +1,203 @@
+"""Whether a journal entry may be acted on: signed with the admin's key, in its place in the
+host's chain of entries, and made for this host.
+
+Each entry records, in ``previous``, the entry before it when it was written: that entry's id
+and the :func:`seal` of what it did (its id, host, root, client, start and change set, which
+never change once written), or :data:`START` for the first entry of a journal. The signature
+covers that link, so an entry deleted from the middle of the journal, an entry put back in
+from elsewhere or the order changed leaves the next entry pointing at the wrong place.
+
+>>> from proxgpu.rendering.changes import ChangeSet
+>>> first = JournalEntry(id="1", status="applied", host="pve1", client="me", started="now",
+...                      changeset=ChangeSet(host="pve1"), files=[], previous=START)
+>>> second = first.model_copy(update={"id": "2", "previous": link(first)})
+>>> chain_problems(Journal([second], {}))
+{'2': 'the entry before it, 1, is gone from the journal: deleted since'}
+>>> chain_problems(Journal([first, second], {}))
+{}
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from pydantic import ValidationError
+
+from proxgpu.apply import signing
+from proxgpu.apply.journal import Journal, JournalEntry, signed_form
+from proxgpu.apply.layout import Layout
+from proxgpu.errors import JournalError
+from proxgpu.host.base import Host
+
+#: The ``previous`` of the first entry of a journal.
+START = "start"
+_SEALED = ("id", "host", "root", "client", "started", "changeset")
+
+
+def seal(entry: JournalEntry) -> str:
+    """The SHA-256 of what ``entry`` was made as (the fields no later write changes).
+
+    >>> from proxgpu.rendering.changes import ChangeSet
+    >>> len(seal(JournalEntry(id="1", status="applied", host="h", client="c", started="s",
+    ...                       changeset=ChangeSet(host="h"), files=[])))
+    64
+    """
+    document = entry.model_dump(mode="json", include=set(_SEALED))
+    return hashlib.sha256(signing.canonical(document)).hexdigest()
+
+
+def link(previous: JournalEntry | None, previous_id: str | None = None) -> str:
+    """The ``previous`` field of the entry written after ``previous`` (``None``: after nothing,
+    or, with ``previous_id``, after an entry that could not be read: its id alone).
+
+    >>> link(None), link(None, "20261130T011500.000000Z-ab12")
+    ('start', '20261130T011500.000000Z-ab12:')
+    """
+    if previous is not None:
+        return f"{previous.id}:{seal(previous)}"
+    return START if previous_id is None else f"{previous_id}:"
+
+
+def link_after(last: tuple[str, bytes] | None) -> str:
+    """The ``previous`` field of an entry written after ``last``, the newest entry's id and
+    bytes as the probe read them (``None``: the journal is empty).
+
+    >>> link_after(None), link_after(("20261130T011500.000000Z-ab12", b"{damaged"))
+    ('start', '20261130T011500.000000Z-ab12:')
+    """
+    if last is None:
+        return START
+    journal_id, data = last
+    try:
+        entry = JournalEntry.model_validate_json(data)
+    except (ValidationError, ValueError):
+        return link(None, journal_id)
+    return link(entry) if entry.id == journal_id else link(None, journal_id)
+
+
+def chain_problems(journal: Journal) -> dict[str, str]:
+    """Why each entry of ``journal`` is out of its place in the chain, by entry id (see the
+    module docstring); entries in place are left out. A file that cannot be read counts only
+    where an entry was chained to it: one planted beside the entries hides none of them."""
+    readable = {e.id: e for e in journal.entries}
+    ids = set(readable) | {_id_of(path) for path in journal.unreadable}
+    problems = {}
+    for index, entry in enumerate(journal.entries):
+        before = journal.entries[index - 1].id if index else None
+        problem = _out_of_place(entry, before, readable, ids)
+        if problem is not None:
+            problems[entry.id] = problem
+    return problems
+
+
+def _id_of(path: str) -> str:
+    return path.rsplit("/", 1)[-1].removesuffix(".json")
+
+
+def _out_of_place(
+    entry: JournalEntry, before: str | None, readable: dict[str, JournalEntry], ids: set[str]
+) -> str | None:
+    """Why ``entry``, whose nearest readable predecessor is ``before``, is out of its place."""
+    if entry.previous is None:
+        return "it is not chained (written before proxgpu chained its journal)"
+    if entry.previous == START:
+        if before is None:
+            return None
+        return f"it began the journal, yet {before} lies before it: put there since"
+    previous_id, _, digest = entry.previous.partition(":")
+    if previous_id not in ids:
+        return f"the entry before it, {previous_id}, is gone from the journal: deleted since"
+    was = readable.get(previous_id)
+    if was is not None:
+        if before != previous_id:
+            return _reordered(previous_id, before)
+        if digest and seal(was) != digest:
+            return f"the entry before it, {previous_id}, is not the one it was written after"
+        return None
+    if digest:
+        return f"the entry before it, {previous_id}, can no longer be read: damaged since"
+    if before is not None and before > previous_id:
+        return _reordered(previous_id, before)
+    return None
+
+
+def _reordered(previous_id: str, before: str | None) -> str:
+    return (
+        f"it was written after {previous_id}, yet {before or 'no entry'} lies just before it: "
+        "the journal was reordered or an entry put in since"
+    )
+
+
+def problems(host: Host, journal: Journal, key: bytes) -> dict[str, str]:
+    """Why each entry of ``host``'s ``journal`` is not to be trusted, by entry id (entries
+    signed by ``key``, in their place in the chain and made for ``host`` are left out).
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> from proxgpu.rendering.changes import ChangeSet
+    >>> host = DirectoryHost("examples/hosts/ct200")
+    >>> entry = JournalEntry(id="1", status="applied", host="pve9", client="me", started="now",
+    ...                      changeset=ChangeSet(host="pve9"), files=[], previous=START)
+    >>> key = b"k" * 32
+    >>> signed = JournalEntry.model_validate(signing.sign(signed_form(entry), key))
+    >>> problems(host, Journal([signed], {}), key)["1"][:33]
+    'made for host pve9, not dir:examp'
+    """
+    chain = chain_problems(journal)
+    found = {}
+    for entry in journal.entries:
+        problem = (
+            signing.check(signed_form(entry), key) or chain.get(entry.id) or other_host(host, entry)
+        )
+        if problem is not None:
+            found[entry.id] = problem
+    return found
+
+
+def check_trusted(
+    host: Host, journal: Journal, entry: JournalEntry, *, trust_unsigned: bool
+) -> None:
+    """Refuse ``entry`` unless made for ``host`` and, unless ``trust_unsigned``, signed with the
+    admin's key and in its place in the chain.
+
+    :raises JournalError: naming the entry's file, why and the way out.
+    """
+    where = Layout.of(host).journal(entry.id)
+    if not trust_unsigned:
+        problem = signing.check(signed_form(entry), signing.load_key())
+        problem = problem or chain_problems(journal).get(entry.id)
+        if problem is not None:
+            raise JournalError(
+                host.name,
+                where,
+                f"{problem}; refused: act on it from the machine whose key "
+                f"({signing.key_path()}) wrote it, or pass --trust-unsigned if you have checked "
+                "the entry by hand",
+            )
+    problem = other_host(host, entry)
+    if problem is not None:
+        raise JournalError(host.name, where, f"{problem}; refused")
+
+
+def other_host(host: Host, entry: JournalEntry) -> str | None:
+    """Why ``entry`` is not one of ``host``'s: made for another host or another root (``None``:
+    it is ``host``'s).
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> from proxgpu.rendering.changes import ChangeSet
+    >>> entry = JournalEntry(id="1", status="applied", host="pve9", client="me", started="now",
+    ...                      changeset=ChangeSet(host="pve9"), files=[])
+    >>> other_host(DirectoryHost("examples/hosts/ct200"), entry)
+    'made for host pve9, not dir:examples/hosts/ct200: copied from another host, or reach the \
+host as pve9 (the name its apply used)'
+    """
+    if entry.host != host.name:
+        return (
+            f"made for host {entry.host}, not {host.name}: copied from another host, or reach "
+            f"the host as {entry.host} (the name its apply used)"
+        )
+    if entry.root is not None and entry.root != host.root:
+        return (
+            f"made for root {entry.root}, not {host.root}: copied from another tree, or use "
+            f"--root {entry.root}"
+        )
+    return None
