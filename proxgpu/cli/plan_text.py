@@ -11,8 +11,9 @@ from proxgpu.rendering.changes import ChangeSet, unified_diff
 def _group_title(group: PlanGroup) -> str:
     node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
     target = "no guest" if group.guest is None else f"{group.guest.type.upper()} {group.guest.vmid}"
-    role = "stays on the host driver" if group.role == "host" else "goes to vfio-pci"
-    return f"{node} -> {group.driver} ({role}), for {target}; CPUs {group.cpus}"
+    if group.vgpu_guests:
+        target = "vGPUs of " + ", ".join(f"VM {guest.vmid}" for guest in group.vgpu_guests)
+    return f"{node} -> {group.driver} ({group.role.action}), for {target}; CPUs {group.cpus}"
 
 
 def render_plan(plan: Plan, inv: Inventory) -> str:

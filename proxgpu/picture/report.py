@@ -168,11 +168,14 @@ def _group_sentence(group: PlanGroup) -> str:
     """
     node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
     count = f"{len(group.gpus)} GPU{'s' * (len(group.gpus) != 1)}"
-    verb = "go" if len(group.gpus) != 1 else "goes"
-    action = f"stay on {group.driver}" if group.role == "host" else f"{verb} to vfio-pci"
-    if group.role == "host" and len(group.gpus) == 1:
-        action = f"stays on {group.driver}"
-    if group.guest is None:
+    one = len(group.gpus) == 1
+    if group.role.moves_to_vfio:
+        action = f"{'goes' if one else 'go'} to vfio-pci"
+    else:
+        action = f"{'stays' if one else 'stay'} on {group.driver}"
+    if group.vgpu_guests:
+        target = "for vGPUs of " + ", ".join(f"VM {g.vmid}" for g in group.vgpu_guests)
+    elif group.guest is None:
         target = "for no guest yet"
     else:
         target = f"for {'CT' if group.guest.type == 'lxc' else 'VM'} {group.guest.vmid}"

@@ -44,6 +44,7 @@ from proxgpu.planning.model import (
     Plan,
     PlanGroup,
     Problem,
+    Role,
     SplitPolicy,
     TensorParallelAdvice,
     parse_vm_spec,
@@ -102,7 +103,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     ctx.raise_problems()
     warn_about_shape(ctx, groups)
     advise_passthrough(ctx, groups)
-    host = next((group for group in groups if group.role == "host"), None)
+    host = next((group for group in groups if group.role is Role.HOST), None)
     return Plan(
         groups=groups,
         warnings=ctx.warnings,
@@ -117,6 +118,7 @@ __all__ = [
     "Plan",
     "PlanGroup",
     "Problem",
+    "Role",
     "SplitPolicy",
     "TensorParallelAdvice",
     "check_gpu_set",

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import (
@@ -21,7 +22,50 @@ from proxgpu.model import FrozenModel
 from proxgpu.planning.runtimes import RUNTIMES
 from proxgpu.pve.claims import GuestRef
 
-Role = Literal["host", "vfio"]
+
+class Role(StrEnum):
+    """What the plan does with a GPU; every stage asks its role rather than comparing names.
+
+    ``HOST`` keeps the GPU on its host driver for the container; ``VFIO`` binds it to vfio-pci
+    for a VM; ``VGPU`` keeps it on its host driver for VMs using mediated devices (``mdev=``) of
+    it, which qemu-server creates through that driver (``prepare_pci_device`` in
+    PVE/QemuServer/PCI.pm), so it never moves and no container gets it.
+
+    >>> [(r.value, r.moves_to_vfio, r.serves) for r in Role]
+    [('host', False, 'lxc'), ('vfio', True, 'vm'), ('vgpu', False, 'vm')]
+    >>> Role.VGPU.action
+    'stays on the host driver for vGPU VMs'
+    """
+
+    HOST = "host"
+    VFIO = "vfio"
+    VGPU = "vgpu"
+
+    def __repr__(self) -> str:
+        # Plans print as their JSON spells them ('host'), in doctests and error texts alike.
+        return repr(self.value)
+
+    @property
+    def moves_to_vfio(self) -> bool:
+        """Whether the GPU is bound to vfio-pci (every other role keeps its host driver)."""
+        return self is Role.VFIO
+
+    @property
+    def serves(self) -> Literal["lxc", "vm"]:
+        """The kind of guest the role's GPUs go to."""
+        return "lxc" if self is Role.HOST else "vm"
+
+    @property
+    def action(self) -> str:
+        """What happens to the GPU, as the plan text and the picture's legend say it."""
+        return _ACTIONS[self]
+
+
+_ACTIONS = {
+    Role.HOST: "stays on the host driver",
+    Role.VFIO: "goes to vfio-pci",
+    Role.VGPU: "stays on the host driver for vGPU VMs",
+}
 ProblemCode = Literal[
     "no-gpus",
     "policy",
@@ -126,7 +170,8 @@ class PlanGroup(FrozenModel):
     (audio and other functions of their slots). ``cpus`` (a cpulist) and ``memory_nodes`` are the
     NUMA-local CPUs and memory: a container's ``cpuset.cpus``/``cpuset.mems``, a VM's
     ``affinity`` and ``hostnodes``. ``numa_node`` is ``None`` when the GPUs span nodes or their
-    node is unknown; then the pinning covers every node they may sit on.
+    node is unknown; then the pinning covers every node they may sit on. A ``vgpu`` group (one
+    GPU) lists in ``vgpu_guests`` the VMs using vGPUs of it.
 
     >>> PlanGroup(role="vfio", numa_node=1, gpus=["0000:81:00.0"], functions=["0000:81:00.0"],
     ...           cpus="32-63", memory_nodes=[1], driver="vfio-pci").guest is None
@@ -141,6 +186,7 @@ class PlanGroup(FrozenModel):
     memory_nodes: list[int]
     driver: str
     guest: GuestRef | None = None
+    vgpu_guests: list[GuestRef] = Field(default_factory=list)
 
 
 class TensorParallelAdvice(FrozenModel):

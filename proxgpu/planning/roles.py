@@ -1,4 +1,5 @@
-"""Which role each GPU gets: host driver or vfio-pci, by NUMA node or by address."""
+"""Which role each GPU gets: host driver or vfio-pci, by NUMA node or by address; a GPU that
+VMs use vGPUs of stays on its host driver for them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from proxgpu.pci import normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import VMID_MAX, VMID_MIN, Role
+from proxgpu.pve.claims import GuestRef, device_claims
 
 
 def assign_roles(ctx: Context) -> dict[str, Role]:
@@ -36,7 +38,45 @@ def assign_roles(ctx: Context) -> dict[str, Role]:
     if unnamed:
         _complement_roles(ctx, unnamed, roles)
     _report_unplaced(ctx, unknown, unlisted_nodes)
-    return roles
+    return _keep_vgpus(ctx, roles)
+
+
+def vgpu_users(ctx: Context) -> dict[str, list[GuestRef]]:
+    """GPU address -> the VMs whose ``hostpciN: ...,mdev=TYPE`` entries use a vGPU of it."""
+    users: dict[str, list[GuestRef]] = defaultdict(list)
+    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
+        if not claim.keeps_host_driver or claim.pci_address is None:
+            continue
+        try:
+            found = ctx.index.at(normalize_pci_address(claim.pci_address))
+        except ValueError:
+            continue  # PVE refuses such an address: it uses nothing
+        for gpu in found:
+            if claim.guest not in users[gpu.address]:
+                users[gpu.address].append(claim.guest)
+    return dict(users)
+
+
+def _keep_vgpus(ctx: Context, roles: dict[str, Role]) -> dict[str, Role]:
+    """A GPU with vGPUs in use stays on its host driver for them, whatever its node's role: only
+    naming it in ``--vfio-gpus`` sends it to vfio-pci (and the claim check refuses that)."""
+    named = {gpu.address for gpu in _quiet_select(ctx, ctx.policy.vfio_gpus)}
+    users = vgpu_users(ctx)
+    return {
+        address: Role.VGPU if address in users and address not in named else role
+        for address, role in roles.items()
+    }
+
+
+def _quiet_select(ctx: Context, texts: list[str]) -> list[Gpu]:
+    """The GPUs ``texts`` name; :func:`_select_by_address` has told of the ones that are not."""
+    found: list[Gpu] = []
+    for text in texts:
+        try:
+            found.extend(ctx.index.at(normalize_pci_address(text)))
+        except ValueError:
+            continue
+    return found
 
 
 def _check_targets(ctx: Context) -> None:
@@ -71,8 +111,8 @@ def _named_roles(ctx: Context) -> dict[str, Role]:
     """The roles given by ``--host-gpus``/``--vfio-gpus``."""
     named: dict[str, Role] = {}
     lists: list[tuple[Role, str, list[str]]] = [
-        ("host", "--host-gpus", ctx.policy.host_gpus),
-        ("vfio", "--vfio-gpus", ctx.policy.vfio_gpus),
+        (Role.HOST, "--host-gpus", ctx.policy.host_gpus),
+        (Role.VFIO, "--vfio-gpus", ctx.policy.vfio_gpus),
     ]
     for role, option, texts in lists:
         for gpu in _select_by_address(ctx, option, texts):
@@ -127,13 +167,13 @@ def _node_roles(ctx: Context) -> dict[int, Role]:
             "name each node once",
         )
     if not policy.host_nodes and not policy.vfio_nodes:
-        return {node: "host" if node == gpu_nodes[0] else "vfio" for node in gpu_nodes}
+        return {node: Role.HOST if node == gpu_nodes[0] else Role.VFIO for node in gpu_nodes}
     roles: dict[int, Role] = {}
     for node in gpu_nodes:
         if node in policy.host_nodes or (node not in policy.vfio_nodes and not policy.host_nodes):
-            roles[node] = "host"
+            roles[node] = Role.HOST
         elif node in policy.vfio_nodes or not policy.vfio_nodes:
-            roles[node] = "vfio"
+            roles[node] = Role.VFIO
     return roles
 
 
@@ -147,7 +187,7 @@ def _complement_roles(ctx: Context, unnamed: list[Gpu], roles: dict[str, Role]) 
             "(the GPUs it does not name then take the other role)",
         )
         return
-    other: Role = "vfio" if ctx.policy.host_gpus else "host"
+    other = Role.VFIO if ctx.policy.host_gpus else Role.HOST
     roles.update((gpu.address, other) for gpu in unnamed)
 
 

@@ -97,7 +97,9 @@ def render_mapping(ctx: RenderContext, groups: list[PlanGroup]) -> None:
     name = ctx.options.mapping
     if name is None:
         return
-    gpus = [ctx.inventory.gpu(a) for g in groups if g.role == "vfio" and g.guest for a in g.gpus]
+    gpus = [
+        ctx.inventory.gpu(a) for g in groups if g.role.moves_to_vfio and g.guest for a in g.gpus
+    ]
     if not gpus:
         return
     lacking = [gpu.address for gpu in gpus if gpu.iommu_group is None]
