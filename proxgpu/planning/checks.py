@@ -250,7 +250,8 @@ def _judge_vgpu_claims(
     if not moved:
         if not target:
             ctx.warnings.append(
-                f"{wording.join(sorted(by_gpu))} stay on the host driver, where VM {guest.vmid} "
+                f"{wording.join(sorted(by_gpu))} {'stays' if len(by_gpu) == 1 else 'stay'} on the "
+                f"host driver, where VM {guest.vmid} "
                 f"uses a vGPU of {'it' if len(by_gpu) == 1 else 'them'} ({lines}): that keeps "
                 "working, and no container is given it"
             )
