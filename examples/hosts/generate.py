@@ -358,6 +358,7 @@ VGPU_VM_310 = """\
 bios: ovmf
 cores: 8
 cpu: host
+efidisk0: local-zfs:vm-310-disk-1,efitype=4m,pre-enrolled-keys=1,size=1M
 machine: q35
 memory: 32768
 name: cad
@@ -373,6 +374,7 @@ VGPU_VM_400 = """\
 bios: ovmf
 cores: 8
 cpu: host
+efidisk0: local-zfs:vm-400-disk-1,efitype=4m,pre-enrolled-keys=1,size=1M
 machine: q35
 memory: 32768
 name: render
@@ -409,7 +411,9 @@ def vgpu_host() -> HostSpec:
         ("0000:91:00.0", 1, 68, "0000:90:01.1", 67),
     ]
     files = {
-        "/etc/pve/lxc/200.conf": CT200_LXC.split("lxc.cgroup2", maxsplit=1)[0],
+        "/etc/pve/lxc/200.conf": CT200_LXC.split("lxc.cgroup2", maxsplit=1)[0].replace(
+            "memory: 262144", "memory: 65536"
+        ),
         "/etc/pve/qemu-server/310.conf": VGPU_VM_310,
         "/etc/pve/qemu-server/400.conf": VGPU_VM_400,
         "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,

@@ -26,6 +26,7 @@ from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import plan_inventory, shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy
+from proxgpu.planning.wording import vgpu_list
 from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import ChangeSet, FileChange, unified_diff
@@ -173,8 +174,8 @@ def _group_sentence(group: PlanGroup) -> str:
         action = f"{'goes' if one else 'go'} to vfio-pci"
     else:
         action = f"{'stays' if one else 'stay'} on {group.driver}"
-    if group.vgpu_guests:
-        target = "for vGPUs of " + ", ".join(f"VM {g.vmid}" for g in group.vgpu_guests)
+    if group.vgpus:
+        target = f"for vGPUs of {vgpu_list(group.vgpus)}"
     elif group.guest is None:
         target = "for no guest yet"
     else:

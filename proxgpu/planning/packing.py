@@ -10,12 +10,13 @@ from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
-from proxgpu.planning.model import PlanGroup, Role
-from proxgpu.planning.roles import vgpu_users
+from proxgpu.planning.model import PlanGroup, Role, VgpuUse
 from proxgpu.pve.claims import GuestRef
 
 
-def build_groups(ctx: Context, roles: dict[str, Role]) -> list[PlanGroup]:
+def build_groups(
+    ctx: Context, roles: dict[str, Role], vgpus: dict[str, list[VgpuUse]]
+) -> list[PlanGroup]:
     by_role: dict[Role, list[Gpu]] = defaultdict(list)
     for gpu in ctx.index.gpus:
         by_role[roles[gpu.address]].append(gpu)
@@ -30,10 +31,9 @@ def build_groups(ctx: Context, roles: dict[str, Role]) -> list[PlanGroup]:
             "for it",
             "keep a NUMA node on the host (--host-node N) or name GPUs with --host-gpus",
         )
-    users = vgpu_users(ctx)
     groups.extend(
         _make_group(ctx, Role.VGPU, [gpu], None).model_copy(
-            update={"vgpu_guests": users[gpu.address]}
+            update={"vgpus": vgpus.get(gpu.address, [])}
         )
         for gpu in by_role[Role.VGPU]
     )

@@ -1,5 +1,5 @@
-"""Which role each GPU gets: host driver or vfio-pci, by NUMA node or by address; a GPU that
-VMs use vGPUs of stays on its host driver for them."""
+"""Which role each GPU gets: host driver or vfio-pci, by NUMA node or by address (the vGPU role
+is :mod:`~proxgpu.planning.vgpu`'s)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from proxgpu.pci import normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import VMID_MAX, VMID_MIN, Role
-from proxgpu.pve.claims import GuestRef, device_claims
 
 
 def assign_roles(ctx: Context) -> dict[str, Role]:
@@ -38,49 +37,11 @@ def assign_roles(ctx: Context) -> dict[str, Role]:
     if unnamed:
         _complement_roles(ctx, unnamed, roles)
     _report_unplaced(ctx, unknown, unlisted_nodes)
-    return _keep_vgpus(ctx, roles)
-
-
-def vgpu_users(ctx: Context) -> dict[str, list[GuestRef]]:
-    """GPU address -> the VMs whose ``hostpciN: ...,mdev=TYPE`` entries use a vGPU of it."""
-    users: dict[str, list[GuestRef]] = defaultdict(list)
-    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
-        if not claim.keeps_host_driver or claim.pci_address is None:
-            continue
-        try:
-            found = ctx.index.at(normalize_pci_address(claim.pci_address))
-        except ValueError:
-            continue  # PVE refuses such an address: it uses nothing
-        for gpu in found:
-            if claim.guest not in users[gpu.address]:
-                users[gpu.address].append(claim.guest)
-    return dict(users)
-
-
-def _keep_vgpus(ctx: Context, roles: dict[str, Role]) -> dict[str, Role]:
-    """A GPU with vGPUs in use stays on its host driver for them, whatever its node's role: only
-    naming it in ``--vfio-gpus`` sends it to vfio-pci (and the claim check refuses that)."""
-    named = {gpu.address for gpu in _quiet_select(ctx, ctx.policy.vfio_gpus)}
-    users = vgpu_users(ctx)
-    return {
-        address: Role.VGPU if address in users and address not in named else role
-        for address, role in roles.items()
-    }
-
-
-def _quiet_select(ctx: Context, texts: list[str]) -> list[Gpu]:
-    """The GPUs ``texts`` name; :func:`_select_by_address` has told of the ones that are not."""
-    found: list[Gpu] = []
-    for text in texts:
-        try:
-            found.extend(ctx.index.at(normalize_pci_address(text)))
-        except ValueError:
-            continue
-    return found
+    return roles
 
 
 def _check_targets(ctx: Context) -> None:
-    vmids = [vmid for vmid, _ in ctx.policy.vms]
+    vmids = [vmid for vmid, _ in ctx.policy.vms] + [vmid for vmid, _ in ctx.policy.vgpus]
     if ctx.policy.lxc is not None:
         vmids.append(ctx.policy.lxc)
     for vmid in sorted({vmid for vmid in vmids if vmids.count(vmid) > 1}):

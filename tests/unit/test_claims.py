@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from proxgpu.planning import Plan, plan_split
-from proxgpu.planning.model import Role, SplitPolicy
-from proxgpu.pve.claims import GuestRef, device_claims
+from proxgpu.planning.model import Role, SplitPolicy, VgpuUse
+from proxgpu.pve.claims import device_claims
 from tests.support.factories import ct200
 from tests.support.plans import codes, refusal
 
@@ -164,7 +164,7 @@ def test_a_vgpu_gpu_of_the_kept_node_is_not_given_to_the_container() -> None:
     vgpu = next(g for g in plan.groups if g.role is Role.VGPU)
     assert "0000:01:00.0" not in host.gpus and len(host.gpus) == 3
     assert (vgpu.gpus, vgpu.driver, vgpu.guest) == (["0000:01:00.0"], "nvidia", None)
-    assert vgpu.vgpu_guests == [GuestRef(type="vm", vmid=310)]
+    assert vgpu.vgpus == [VgpuUse(vmid=310, mdev_type="nvidia-1072")]
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ def test_a_vgpu_gpu_of_a_node_going_to_vfio_stays_on_the_host_driver(policy: Spl
     (vgpu,) = [g for g in plan.groups if g.role is Role.VGPU]
     assert "0000:81:00.0" not in moved and moved, "the rest of the node still goes to vfio-pci"
     assert (vgpu.gpus, vgpu.numa_node, vgpu.driver) == (["0000:81:00.0"], 1, "nvidia")
-    assert vgpu.vgpu_guests == [GuestRef(type="vm", vmid=310)]
+    assert vgpu.vgpus == [VgpuUse(vmid=310, mdev_type="nvidia-1072")]
     assert "0000:81:00.0" in binding_kept(plan)
 
 
@@ -197,7 +197,7 @@ def test_two_vms_with_vgpus_of_one_gpu_are_both_listed() -> None:
     config = VGPU.replace("01:00.0", "81:00.0")
     inventory = ct200({VM_310: f"{config}\n", other: f"{config.replace('hostpci0', 'hostpci3')}\n"})
     (vgpu,) = [g for g in plan_split(inventory).groups if g.role is Role.VGPU]
-    assert [g.vmid for g in vgpu.vgpu_guests] == [310, 311]
+    assert [u.vmid for u in vgpu.vgpus] == [310, 311]
 
 
 def test_a_gpu_named_for_vfio_is_refused_with_a_fix_that_keeps_the_vgpu() -> None:
