@@ -244,7 +244,7 @@ def _judge_vgpu_claims(
     target: bool,
 ) -> None:
     """A vGPU is made by the GPU's host driver: on vfio-pci the VM could not start. Such a GPU
-    keeps the vGPU role unless ``--vfio-gpus`` names it (see :mod:`~proxgpu.planning.roles`)."""
+    keeps the vGPU role unless ``--vfio-gpus`` names it (see :mod:`~proxgpu.planning.vgpu`)."""
     moved = sorted(a for g in groups if g.role.moves_to_vfio for a in g.gpus if a in by_gpu)
     lines = wording.claim_lines([c for a in sorted(by_gpu) for c in by_gpu[a]])
     if not moved:

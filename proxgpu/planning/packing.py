@@ -21,7 +21,7 @@ def build_groups(
     for gpu in ctx.index.gpus:
         by_role[roles[gpu.address]].append(gpu)
     groups: list[PlanGroup] = []
-    lxc = None if ctx.policy.lxc is None else GuestRef(type="lxc", vmid=ctx.policy.lxc)
+    lxc = None if ctx.policy.lxc is None else GuestRef(type=Role.HOST.serves, vmid=ctx.policy.lxc)
     if by_role[Role.HOST]:
         groups.append(_make_group(ctx, Role.HOST, by_role[Role.HOST], lxc))
     elif lxc is not None:
@@ -109,7 +109,7 @@ def _vfio_units(ctx: Context, vfio: list[Gpu]) -> list[tuple[GuestRef | None, li
             f"{wording.join(wording.addresses(left))}"
         )
     units: list[tuple[GuestRef | None, list[Gpu]]] = [
-        (GuestRef(type="vm", vmid=vmid), sorted(taken[vmid], key=wording.address))
+        (GuestRef(type=Role.VFIO.serves, vmid=vmid), sorted(taken[vmid], key=wording.address))
         for vmid, _ in ctx.policy.vms
         if vmid in taken
     ]
