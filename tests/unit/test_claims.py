@@ -255,3 +255,15 @@ def test_driver_keep_on_a_kept_gpu_is_refused_as_a_vm_that_cannot_start() -> Non
     error = refusal(ct200({VM_310: f"{config}\n"}), SplitPolicy(lxc=200))
     assert codes(error) == ["claimed"]
     assert "VM 310 could not start while it stays there" in error.problems[0].what
+
+
+def test_a_vgpu_through_a_pci_mapping_with_mdev_keeps_the_mapped_gpu_on_the_host_driver() -> None:
+    mapping = "gpu-vgpu\n\tmap id=10de:2330,node=pve1,path=0000:81:00.0\n\tmdev 1\n"
+    configs = {
+        "/etc/pve/mapping/pci.cfg": mapping,
+        VM_310: "hostpci0: mapping=gpu-vgpu,mdev=nvidia-1072\n",
+    }
+    plan = plan_split(ct200(configs), SplitPolicy(lxc=200))
+    (vgpu,) = [g for g in plan.groups if g.role is Role.VGPU]
+    assert vgpu.gpus == ["0000:81:00.0"]
+    assert vgpu.vgpus == [VgpuUse(vmid=310, mdev_type="nvidia-1072")]
