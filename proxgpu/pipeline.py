@@ -143,7 +143,7 @@ def pool_mapping(
     existing = mapping.entries(name) if name in mapping.ids() else []
     merged = list(existing)
     for node, (inventory, plan, _) in proposals.items():
-        gpus = [inventory.gpu(a) for g in plan.groups if g.role == "vfio" for a in g.gpus]
+        gpus = [inventory.gpu(a) for g in plan.groups if g.role.moves_to_vfio for a in g.gpus]
         if gpus:
             merged = with_node_maps(merged, map_entries(gpus, node), node)
     if merged != existing:

@@ -353,8 +353,99 @@ def shared_group() -> HostSpec:
     )
 
 
+VGPU_VM_310 = """\
+#CAD desktops%3A an NVIDIA vGPU of the node-1 L40S
+bios: ovmf
+cores: 8
+cpu: host
+efidisk0: local-zfs:vm-310-disk-1,efitype=4m,pre-enrolled-keys=1,size=1M
+machine: q35
+memory: 32768
+name: cad
+net0: virtio=BC:24:11:5D:21:0C,bridge=vmbr0,firewall=1
+ostype: win11
+scsi0: local-zfs:vm-310-disk-0,size=200G
+sockets: 1
+hostpci0: 0000:81:00.0,mdev=nvidia-1155,pcie=1
+"""
+
+VGPU_VM_400 = """\
+#Render node%3A waits for a vGPU
+bios: ovmf
+cores: 8
+cpu: host
+efidisk0: local-zfs:vm-400-disk-1,efitype=4m,pre-enrolled-keys=1,size=1M
+machine: q35
+memory: 32768
+name: render
+net0: virtio=BC:24:11:5D:21:0D,bridge=vmbr0,firewall=1
+ostype: l26
+scsi0: local-zfs:vm-400-disk-0,size=100G
+sockets: 1
+"""
+
+#: mdev_supported_types of an L40S under NVIDIA's vGPU host driver (synthetic ids and counts,
+#: in the kernel's mdev sysfs ABI): a GPU runs one type at a time, so once VM 310's 8Q instance
+#: exists on 0000:81:00.0 its other types offer none.
+VGPU_TYPES = (("nvidia-1155", "NVIDIA L40S-8Q", 6), ("nvidia-1158", "NVIDIA L40S-48Q", 1))
+
+
+def vgpu_files(address: str, used: int) -> dict[str, str]:
+    files = {}
+    for type_id, name, instances in VGPU_TYPES:
+        base = f"/sys/bus/pci/devices/{address}/mdev_supported_types/{type_id}/"
+        left = instances - used if type_id == "nvidia-1155" else (0 if used else instances)
+        files[base + "name"] = f"{name}\n"
+        files[base + "available_instances"] = f"{left}\n"
+        files[base + "device_api"] = "vfio-pci\n"
+    return files
+
+
+def vgpu_host() -> HostSpec:
+    l40s = ("10de", "26b9", "030200")
+    devices: list[Dev] = []
+    layout = [
+        ("0000:01:00.0", 0, 12, "0000:00:01.1", 11),
+        ("0000:11:00.0", 0, 20, "0000:10:01.1", 19),
+        ("0000:81:00.0", 1, 60, "0000:80:01.1", 59),
+        ("0000:91:00.0", 1, 68, "0000:90:01.1", 67),
+    ]
+    files = {
+        "/etc/pve/lxc/200.conf": CT200_LXC.split("lxc.cgroup2", maxsplit=1)[0].replace(
+            "memory: 262144", "memory: 65536"
+        ),
+        "/etc/pve/qemu-server/310.conf": VGPU_VM_310,
+        "/etc/pve/qemu-server/400.conf": VGPU_VM_400,
+        "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        "/etc/modules": ETC_MODULES,
+        "/etc/kernel/cmdline": "root=ZFS=rpool/ROOT/pve-1 boot=zfs intel_iommu=on iommu=pt\n",
+        "/etc/kernel/proxmox-boot-uuids": "5B2D-3C80\n",
+    }
+    for address, node, group, port, port_group in layout:
+        devices.append(root_port(port, node, port_group))
+        devices += gpu_pair(address, node, group, l40s, None, ("10de", "1851"), parent=port)
+        files.update(vgpu_files(address, used=1 if address == "0000:81:00.0" else 0))
+    return HostSpec(
+        name="vgpu",
+        cpu_vendor="GenuineIntel",
+        address_bits=(46, 57),
+        kernel="6.8.12-11-pve",
+        pve="8.4.1",
+        cmdline="initrd=\\EFI\\proxmox\\6.8.12-11-pve\\initrd.img-6.8.12-11-pve "
+        "root=ZFS=rpool/ROOT/pve-1 boot=zfs intel_iommu=on iommu=pt",
+        nodes={0: ("0-31", 263678136), 1: ("32-63", 264207688)},
+        devices=devices,
+        efi=True,
+        nvidia_minors={address: i for i, (address, *_rest) in enumerate(layout)},
+        model="NVIDIA L40S",
+        char_devices=NVIDIA_CHARS,
+        pci_ids=PCI_IDS_COMMON + "10de  NVIDIA Corporation\n\t26b9  AD102GL [L40S]\n",
+        files=files,
+    )
+
+
 def main() -> None:
-    for spec in (ct200(), single_socket(), uneven(), shared_group()):
+    for spec in (ct200(), single_socket(), uneven(), shared_group(), vgpu_host()):
         write_host(spec)
         print(f"wrote {HERE / spec.name}")
 

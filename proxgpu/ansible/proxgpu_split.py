@@ -25,7 +25,9 @@ options:
     description: Container that gets the GPUs kept on the host driver.
     type: int
   vms:
-    description: VMs that get vfio GPUs, as VMID or VMID:N.
+    description: >-
+      VMs that get vfio GPUs, as VMID or VMID:N, or a vGPU of an mdev type, as
+      VMID:vgpu=TYPE.
     type: list
     elements: str
   host_nodes:

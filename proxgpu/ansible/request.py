@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from proxgpu.apply import ApplyOptions
 from proxgpu.inspection import GpuFilter
-from proxgpu.planning import SplitPolicy, parse_vm_spec
+from proxgpu.planning import SplitPolicy, parse_vm_specs
 from proxgpu.rendering import RenderOptions
 
 
@@ -43,9 +43,11 @@ def split_request(params: dict[str, Any]) -> SplitRequest:
 
     :raises UsageError: for a VM spec or policy that cannot be.
     """
+    specs = parse_vm_specs(params["vms"])
     policy = SplitPolicy(
         lxc=params["lxc"],
-        vms=[parse_vm_spec(spec) for spec in params["vms"]],
+        vms=specs.vms,
+        vgpus=specs.vgpus,
         host_nodes=params["host_nodes"],
         vfio_nodes=params["vfio_nodes"],
         host_gpus=params["host_gpus"],

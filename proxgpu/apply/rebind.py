@@ -53,7 +53,7 @@ class Binding(FrozenModel):
 
 def vfio_functions(plan: Plan) -> list[str]:
     """Every function the plan moves to vfio-pci, in plan order (see the module example)."""
-    return [f for group in plan.groups if group.role == "vfio" for f in group.functions]
+    return [f for group in plan.groups if group.role.moves_to_vfio for f in group.functions]
 
 
 def bind_to_vfio(

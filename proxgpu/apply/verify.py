@@ -186,7 +186,7 @@ def moved_drivers(inventory: Inventory, plan: Plan) -> dict[str, str | None]:
     return {
         address: drivers.get(address)
         for group in plan.groups
-        if group.role == "vfio"
+        if group.role.moves_to_vfio
         for address in group.functions
     }
 
@@ -213,11 +213,12 @@ def driver_drift(inventory: Inventory, plan: Plan, *, explain: bool = True) -> l
                 lines.append(f"{address}: not found on the host")
                 continue
             have = function.driver or "no driver"
-            if group.role == "vfio" and have != VFIO_DRIVER:
-                why = f": {why_not_vfio(inventory, function)}" if explain else ""
-                lines.append(f"{address}: bound to {have}, the plan says {VFIO_DRIVER}{why}")
-            elif group.role != "vfio" and address in group.gpus and have != group.driver:
+            if group.role.moves_to_vfio:
+                if have != VFIO_DRIVER:
+                    why = f": {why_not_vfio(inventory, function)}" if explain else ""
+                    lines.append(f"{address}: bound to {have}, the plan says {VFIO_DRIVER}{why}")
+            elif address in group.gpus and have != group.driver:
                 lines.append(f"{address}: bound to {have}, the plan says {group.driver}")
-            elif group.role != "vfio" and address not in group.gpus and have == VFIO_DRIVER:
+            elif address not in group.gpus and have == VFIO_DRIVER:
                 lines.append(f"{address}: bound to vfio-pci, the plan keeps it on the host")
     return lines

@@ -154,8 +154,8 @@ def plan_options(parser: argparse.ArgumentParser) -> None:
         "--vm",
         action="append",
         default=[],
-        metavar="VMID[:N]",
-        help="VM that gets vfio GPUs (N of them; repeatable)",
+        metavar="VMID[:N|:vgpu=TYPE]",
+        help="VM that gets vfio GPUs (N of them), or a vGPU of an mdev TYPE (repeatable)",
     )
     split.add_argument(
         "--enable-iommu",

@@ -5,14 +5,16 @@ from __future__ import annotations
 from proxgpu.cli.text import table
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.planning.model import Plan, PlanGroup
+from proxgpu.planning.wording import vgpu_list
 from proxgpu.rendering.changes import ChangeSet, unified_diff
 
 
 def _group_title(group: PlanGroup) -> str:
     node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
     target = "no guest" if group.guest is None else f"{group.guest.type.upper()} {group.guest.vmid}"
-    role = "stays on the host driver" if group.role == "host" else "goes to vfio-pci"
-    return f"{node} -> {group.driver} ({role}), for {target}; CPUs {group.cpus}"
+    if group.vgpus:
+        target = f"vGPUs of {vgpu_list(group.vgpus)}"
+    return f"{node} -> {group.driver} ({group.role.action}), for {target}; CPUs {group.cpus}"
 
 
 def render_plan(plan: Plan, inv: Inventory) -> str:

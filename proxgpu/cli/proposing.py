@@ -15,7 +15,7 @@ from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import ProxgpuError
 from proxgpu.host.base import Host
 from proxgpu.pipeline import Proposal, propose
-from proxgpu.planning import SplitPolicy, parse_vm_spec
+from proxgpu.planning import SplitPolicy, parse_vm_specs
 from proxgpu.rendering import RenderOptions
 
 
@@ -23,6 +23,7 @@ def split_policy(args: argparse.Namespace) -> SplitPolicy:
     def addresses(text: str | None) -> list[str]:
         return [a.strip() for a in (text or "").split(",") if a.strip()]
 
+    specs = parse_vm_specs(args.vm)
     return SplitPolicy(
         split=args.split,
         host_nodes=args.host_node,
@@ -30,7 +31,8 @@ def split_policy(args: argparse.Namespace) -> SplitPolicy:
         host_gpus=addresses(args.host_gpus),
         vfio_gpus=addresses(args.vfio_gpus),
         lxc=args.lxc,
-        vms=[parse_vm_spec(spec) for spec in args.vm],
+        vms=specs.vms,
+        vgpus=specs.vgpus,
         enable_iommu=args.enable_iommu,
     )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from proxgpu.host.base import Host
 from proxgpu.inspection.build import GpuFilter, build_inventory
 from proxgpu.inspection.capture import gather
-from proxgpu.inspection.inventory import Gpu, Inventory, NumaNode, PciFunction
+from proxgpu.inspection.inventory import Gpu, Inventory, MdevType, NumaNode, PciFunction
 
 
 def inspect(host: Host, gpu_filter: GpuFilter | None = None) -> Inventory:
@@ -26,4 +26,13 @@ def inspect(host: Host, gpu_filter: GpuFilter | None = None) -> Inventory:
     return build_inventory(gather(host), host.name, gpu_filter or GpuFilter())
 
 
-__all__ = ["Gpu", "GpuFilter", "Inventory", "NumaNode", "PciFunction", "build_inventory", "inspect"]
+__all__ = [
+    "Gpu",
+    "GpuFilter",
+    "Inventory",
+    "MdevType",
+    "NumaNode",
+    "PciFunction",
+    "build_inventory",
+    "inspect",
+]

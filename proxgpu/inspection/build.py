@@ -25,6 +25,7 @@ from proxgpu.inspection.hardware import (
     gpu_bars,
     gpu_bars64,
     is_nvswitch,
+    mdev_types,
     reads_reset_methods,
     reset_methods,
 )
@@ -320,6 +321,7 @@ def _gpu(
         drm_nodes=drm_nodes(capture, main.address),
         bmc_display=is_bmc_display(main.vendor_id, main.device_id),
         bar64_bytes=gpu_bars64(capture, main.address),
+        mdev_types=mdev_types(capture, main.address),
     )
 
 

@@ -16,7 +16,7 @@ True
 from __future__ import annotations
 
 from proxgpu.inspection.capture import Capture
-from proxgpu.inspection.inventory import PciFunction
+from proxgpu.inspection.inventory import MdevType, PciFunction
 from proxgpu.paths import PCI_DEVICES
 
 #: ``IORESOURCE_MEM`` in a sysfs ``resource`` line's flags: a memory (not I/O port) region.
@@ -91,6 +91,27 @@ def drm_nodes(capture: Capture, address: str) -> list[str]:
         for path in capture.dirs
         if path.startswith(prefix) and "/" not in path[len(prefix) :]
     )
+
+
+def mdev_types(capture: Capture, address: str) -> list[MdevType]:
+    """The mediated device types ``mdev_supported_types/`` offers, by id: what qemu-server reads
+    to create a VM's ``mdev=`` device (``get_mdev_types`` in PVE/QemuServer/PCI/Mdev.pm), an
+    unreadable ``available_instances`` counting as none left, as there (``int`` of nothing)."""
+    prefix = f"{PCI_DEVICES}{address}/mdev_supported_types/"
+    ids = sorted({p[len(prefix) :].split("/")[0] for p in capture.lines if p.startswith(prefix)})
+    types = []
+    for type_id in ids:
+        base = f"{prefix}{type_id}/"
+        available = capture.first_line(base + "available_instances") or ""
+        types.append(
+            MdevType(
+                id=type_id,
+                name=capture.first_line(base + "name"),
+                available=int(available) if available.isdigit() else 0,
+                device_api=capture.first_line(base + "device_api"),
+            )
+        )
+    return types
 
 
 def is_nvswitch(function: PciFunction) -> bool:

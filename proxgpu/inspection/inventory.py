@@ -36,6 +36,21 @@ class NumaNode(FrozenModel):
         return parse_cpulist(self.cpus)
 
 
+class MdevType(FrozenModel):
+    """A mediated device type a GPU offers (``mdev_supported_types/TYPE/``: NVIDIA vGPU on the
+    host driver, Intel GVT-g): ``id`` is the directory's name, which a VM's ``hostpciN``
+    ``mdev=`` names; ``available`` how many more instances the driver can create now.
+
+    >>> MdevType(id="nvidia-1072", name="GRID RTX6000-4Q", available=6, device_api="vfio-pci").id
+    'nvidia-1072'
+    """
+
+    id: str
+    name: str | None = None
+    available: int = 0
+    device_api: str | None = None
+
+
 class PciFunction(FrozenModel):
     """One PCI function as sysfs describes it.
 
@@ -104,6 +119,7 @@ class Gpu(FrozenModel):
     drm_nodes: list[str] = Field(default_factory=list)
     bmc_display: bool = False
     bar64_bytes: list[int] = Field(default_factory=list)
+    mdev_types: list[MdevType] = Field(default_factory=list)
 
     @property
     def host_driver(self) -> str | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from proxgpu.picture.shapes import SANS_PX, Rect, Text, text_width, wrap
 from proxgpu.picture.topology import shared_groups
+from proxgpu.planning.model import Role
 
 if TYPE_CHECKING:
     from proxgpu.picture.layout import Picture
@@ -54,8 +55,7 @@ def legend_items(
     badge = " (badge: its guest)" if guests else ""
     candidates = [
         ("plain", "pg-gpu-plain", "GPU" + (" (badge: its /dev/nvidiaN)" if minors else "")),
-        ("host", "pg-gpu-host", "stays on the host driver" + badge),
-        ("vfio", "pg-gpu-vfio", "goes to vfio-pci" + badge),
+        *((str(role), f"pg-gpu-{role}", role.action + badge) for role in Role),
     ]
     items = [(css, meaning) for key, css, meaning in candidates if key in drawn]
     if muted:

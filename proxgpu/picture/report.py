@@ -26,6 +26,7 @@ from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import plan_inventory, shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy
+from proxgpu.planning.wording import vgpu_list
 from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import ChangeSet, FileChange, unified_diff
@@ -168,11 +169,14 @@ def _group_sentence(group: PlanGroup) -> str:
     """
     node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
     count = f"{len(group.gpus)} GPU{'s' * (len(group.gpus) != 1)}"
-    verb = "go" if len(group.gpus) != 1 else "goes"
-    action = f"stay on {group.driver}" if group.role == "host" else f"{verb} to vfio-pci"
-    if group.role == "host" and len(group.gpus) == 1:
-        action = f"stays on {group.driver}"
-    if group.guest is None:
+    one = len(group.gpus) == 1
+    if group.role.moves_to_vfio:
+        action = f"{'goes' if one else 'go'} to vfio-pci"
+    else:
+        action = f"{'stays' if one else 'stay'} on {group.driver}"
+    if group.vgpus:
+        target = f"for vGPUs of {vgpu_list(group.vgpus)}"
+    elif group.guest is None:
         target = "for no guest yet"
     else:
         target = f"for {'CT' if group.guest.type == 'lxc' else 'VM'} {group.guest.vmid}"

@@ -94,6 +94,8 @@ def assignments(plan: Plan) -> dict[str, Assignment]:
         guest = None
         if group.guest is not None:
             guest = f"{'CT' if group.guest.type == 'lxc' else 'VM'} {group.guest.vmid}"
+        if group.vgpus:
+            guest = "vGPU: " + ", ".join(f"VM {use.vmid}" for use in group.vgpus)
         for address in group.gpus:
             found[address] = Assignment(role=group.role, driver=group.driver, guest=guest)
     return found

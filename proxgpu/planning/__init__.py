@@ -44,13 +44,18 @@ from proxgpu.planning.model import (
     Plan,
     PlanGroup,
     Problem,
+    Role,
     SplitPolicy,
     TensorParallelAdvice,
+    VgpuUse,
+    VmSpecs,
     parse_vm_spec,
+    parse_vm_specs,
 )
 from proxgpu.planning.packing import build_groups
 from proxgpu.planning.passthrough import advise_passthrough, check_fabric
 from proxgpu.planning.roles import assign_roles
+from proxgpu.planning.vgpu import plan_vgpus
 
 
 def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
@@ -78,7 +83,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
             "check that the GPUs are visible on the host (lspci -nn | grep -i nvidia)",
         )
     ctx.raise_problems()
-    roles = assign_roles(ctx)
+    roles, vgpus = plan_vgpus(ctx, assign_roles(ctx))
     ctx.raise_problems()
     container = kept_group_container(ctx, roles)
     if container is not None:
@@ -90,7 +95,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
             f"given: the host group is for CT {container} (name another with --lxc)"
         )
         return plan.model_copy(update={"warnings": [inferred, *plan.warnings]})
-    groups = build_groups(ctx, roles)
+    groups = build_groups(ctx, roles, vgpus)
     check_slots(ctx, roles)
     check_iommu_groups(ctx, roles)
     check_fabric(ctx, roles)
@@ -102,7 +107,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     ctx.raise_problems()
     warn_about_shape(ctx, groups)
     advise_passthrough(ctx, groups)
-    host = next((group for group in groups if group.role == "host"), None)
+    host = next((group for group in groups if group.role is Role.HOST), None)
     return Plan(
         groups=groups,
         warnings=ctx.warnings,
@@ -117,9 +122,13 @@ __all__ = [
     "Plan",
     "PlanGroup",
     "Problem",
+    "Role",
     "SplitPolicy",
     "TensorParallelAdvice",
+    "VgpuUse",
+    "VmSpecs",
     "check_gpu_set",
     "parse_vm_spec",
+    "parse_vm_specs",
     "plan_split",
 ]

@@ -88,8 +88,8 @@ CUDA's default, FASTEST_FIRST, may differ)
 
 
 def warn_about_shape(ctx: Context, groups: list[PlanGroup]) -> None:
-    host = sum(len(group.gpus) for group in groups if group.role == "host")
-    vfio = sum(len(group.gpus) for group in groups if group.role == "vfio")
+    host = sum(len(group.gpus) for group in groups if not group.role.moves_to_vfio)
+    vfio = sum(len(group.gpus) for group in groups if group.role.moves_to_vfio)
     if not vfio:
         ctx.warnings.append(
             f"nothing goes to vfio-pci: {wording.count(host, 'GPU')} on the host driver"
@@ -113,7 +113,7 @@ def warn_about_shape(ctx: Context, groups: list[PlanGroup]) -> None:
             )
     for group in groups:
         _warn_about_locality(ctx, group)
-        boot_vga = [a for a in group.gpus if group.role == "vfio" and ctx.index.get(a).boot_vga]
+        boot_vga = [a for a in group.gpus if group.role.moves_to_vfio and ctx.index.get(a).boot_vga]
         for address in boot_vga:
             ctx.warnings.append(
                 f"{address} is the boot VGA device: on vfio-pci the host loses its console "

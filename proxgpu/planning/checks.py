@@ -34,12 +34,12 @@ def check_iommu_groups(ctx: Context, roles: dict[str, Role]) -> None:
     gpus_in, members = _iommu_membership(ctx, owner)
     foreign = _foreign_peers(ctx, owner)
     for group, gpus in sorted(gpus_in.items()):
-        group_roles = {roles[gpu.address] for gpu in gpus}
+        moves = {roles[gpu.address].moves_to_vfio for gpu in gpus}
         listing = "; ".join(
             f"{address} ({label})" for address, label in sorted(members[group].items())
         )
         addresses = wording.addresses(gpus)
-        if len(group_roles) > 1:
+        if len(moves) > 1:
             ctx.problem(
                 "iommu-mixed",
                 f"IOMMU group {group} holds GPUs of both roles: {wording.with_roles(gpus, roles)}; "
@@ -47,7 +47,7 @@ def check_iommu_groups(ctx: Context, roles: dict[str, Role]) -> None:
                 "a group goes to vfio-pci as a whole: give these GPUs the same role, move one card "
                 "to a slot with its own IOMMU group, or turn on ACS in the firmware",
             )
-        elif group_roles == {"vfio"} and group in foreign:
+        elif moves == {True} and group in foreign:
             ctx.problem(
                 "iommu-peer",
                 f"IOMMU group {group} of {wording.join(addresses)} also holds "
@@ -129,7 +129,7 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
     for (guest, address), claims in held.items():
         if guest.type != "lxc":
             _judge_vm_claim(ctx, group_of[address], address, claims)
-        elif group_of[address].role == "vfio":
+        elif group_of[address].role.moves_to_vfio:
             taken[guest].append(address)
         elif ctx.policy.lxc is not None:
             ctx.warnings.append(
@@ -150,7 +150,7 @@ def kept_group_container(ctx: Context, roles: dict[str, Role]) -> int | None:
         claim.guest.vmid
         for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name)
         if claim.guest.type == "lxc"
-        and any(roles.get(gpu.address) == "host" for gpu in _claimed_gpus(ctx.index, claim))
+        and any(roles.get(gpu.address) is Role.HOST for gpu in _claimed_gpus(ctx.index, claim))
     }
     return holders.pop() if len(holders) == 1 else None
 
@@ -190,7 +190,7 @@ def _tell_kept_binding(
     """A ``driver=keep`` entry leaves the binding to the host: qemu-server does not move the GPU
     to vfio-pci at the VM's start, so the VM starts only once proxgpu's binding holds."""
     claims = [c for c in claims if c.keep_driver]
-    if not claims or group is None or group.role != "vfio" or gpu.driver == "vfio-pci":
+    if not claims or group is None or not group.role.moves_to_vfio or gpu.driver == "vfio-pci":
         return
     vmid = claims[0].guest.vmid
     ctx.warnings.append(
@@ -205,7 +205,7 @@ def _judge_vm_claim(
     ctx: Context, group: PlanGroup, address: str, claims: list[DeviceClaim]
 ) -> None:
     vmid = claims[0].guest.vmid
-    if group.role == "host":
+    if not group.role.moves_to_vfio:
         # With driver=keep qemu-server leaves the GPU where it is, and QEMU cannot open it there.
         outcome = (
             f"VM {vmid} could not start while it stays there (driver=keep: qemu-server does not "
@@ -243,47 +243,33 @@ def _judge_vgpu_claims(
     by_gpu: dict[str, list[DeviceClaim]],
     target: bool,
 ) -> None:
-    """A vGPU is made by the GPU's host driver: on vfio-pci the VM could not start."""
-    kept = [a for g in groups if g.role == "host" for a in g.gpus]
-    moved = sorted(a for a in by_gpu if a not in kept)
+    """A vGPU is made by the GPU's host driver: on vfio-pci the VM could not start. Such a GPU
+    keeps the vGPU role unless ``--vfio-gpus`` names it (see :mod:`~proxgpu.planning.vgpu`)."""
+    moved = sorted(a for g in groups if g.role.moves_to_vfio for a in g.gpus if a in by_gpu)
     lines = wording.claim_lines([c for a in sorted(by_gpu) for c in by_gpu[a]])
     if not moved:
         if not target:
             ctx.warnings.append(
-                f"{wording.join(sorted(by_gpu))} stay on the host driver, where VM {guest.vmid} "
+                f"{wording.join(sorted(by_gpu))} {'stays' if len(by_gpu) == 1 else 'stay'} on the "
+                f"host driver, where VM {guest.vmid} "
                 f"uses a vGPU of {'it' if len(by_gpu) == 1 else 'them'} ({lines}): that keeps "
-                "working"
+                "working, and no container is given it"
             )
         return
     them = "it" if len(moved) == 1 else "them"
-    named = {normalize_pci_address(t) for t in ctx.policy.vfio_gpus if _is_address(t)}
-    if named & {a for gpu in moved for a in (gpu, gpu.rsplit(".", 1)[0])}:
-        fix = f"leave {wording.join(moved)} out of --vfio-gpus"
-    else:
-        fix = (
-            f"keep {them} on the host driver: --host-gpus {','.join(sorted({*kept, *moved}))} "
-            "(the GPUs not named go to vfio-pci)"
-        )
     ctx.problem(
         "claimed",
         f"{wording.join(moved)} would go to vfio-pci, but VM {guest.vmid} uses a vGPU of {them} "
         f"({lines}): qemu-server creates that mediated device through the GPU's host driver, "
         f"which vfio-pci cannot do, so VM {guest.vmid} could not start",
-        fix,
+        f"leave {wording.join(moved)} out of --vfio-gpus (a GPU with vGPUs stays on the host "
+        "driver for them)",
     )
-
-
-def _is_address(text: str) -> bool:
-    try:
-        normalize_pci_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def check_iommu_on(ctx: Context, groups: list[PlanGroup]) -> bool:
     """Whether the plan must turn the IOMMU on; a problem when it may not."""
-    vfio = [address for group in groups if group.role == "vfio" for address in group.gpus]
+    vfio = [address for group in groups if group.role.moves_to_vfio for address in group.gpus]
     if ctx.inventory.iommu_enabled or not vfio:
         return False
     if ctx.policy.enable_iommu:
@@ -308,7 +294,7 @@ def check_vfio_iommu_groups(ctx: Context, groups: list[PlanGroup]) -> None:
     lacking = [
         address
         for group in groups
-        if group.role == "vfio"
+        if group.role.moves_to_vfio
         for address in group.gpus
         if ctx.index.get(address).iommu_group is None
     ]
@@ -344,7 +330,7 @@ def check_mapping(ctx: Context, groups: list[PlanGroup]) -> None:
             f"{first}turn the IOMMU on (--enable-iommu) and reboot, then plan the mapping",
         )
         return
-    mapped = [group for group in groups if group.role == "vfio" and group.guest is not None]
+    mapped = [g for g in groups if g.role.moves_to_vfio and g.guest is not None]
     nodes = {group.numa_node for group in mapped}
     if len(mapped) > 1 and (len(nodes) > 1 or None in nodes):
         vms = wording.join(group.guest.vmid for group in mapped if group.guest is not None)

@@ -81,7 +81,8 @@ class Context:
             raise PlanRefusedError(self.inventory.hostname, self.problems)
 
     def targets(self) -> set[GuestRef]:
-        guests = {GuestRef(type="vm", vmid=vmid) for vmid, _ in self.policy.vms}
+        vms = [vmid for vmid, _ in [*self.policy.vms, *self.policy.vgpus]]
+        guests = {GuestRef(type="vm", vmid=vmid) for vmid in vms}
         if self.policy.lxc is not None:
             guests.add(GuestRef(type="lxc", vmid=self.policy.lxc))
         return guests

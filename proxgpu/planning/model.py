@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from enum import StrEnum
+from typing import Any, Literal, NamedTuple
 
 from pydantic import (
     Field,
@@ -21,7 +23,50 @@ from proxgpu.model import FrozenModel
 from proxgpu.planning.runtimes import RUNTIMES
 from proxgpu.pve.claims import GuestRef
 
-Role = Literal["host", "vfio"]
+
+class Role(StrEnum):
+    """What the plan does with a GPU; every stage asks its role rather than comparing names.
+
+    ``HOST`` keeps the GPU on its host driver for the container; ``VFIO`` binds it to vfio-pci
+    for a VM; ``VGPU`` keeps it on its host driver for VMs using mediated devices (``mdev=``) of
+    it, which qemu-server creates through that driver (``prepare_pci_device`` in
+    PVE/QemuServer/PCI.pm), so it never moves and no container gets it.
+
+    >>> [(r.value, r.moves_to_vfio, r.serves) for r in Role]
+    [('host', False, 'lxc'), ('vfio', True, 'vm'), ('vgpu', False, 'vm')]
+    >>> Role.VGPU.action
+    'stays on the host driver for vGPU VMs'
+    """
+
+    HOST = "host"
+    VFIO = "vfio"
+    VGPU = "vgpu"
+
+    def __repr__(self) -> str:
+        # Plans print as their JSON spells them ('host'), in doctests and error texts alike.
+        return repr(self.value)
+
+    @property
+    def moves_to_vfio(self) -> bool:
+        """Whether the GPU is bound to vfio-pci (every other role keeps its host driver)."""
+        return self is Role.VFIO
+
+    @property
+    def serves(self) -> Literal["lxc", "vm"]:
+        """The kind of guest the role's GPUs go to."""
+        return "lxc" if self is Role.HOST else "vm"
+
+    @property
+    def action(self) -> str:
+        """What happens to the GPU, as the plan text and the picture's legend say it."""
+        return _ACTIONS[self]
+
+
+_ACTIONS = {
+    Role.HOST: "stays on the host driver",
+    Role.VFIO: "goes to vfio-pci",
+    Role.VGPU: "stays on the host driver for vGPU VMs",
+}
 ProblemCode = Literal[
     "no-gpus",
     "policy",
@@ -58,6 +103,9 @@ class SplitPolicy(FrozenModel):
     ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
     :class:`~proxgpu.rendering.RenderOptions` ``mapping``); the planner checks it can be written.
 
+    ``vgpus`` are ``(vmid, mdev type)``: each such VM gets a mediated device of that type on a
+    GPU that offers one (``--vm 400:vgpu=nvidia-1155``), and the GPU stays on its host driver.
+
     ``vms`` entries may be spelt as the command line and Ansible spell them, ``300`` or
     ``"300:2"``:
 
@@ -74,6 +122,7 @@ class SplitPolicy(FrozenModel):
     vfio_gpus: list[str] = Field(default_factory=list)
     lxc: int | None = None
     vms: list[tuple[int, int | None]] = Field(default_factory=list)
+    vgpus: list[tuple[int, str]] = Field(default_factory=list)
     enable_iommu: bool = False
     mapping: str | None = None
 
@@ -107,6 +156,19 @@ to parse string as an integer (got 'two hundred')
             ) from None
 
 
+class VgpuUse(FrozenModel):
+    """One VM's vGPU of a GPU: the mediated device type, and whether the plan adds its
+    ``hostpciN: ADDR,mdev=TYPE`` entry (``added``) or found it in the VM's config.
+
+    >>> VgpuUse(vmid=400, mdev_type="nvidia-1155", added=True).added
+    True
+    """
+
+    vmid: int
+    mdev_type: str
+    added: bool = False
+
+
 class Problem(FrozenModel):
     """One reason to refuse a plan: what is wrong and what to do about it.
 
@@ -126,7 +188,8 @@ class PlanGroup(FrozenModel):
     (audio and other functions of their slots). ``cpus`` (a cpulist) and ``memory_nodes`` are the
     NUMA-local CPUs and memory: a container's ``cpuset.cpus``/``cpuset.mems``, a VM's
     ``affinity`` and ``hostnodes``. ``numa_node`` is ``None`` when the GPUs span nodes or their
-    node is unknown; then the pinning covers every node they may sit on.
+    node is unknown; then the pinning covers every node they may sit on. A ``vgpu`` group (one
+    GPU) lists in ``vgpus`` the VMs using vGPUs of it, and those the plan gives one.
 
     >>> PlanGroup(role="vfio", numa_node=1, gpus=["0000:81:00.0"], functions=["0000:81:00.0"],
     ...           cpus="32-63", memory_nodes=[1], driver="vfio-pci").guest is None
@@ -141,6 +204,7 @@ class PlanGroup(FrozenModel):
     memory_nodes: list[int]
     driver: str
     guest: GuestRef | None = None
+    vgpus: list[VgpuUse] = Field(default_factory=list)
 
 
 class TensorParallelAdvice(FrozenModel):
@@ -225,5 +289,41 @@ def parse_vm_spec(spec: str) -> tuple[int, int | None]:
     """
     vmid, _, count = str(spec).partition(":")
     if not vmid.isdigit() or (count and not count.isdigit()):
-        raise UsageError(f"VM {spec!r}: expected VMID or VMID:N")
+        raise UsageError(f"VM {spec!r}: expected VMID, VMID:N or VMID:vgpu=TYPE")
     return int(vmid), int(count) if count else None
+
+
+#: qemu-server's pattern for ``mdev`` (PVE/QemuServer/PCI.pm): no ``/``, ``.`` or ``:``.
+_MDEV_TYPE = re.compile(r"[^/.:]+")
+
+
+class VmSpecs(NamedTuple):
+    """``--vm`` values sorted into passthrough VMs and vGPU VMs, as :class:`SplitPolicy` takes
+    them."""
+
+    vms: list[tuple[int, int | None]]
+    vgpus: list[tuple[int, str]]
+
+
+def parse_vm_specs(specs: list[str]) -> VmSpecs:
+    """``VMID``, ``VMID:N`` (N GPUs passed through) or ``VMID:vgpu=TYPE`` (a mediated device of
+    that type, as ``mdev_supported_types/`` names it) for each VM.
+
+    >>> parse_vm_specs(["300", "301:2", "400:vgpu=nvidia-1155"])
+    VmSpecs(vms=[(300, None), (301, 2)], vgpus=[(400, 'nvidia-1155')])
+
+    :raises UsageError: for a spec that is none of them.
+    """
+    vms, vgpus = [], []
+    for spec in specs:
+        vmid, _, rest = str(spec).partition(":")
+        if rest.startswith("vgpu="):
+            kind = rest.removeprefix("vgpu=")
+            if not vmid.isdigit() or not _MDEV_TYPE.fullmatch(kind):
+                raise UsageError(
+                    f"VM {spec!r}: expected VMID:vgpu=TYPE, TYPE as mdev_supported_types names it"
+                )
+            vgpus.append((int(vmid), kind))
+        else:
+            vms.append(parse_vm_spec(spec))
+    return VmSpecs(vms, vgpus)

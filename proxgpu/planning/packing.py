@@ -1,4 +1,5 @@
-"""Groups: the host group for the container, vfio GPUs packed onto VMs by NUMA node."""
+"""Groups: the host group for the container, one group per GPU kept for vGPU VMs, vfio GPUs
+packed onto VMs by NUMA node."""
 
 from __future__ import annotations
 
@@ -9,30 +10,41 @@ from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
-from proxgpu.planning.model import PlanGroup, Role
+from proxgpu.planning.model import PlanGroup, Role, VgpuUse
 from proxgpu.pve.claims import GuestRef
 
 
-def build_groups(ctx: Context, roles: dict[str, Role]) -> list[PlanGroup]:
-    host = [gpu for gpu in ctx.index.gpus if roles[gpu.address] == "host"]
-    vfio = [gpu for gpu in ctx.index.gpus if roles[gpu.address] == "vfio"]
+def build_groups(
+    ctx: Context, roles: dict[str, Role], vgpus: dict[str, list[VgpuUse]]
+) -> list[PlanGroup]:
+    by_role: dict[Role, list[Gpu]] = defaultdict(list)
+    for gpu in ctx.index.gpus:
+        by_role[roles[gpu.address]].append(gpu)
     groups: list[PlanGroup] = []
-    lxc = None if ctx.policy.lxc is None else GuestRef(type="lxc", vmid=ctx.policy.lxc)
-    if host:
-        groups.append(_make_group(ctx, "host", host, lxc))
+    lxc = None if ctx.policy.lxc is None else GuestRef(type=Role.HOST.serves, vmid=ctx.policy.lxc)
+    if by_role[Role.HOST]:
+        groups.append(_make_group(ctx, Role.HOST, by_role[Role.HOST], lxc))
     elif lxc is not None:
         ctx.problem(
             "no-fit",
-            f"CT {lxc.vmid} should receive the host group, but every GPU goes to vfio-pci",
+            f"CT {lxc.vmid} should receive the host group, but no GPU stays on the host driver "
+            "for it",
             "keep a NUMA node on the host (--host-node N) or name GPUs with --host-gpus",
         )
-    groups.extend(_make_group(ctx, "vfio", gpus, vm) for vm, gpus in _vfio_units(ctx, vfio))
+    groups.extend(
+        _make_group(ctx, Role.VGPU, [gpu], None).model_copy(
+            update={"vgpus": vgpus.get(gpu.address, [])}
+        )
+        for gpu in by_role[Role.VGPU]
+    )
+    vfio = by_role[Role.VFIO]
+    groups.extend(_make_group(ctx, Role.VFIO, gpus, vm) for vm, gpus in _vfio_units(ctx, vfio))
     return groups
 
 
 def _make_group(ctx: Context, role: Role, gpus: list[Gpu], guest: GuestRef | None) -> PlanGroup:
     nodes = {gpu.numa_node for gpu in gpus}
-    if role == "vfio":
+    if role.moves_to_vfio:
         driver = VFIO_DRIVER
     else:
         driver = ",".join(sorted({gpu.host_driver or "unknown" for gpu in gpus}))
@@ -97,7 +109,7 @@ def _vfio_units(ctx: Context, vfio: list[Gpu]) -> list[tuple[GuestRef | None, li
             f"{wording.join(wording.addresses(left))}"
         )
     units: list[tuple[GuestRef | None, list[Gpu]]] = [
-        (GuestRef(type="vm", vmid=vmid), sorted(taken[vmid], key=wording.address))
+        (GuestRef(type=Role.VFIO.serves, vmid=vmid), sorted(taken[vmid], key=wording.address))
         for vmid, _ in ctx.policy.vms
         if vmid in taken
     ]

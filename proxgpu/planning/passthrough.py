@@ -21,13 +21,13 @@ def check_fabric(ctx: Context, roles: dict[str, Role]) -> None:
     programs as a whole: it cannot manage GPUs that the host keeps while others sit in guests."""
     switches = ctx.inventory.nvswitches
     fabric = [gpu for gpu in ctx.index.gpus if gpu.vendor_id == "10de"]
-    sides = {roles[gpu.address] for gpu in fabric}
-    if not switches or sides == {"host"}:
+    sides = {roles[gpu.address].moves_to_vfio for gpu in fabric}
+    if not switches or sides == {False}:
         return
     named = f"{len(switches)} NVSwitch{'es' if len(switches) > 1 else ''} " + (
         f"({wording.join(f.address for f in switches)})"
     )
-    if sides == {"vfio"}:
+    if sides == {True}:
         ctx.warnings.append(
             f"the host's {named} stay on the host: the VMs' GPUs get no NVLink between them "
             "(NVIDIA's full passthrough model gives one VM every GPU with the NVSwitches)"
@@ -46,7 +46,7 @@ def advise_passthrough(ctx: Context, groups: list[PlanGroup]) -> None:
     """Warnings for the GPUs that go to vfio-pci: resets, firmware, address bits, and what the
     move does to the host."""
     for group in groups:
-        if group.role != "vfio":
+        if not group.role.moves_to_vfio:
             continue
         gpus = [ctx.index.get(address) for address in group.gpus]
         _advise_reset(ctx, gpus)

@@ -1,4 +1,5 @@
-"""Which role each GPU gets: host driver or vfio-pci, by NUMA node or by address."""
+"""Which role each GPU gets: host driver or vfio-pci, by NUMA node or by address (the vGPU role
+is :mod:`~proxgpu.planning.vgpu`'s)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def assign_roles(ctx: Context) -> dict[str, Role]:
 
 
 def _check_targets(ctx: Context) -> None:
-    vmids = [vmid for vmid, _ in ctx.policy.vms]
+    vmids = [vmid for vmid, _ in ctx.policy.vms] + [vmid for vmid, _ in ctx.policy.vgpus]
     if ctx.policy.lxc is not None:
         vmids.append(ctx.policy.lxc)
     for vmid in sorted({vmid for vmid in vmids if vmids.count(vmid) > 1}):
@@ -71,8 +72,8 @@ def _named_roles(ctx: Context) -> dict[str, Role]:
     """The roles given by ``--host-gpus``/``--vfio-gpus``."""
     named: dict[str, Role] = {}
     lists: list[tuple[Role, str, list[str]]] = [
-        ("host", "--host-gpus", ctx.policy.host_gpus),
-        ("vfio", "--vfio-gpus", ctx.policy.vfio_gpus),
+        (Role.HOST, "--host-gpus", ctx.policy.host_gpus),
+        (Role.VFIO, "--vfio-gpus", ctx.policy.vfio_gpus),
     ]
     for role, option, texts in lists:
         for gpu in _select_by_address(ctx, option, texts):
@@ -127,13 +128,13 @@ def _node_roles(ctx: Context) -> dict[int, Role]:
             "name each node once",
         )
     if not policy.host_nodes and not policy.vfio_nodes:
-        return {node: "host" if node == gpu_nodes[0] else "vfio" for node in gpu_nodes}
+        return {node: Role.HOST if node == gpu_nodes[0] else Role.VFIO for node in gpu_nodes}
     roles: dict[int, Role] = {}
     for node in gpu_nodes:
         if node in policy.host_nodes or (node not in policy.vfio_nodes and not policy.host_nodes):
-            roles[node] = "host"
+            roles[node] = Role.HOST
         elif node in policy.vfio_nodes or not policy.vfio_nodes:
-            roles[node] = "vfio"
+            roles[node] = Role.VFIO
     return roles
 
 
@@ -147,7 +148,7 @@ def _complement_roles(ctx: Context, unnamed: list[Gpu], roles: dict[str, Role]) 
             "(the GPUs it does not name then take the other role)",
         )
         return
-    other: Role = "vfio" if ctx.policy.host_gpus else "host"
+    other = Role.VFIO if ctx.policy.host_gpus else Role.HOST
     roles.update((gpu.address, other) for gpu in unnamed)
 
 

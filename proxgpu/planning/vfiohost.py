@@ -25,13 +25,13 @@ _BUS_RESETS = {"bus", "cxl_bus"}
 
 def advise_host(ctx: Context, groups: list[PlanGroup]) -> None:
     """Warnings about the host's side of the split."""
-    moved = [ctx.index.get(a) for g in groups if g.role == "vfio" for a in g.gpus]
-    kept = [ctx.index.get(a) for g in groups if g.role == "host" for a in g.gpus]
+    moved = [ctx.index.get(a) for g in groups if g.role.moves_to_vfio for a in g.gpus]
+    kept = [ctx.index.get(a) for g in groups if not g.role.moves_to_vfio for a in g.gpus]
     _boot_framebuffer(ctx, moved)
     _legacy_vga(ctx, moved)
     _secure_boot(ctx, kept)
     for group in groups:
-        if group.role == "vfio":
+        if group.role.moves_to_vfio:
             _resets(ctx, group)
     _new_id(ctx, moved, kept)
 

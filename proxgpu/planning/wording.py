@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from proxgpu.inspection.inventory import Gpu
-from proxgpu.planning.model import PlanGroup, Role
+from proxgpu.planning.model import PlanGroup, Role, VgpuUse
 from proxgpu.pve.claims import DeviceClaim
 
 
@@ -50,3 +50,8 @@ def group_name(group: PlanGroup) -> str:
 def node_order(node: int | None) -> tuple[bool, int]:
     """Sort key placing unknown nodes last."""
     return (node is None, node or 0)
+
+
+def vgpu_list(uses: list[VgpuUse]) -> str:
+    """``VM 310 (nvidia-1155), VM 400 (nvidia-1155, added)``: which VMs use vGPUs of a GPU."""
+    return ", ".join(f"VM {u.vmid} ({u.mdev_type}{', added' if u.added else ''})" for u in uses)

@@ -27,7 +27,7 @@ from proxgpu.rendering.changes import ChangeSet
 from proxgpu.rendering.cmdline import render_kernel_cmdline
 from proxgpu.rendering.context import RenderContext, RenderOptions
 from proxgpu.rendering.lxc import render_lxc
-from proxgpu.rendering.vm import render_mapping, render_vm
+from proxgpu.rendering.vm import render_mapping, render_vgpu, render_vm
 
 
 def render(inventory: Inventory, plan: Plan, options: RenderOptions | None = None) -> ChangeSet:
@@ -44,6 +44,9 @@ def render(inventory: Inventory, plan: Plan, options: RenderOptions | None = Non
     for group in plan.groups:
         if group.guest is not None:
             _render_guest(ctx, group, group.guest.type, group.guest.vmid)
+        for use in group.vgpus:
+            if use.added:
+                render_vgpu(ctx, group, use, guest_config("vm", use.vmid))
     return with_actions(ctx)
 
 

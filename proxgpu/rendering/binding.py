@@ -54,7 +54,7 @@ def binding_conflicts(inventory: Inventory, plan: Plan) -> list[str]:
     []
     """
     known = functions_by_address(inventory)
-    addresses = {a for g in plan.groups if g.role == "host" for a in g.functions}
+    addresses = {a for g in plan.groups if not g.role.moves_to_vfio for a in g.functions}
     kept = [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
     ids = {f"{f.vendor_id}:{f.device_id}" for f in kept}
     # The module that drives each after the boot; a blacklist of another that could claim it
@@ -85,7 +85,7 @@ def refuse_conflicting_binding(ctx: RenderContext) -> None:
             + "\n".join(f"  - {line}" for line in problems),
             "remove them (proxgpu binds to vfio-pci by PCI address)",
         )
-    for function in role_functions(ctx, "host"):
+    for function in role_functions(ctx, to_vfio=False):
         if function.driver_override not in (None, function.driver):
             ctx.warnings.append(
                 f"{function.address}: driver_override is {function.driver_override} until the "
@@ -304,7 +304,7 @@ def render_binding(ctx: RenderContext) -> None:
     >>> [f.path for f in ctx.files][:2]
     ['/etc/modprobe.d/00-proxgpu-vfio.conf', '/usr/local/sbin/proxgpu-vfio-bind']
     """
-    functions = role_functions(ctx, "vfio")
+    functions = role_functions(ctx, to_vfio=True)
     addresses = [f.address for f in functions]
     modprobe = bool(functions) and ctx.options.bind_method == "modprobe"
     modules = _softdep_modules(ctx, functions) if modprobe else []
@@ -386,7 +386,7 @@ def kept_overrides(ctx: RenderContext) -> list[tuple[str, str]]:
     [('0000:01:00.0', 'nvidia'), ('0000:01:00.1', 'snd_hda_intel')]
     """
     kept = []
-    for function in role_functions(ctx, "host"):
+    for function in role_functions(ctx, to_vfio=False):
         driver = returning_driver(function.driver, function.vendor_id, function.class_code)
         if driver is not None and _DRIVER_NAME.match(driver):
             kept.append((function.address, driver))

@@ -51,10 +51,11 @@ class RenderContext:
         self.files.append(FileChange(path=path, before=before, after=after, mode=mode, why=why))
 
 
-def role_functions(ctx: RenderContext, role: str) -> list[PciFunction]:
-    """Every function the plan gives ``role`` (bridges never move), in address order."""
+def role_functions(ctx: RenderContext, *, to_vfio: bool) -> list[PciFunction]:
+    """Every function the plan moves to vfio-pci (``to_vfio``) or keeps on its host driver
+    (bridges never move), in address order."""
     known = functions_by_address(ctx.inventory)
-    addresses = {a for g in ctx.plan.groups if g.role == role for a in g.functions}
+    addresses = {a for g in ctx.plan.groups if g.role.moves_to_vfio == to_vfio for a in g.functions}
     return [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
 
 

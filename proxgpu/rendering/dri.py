@@ -81,7 +81,7 @@ def _warn_about_renumbering(ctx: RenderContext, kept: list[Gpu]) -> None:
     that leave for vfio-pci free their numbers at the next boot, and the nodes of kept GPUs
     numbered after them may move down."""
     leaving = {
-        address for group in ctx.plan.groups if group.role == "vfio" for address in group.gpus
+        address for group in ctx.plan.groups if group.role.moves_to_vfio for address in group.gpus
     }
     freed = [node for gpu in ctx.inventory.gpus if gpu.address in leaving for node in _nodes(gpu)]
     shifted = [

@@ -35,7 +35,9 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
     nvidia probes every GPU it matches at once: each keeps the minor of its rank among all of
     them, and the vfio ones' numbers are left free.
     """
-    kept = [ctx.inventory.gpu(a) for g in ctx.plan.groups if g.role == "host" for a in g.gpus]
+    kept = [
+        ctx.inventory.gpu(a) for g in ctx.plan.groups if not g.role.moves_to_vfio for a in g.gpus
+    ]
     planned = sorted(g.address for g in kept if g.host_driver == "nvidia")
     current = sorted(g.address for g in ctx.inventory.gpus if g.driver == "nvidia")
     minors = {g.address: g.nvidia_minor for g in ctx.inventory.gpus}

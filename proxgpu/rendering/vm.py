@@ -8,7 +8,7 @@ from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.paths import PCI_MAPPING
 from proxgpu.pci import normalize_pci_address
-from proxgpu.planning.model import PlanGroup
+from proxgpu.planning.model import PlanGroup, VgpuUse
 from proxgpu.pve.claims import hostpci_mdev
 from proxgpu.pve.config import (
     GuestConfig,
@@ -44,6 +44,24 @@ def render_vm(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> Non
         )
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
     _sync_hostpci(ctx, config, gpus, q35)
+    _pin(ctx, config, group, vmid)
+    ctx.file(path, config.render(), f"VM {vmid}: its GPUs and NUMA pinning", mode=None)
+
+
+def render_vgpu(ctx: RenderContext, group: PlanGroup, use: VgpuUse, path: str) -> None:
+    """A vGPU the plan adds: ``hostpciN: ADDR,mdev=TYPE`` naming the GPU's own function (a slot
+    would be a multifunction device, which qemu-server refuses with ``mdev``), and the VM pinned
+    to the GPU's NUMA node as a passthrough VM is."""
+    config = guest_config_of(ctx, path, "VM")
+    extra = ",pcie=1" if "q35" in (config.get("machine") or "") else ""
+    (index,) = config.free_indices("hostpci", 1)
+    config.set(f"hostpci{index}", f"{group.gpus[0]},mdev={use.mdev_type}{extra}")
+    _pin(ctx, config, group, use.vmid)
+    ctx.file(path, config.render(), f"VM {use.vmid}: its vGPU and NUMA pinning", mode=None)
+
+
+def _pin(ctx: RenderContext, config: GuestConfig, group: PlanGroup, vmid: int) -> None:
+    """vNUMA on, vCPUs on the group's CPUs, memory on its node."""
     config.set("numa", "1")
     if pve_at_least(ctx.inventory.pve_version, VM_AFFINITY):
         config.set("affinity", group.cpus)
@@ -53,7 +71,6 @@ def render_vm(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> Non
             f"affinity option (7.3 and later): its vCPUs are not pinned to CPUs {group.cpus}"
         )
     _vnuma(ctx, config, group, vmid)
-    ctx.file(path, config.render(), f"VM {vmid}: its GPUs and NUMA pinning", mode=None)
 
 
 def _sync_hostpci(ctx: RenderContext, config: GuestConfig, gpus: list[Gpu], q35: bool) -> None:
@@ -97,7 +114,9 @@ def render_mapping(ctx: RenderContext, groups: list[PlanGroup]) -> None:
     name = ctx.options.mapping
     if name is None:
         return
-    gpus = [ctx.inventory.gpu(a) for g in groups if g.role == "vfio" and g.guest for a in g.gpus]
+    gpus = [
+        ctx.inventory.gpu(a) for g in groups if g.role.moves_to_vfio and g.guest for a in g.gpus
+    ]
     if not gpus:
         return
     lacking = [gpu.address for gpu in gpus if gpu.iommu_group is None]

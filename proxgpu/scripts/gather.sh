@@ -73,6 +73,9 @@ regular proc/sys/kernel/hostname proc/sys/kernel/osrelease proc/cmdline proc/dev
     sys/bus/pci/devices/*/subsystem_vendor sys/bus/pci/devices/*/subsystem_device \
     sys/bus/pci/devices/*/numa_node sys/bus/pci/devices/*/local_cpulist \
     sys/bus/pci/devices/*/driver_override sys/bus/pci/devices/*/boot_vga \
+    sys/bus/pci/devices/*/mdev_supported_types/*/name \
+    sys/bus/pci/devices/*/mdev_supported_types/*/available_instances \
+    sys/bus/pci/devices/*/mdev_supported_types/*/device_api \
     $resources usr/share/perl5/PVE/pvecfg.pm |
     batched "reading the sysfs and procfs files" grep -H -s -Z -D skip ''
 grep -m 1 -H -s -Z -D skip '^vendor_id' proc/cpuinfo

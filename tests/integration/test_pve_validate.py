@@ -57,6 +57,7 @@ EXAMPLE_SPLITS: dict[str, list[tuple[SplitPolicy, RenderOptions]]] = {
     "uneven-5-3": [(SplitPolicy(enable_iommu=True, lxc=150), RenderOptions())],
     "shared-iommu-group": [(SplitPolicy(), RenderOptions())],
     "h200-vm": [(SplitPolicy(host_gpus=["0000:00:06.0"]), RenderOptions())],
+    "vgpu": [(SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1155")]), RenderOptions())],
 }
 CASES = [
     pytest.param(host, policy, options, id=f"{host}-{i}")

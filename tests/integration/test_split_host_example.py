@@ -22,6 +22,7 @@ OPTIONS: dict[str, list[str]] = {
     "uneven-5-3": ["--lxc", "150", "--vm", "none", "--enable-iommu"],
     "shared-iommu-group": ["--lxc", "none", "--vm", "none"],
     "h200-vm": ["--lxc", "none", "--vm", "none", "--host-gpus", "0000:00:06.0"],
+    "vgpu": ["--lxc", "200", "--vm", "none"],
     # The nodes of the cluster snapshot, each one host with the guests it holds.
     "cluster-3/pve1": [],
     "cluster-3/pve2": ["--lxc", "none", "--vm", "310"],

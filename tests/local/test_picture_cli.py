@@ -15,6 +15,7 @@ from proxgpu.host import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.picture import Assignment, UnreadHost, inventory_svg, render_report
 from proxgpu.picture.report import plan_report
+from proxgpu.planning.model import Role
 from tests.support.factories import make_gpu, make_inventory
 from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES
 
@@ -116,13 +117,13 @@ def test_the_legend_names_the_roles_guests_and_muted_devices_the_picture_shows()
     assert plain == ["GPU (badge: its /dev/nvidiaN)"]
     with_bmc = _legend(inventory_svg(make_inventory([*gpus, bmc])))
     assert with_bmc == ["GPU (badge: its /dev/nvidiaN)", "BMC display, GPU left as it is: muted"]
-    host_only = {gpus[0].address: Assignment(role="host", driver="nvidia", guest="CT 200")}
+    host_only = {gpus[0].address: Assignment(role=Role.HOST, driver="nvidia", guest="CT 200")}
     assert _legend(inventory_svg(make_inventory(gpus[:1]), host_only)) == [
         "stays on the host driver (badge: its guest)"
     ]
     both = {
-        gpus[0].address: Assignment(role="host", driver="nvidia", guest=None),
-        gpus[1].address: Assignment(role="vfio", driver="vfio-pci", guest=None),
+        gpus[0].address: Assignment(role=Role.HOST, driver="nvidia", guest=None),
+        gpus[1].address: Assignment(role=Role.VFIO, driver="vfio-pci", guest=None),
     }
     # No guest named: the badges say host / vfio, so the legend does not promise guests; the
     # GPU the plan leaves out (the BMC's display) is muted.

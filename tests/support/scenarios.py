@@ -31,6 +31,7 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "uneven-enable-iommu": ("uneven-5-3", {"enable_iommu": True, "lxc": 150}, {}),
     "single-socket-by-address": ("single-socket", {"vfio_gpus": ["0000:0b:00.0"], "lxc": 101}, {}),
     "shared-group": ("shared-iommu-group", {}, {}),
+    "vgpu-add": ("vgpu", {"lxc": 200, "vgpus": [(400, "nvidia-1155")]}, {}),
 }
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxgpu.planning import plan_split
-from proxgpu.planning.model import SplitPolicy
+from proxgpu.planning import Plan, plan_split
+from proxgpu.planning.model import Role, SplitPolicy, VgpuUse
 from proxgpu.pve.claims import device_claims
 from tests.support.factories import ct200
 from tests.support.plans import codes, refusal
@@ -154,39 +154,65 @@ def test_a_vgpu_entry_is_a_claim_that_keeps_the_host_driver() -> None:
 def test_a_vgpu_on_a_kept_gpu_is_no_passthrough_to_remove() -> None:
     plan = plan_split(ct200({VM_310: f"{VGPU}\n"}), SplitPolicy(lxc=200))
     (warning,) = [w for w in plan.warnings if "VM 310" in w]
-    assert warning.startswith("0000:01:00.0 stay on the host driver, where VM 310 uses a vGPU")
+    assert warning.startswith("0000:01:00.0 stays on the host driver, where VM 310 uses a vGPU")
     assert "remove" not in warning
 
 
-@pytest.mark.parametrize("policy", [SplitPolicy(lxc=200), SplitPolicy(lxc=200, vms=[(310, None)])])
-def test_a_vgpu_on_a_gpu_going_to_vfio_is_refused_with_a_fix_that_keeps_it(
-    policy: SplitPolicy,
-) -> None:
+def test_a_vgpu_gpu_of_the_kept_node_is_not_given_to_the_container() -> None:
+    plan = plan_split(ct200({VM_310: f"{VGPU}\n"}), SplitPolicy(lxc=200))
+    host = next(g for g in plan.groups if g.role is Role.HOST)
+    vgpu = next(g for g in plan.groups if g.role is Role.VGPU)
+    assert "0000:01:00.0" not in host.gpus and len(host.gpus) == 3
+    assert (vgpu.gpus, vgpu.driver, vgpu.guest) == (["0000:01:00.0"], "nvidia", None)
+    assert vgpu.vgpus == [VgpuUse(vmid=310, mdev_type="nvidia-1072")]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        SplitPolicy(lxc=200),
+        SplitPolicy(lxc=200, vms=[(310, None)]),
+        SplitPolicy(lxc=200, vfio_nodes=[1]),
+        SplitPolicy(lxc=200, host_gpus=["01:00.0"]),
+    ],
+)
+def test_a_vgpu_gpu_of_a_node_going_to_vfio_stays_on_the_host_driver(policy: SplitPolicy) -> None:
     config = VGPU.replace("01:00.0", "81:00.0")
+    plan = plan_split(ct200({VM_310: f"{config}\n"}), policy)
+    moved = [a for g in plan.groups if g.role.moves_to_vfio for a in g.gpus]
+    (vgpu,) = [g for g in plan.groups if g.role is Role.VGPU]
+    assert "0000:81:00.0" not in moved and moved, "the rest of the node still goes to vfio-pci"
+    assert (vgpu.gpus, vgpu.numa_node, vgpu.driver) == (["0000:81:00.0"], 1, "nvidia")
+    assert vgpu.vgpus == [VgpuUse(vmid=310, mdev_type="nvidia-1072")]
+    assert "0000:81:00.0" in binding_kept(plan)
+
+
+def binding_kept(plan: Plan) -> list[str]:
+    """The functions the plan keeps on their host driver."""
+    return [f for g in plan.groups if not g.role.moves_to_vfio for f in g.functions]
+
+
+def test_two_vms_with_vgpus_of_one_gpu_are_both_listed() -> None:
+    other = "/etc/pve/qemu-server/311.conf"
+    config = VGPU.replace("01:00.0", "81:00.0")
+    inventory = ct200({VM_310: f"{config}\n", other: f"{config.replace('hostpci0', 'hostpci3')}\n"})
+    (vgpu,) = [g for g in plan_split(inventory).groups if g.role is Role.VGPU]
+    assert [u.vmid for u in vgpu.vgpus] == [310, 311]
+
+
+def test_a_gpu_named_for_vfio_is_refused_with_a_fix_that_keeps_the_vgpu() -> None:
+    config = VGPU.replace("01:00.0", "81:00.0")
+    policy = SplitPolicy(lxc=200, vfio_gpus=["81:00.0", "91:00.0"])
     error = refusal(ct200({VM_310: f"{config}\n"}), policy)
     assert codes(error) == ["claimed"]
     problem = error.problems[0]
     assert problem.what.startswith("0000:81:00.0 would go to vfio-pci, but VM 310 uses a vGPU")
-    kept = "0000:01:00.0,0000:11:00.0,0000:61:00.0,0000:71:00.0,0000:81:00.0"
-    assert f"--host-gpus {kept}" in problem.fix
-    assert "remove" not in problem.fix and "mdev" not in problem.fix
-
-
-def test_the_suggested_host_gpus_do_keep_the_vgpu_and_plan() -> None:
-    config = VGPU.replace("01:00.0", "81:00.0")
-    inventory = ct200({VM_310: f"{config}\n"})
-    fix = refusal(inventory, SplitPolicy(lxc=200)).problems[0].fix
-    listed = fix.split("--host-gpus ")[1].split()[0].split(",")
-    plan = plan_split(inventory, SplitPolicy(lxc=200, host_gpus=listed))
-    host = next(g for g in plan.groups if g.role == "host")
-    assert "0000:81:00.0" in host.gpus
-
-
-def test_a_gpu_named_for_vfio_is_taken_out_of_that_list() -> None:
-    config = VGPU.replace("01:00.0", "81:00.0")
-    policy = SplitPolicy(lxc=200, vfio_gpus=["81:00.0", "91:00.0"])
-    error = refusal(ct200({VM_310: f"{config}\n"}), policy)
-    assert error.problems[0].fix == "leave 0000:81:00.0 out of --vfio-gpus"
+    assert problem.fix.startswith("leave 0000:81:00.0 out of --vfio-gpus")
+    fixed = policy.model_copy(update={"vfio_gpus": ["91:00.0"]})
+    (vgpu,) = [
+        g for g in plan_split(ct200({VM_310: f"{config}\n"}), fixed).groups if g.role is Role.VGPU
+    ]
+    assert vgpu.gpus == ["0000:81:00.0"]
 
 
 # --- driver=keep: a passthrough whose binding qemu-server leaves to the host --------------------
@@ -229,3 +255,15 @@ def test_driver_keep_on_a_kept_gpu_is_refused_as_a_vm_that_cannot_start() -> Non
     error = refusal(ct200({VM_310: f"{config}\n"}), SplitPolicy(lxc=200))
     assert codes(error) == ["claimed"]
     assert "VM 310 could not start while it stays there" in error.problems[0].what
+
+
+def test_a_vgpu_through_a_pci_mapping_with_mdev_keeps_the_mapped_gpu_on_the_host_driver() -> None:
+    mapping = "gpu-vgpu\n\tmap id=10de:2330,node=pve1,path=0000:81:00.0\n\tmdev 1\n"
+    configs = {
+        "/etc/pve/mapping/pci.cfg": mapping,
+        VM_310: "hostpci0: mapping=gpu-vgpu,mdev=nvidia-1072\n",
+    }
+    plan = plan_split(ct200(configs), SplitPolicy(lxc=200))
+    (vgpu,) = [g for g in plan.groups if g.role is Role.VGPU]
+    assert vgpu.gpus == ["0000:81:00.0"]
+    assert vgpu.vgpus == [VgpuUse(vmid=310, mdev_type="nvidia-1072")]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from proxgpu.errors import PlanRefusedError, ProxgpuError
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.planning import plan_split
-from proxgpu.planning.model import Plan, SplitPolicy
+from proxgpu.planning.model import Plan, Role, SplitPolicy
 from proxgpu.pve.claims import GuestRef
 from tests.support.factories import ct200, make_fn, make_gpu, make_inventory
 from tests.support.plans import codes, refusal
@@ -37,6 +37,7 @@ def test_ct200_default_split_matches_the_json_contract() -> None:
         "memory_nodes": [0],
         "driver": "nvidia",
         "guest": {"type": "lxc", "vmid": 200},
+        "vgpus": [],
     }  # fmt: skip
     assert vfio["role"] == "vfio"
     assert vfio["numa_node"] == 1
@@ -392,7 +393,7 @@ def test_property_numa_split_is_complete_and_numa_pure(inventory: Inventory) -> 
     node_of = {gpu.address: gpu.numa_node for gpu in inventory.gpus}
     for group in plan.groups:
         assert {node_of[address] for address in group.gpus} == {group.numa_node}
-    assert [group.role for group in plan.groups].count("host") == 1
+    assert [group.role for group in plan.groups].count(Role.HOST) == 1
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,0 +1,170 @@
+"""vGPU VMs on the host driver: the ``vgpu`` example host (4 L40S, VM 310 with an NVIDIA vGPU of
+0000:81:00.0 on node 1, VM 400 without a GPU), inspected from its tree; every VM config written is
+checked by Proxmox's own parser (pve-check)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from proxgpu.errors import PlanRefusedError, UsageError
+from proxgpu.host.local import DirectoryHost
+from proxgpu.inspection import inspect
+from proxgpu.inspection.inventory import Inventory, MdevType
+from proxgpu.picture import assignments, inventory_svg
+from proxgpu.picture.layout import svg_id
+from proxgpu.planning import Plan, Role, SplitPolicy, VgpuUse, parse_vm_specs, plan_split
+from proxgpu.rendering import render
+from tests.support.pvevalidate import assert_all_ok, validate_tree, write_tree
+
+ROOT = Path(__file__).resolve().parents[2] / "examples" / "hosts" / "vgpu"
+VM_310 = "/etc/pve/qemu-server/310.conf"
+VM_400 = "/etc/pve/qemu-server/400.conf"
+
+
+@cache
+def vgpu_host() -> Inventory:
+    return inspect(DirectoryHost(str(ROOT)))
+
+
+def vgpu_group(plan: Plan) -> list[tuple[str, int | None, list[VgpuUse]]]:
+    return [(g.gpus[0], g.numa_node, g.vgpus) for g in plan.groups if g.role is Role.VGPU]
+
+
+def test_inspection_reads_the_mdev_types_each_gpu_offers() -> None:
+    gpu = vgpu_host().gpu("0000:81:00.0")
+    assert gpu.mdev_types == [
+        MdevType(id="nvidia-1155", name="NVIDIA L40S-8Q", available=5, device_api="vfio-pci"),
+        MdevType(id="nvidia-1158", name="NVIDIA L40S-48Q", available=0, device_api="vfio-pci"),
+    ]
+    assert [t.available for t in vgpu_host().gpu("0000:91:00.0").mdev_types] == [6, 1]
+
+
+def test_the_vgpu_in_use_keeps_its_gpu_on_nvidia_and_the_rest_of_its_node_moves() -> None:
+    plan = plan_split(vgpu_host(), SplitPolicy(lxc=200))
+    assert vgpu_group(plan) == [("0000:81:00.0", 1, [VgpuUse(vmid=310, mdev_type="nvidia-1155")])]
+    moved = [a for g in plan.groups if g.role.moves_to_vfio for a in g.gpus]
+    assert moved == ["0000:91:00.0"]
+    changes = render(vgpu_host(), plan)
+    assert VM_310 not in [f.path for f in changes.changed_files()], "the vGPU entry stays"
+    binding = next(f.after for f in changes.files if f.path.endswith("proxgpu-vfio.conf"))
+    assert binding is not None and "0000:91:00.0" in binding and "0000:81:00.0" not in binding
+
+
+def test_a_requested_vgpu_goes_on_the_gpu_serving_vgpus_and_pins_the_vm_there(
+    tmp_path: Path,
+) -> None:
+    policy = SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1155")])
+    plan = plan_split(vgpu_host(), policy)
+    ((address, node, uses),) = vgpu_group(plan)
+    assert (address, node) == ("0000:81:00.0", 1)
+    assert uses[-1] == VgpuUse(vmid=400, mdev_type="nvidia-1155", added=True)
+    text = next(f.after for f in render(vgpu_host(), plan).files if f.path == VM_400)
+    assert text is not None
+    assert "\nhostpci0: 0000:81:00.0,mdev=nvidia-1155,pcie=1\n" in text
+    assert "\naffinity: 32-63\n" in text and "hostnodes=1," in text
+    files: dict[str, str | None] = {VM_400: text, VM_310: vgpu_host().guest_configs[VM_310]}
+    assert_all_ok(validate_tree(write_tree(tmp_path / "host", files), "vgpu"))
+
+
+def test_a_type_another_gpu_offers_takes_a_vfio_gpu_before_the_containers() -> None:
+    plan = plan_split(vgpu_host(), SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1158")]))
+    assert [(a, n) for a, n, _ in vgpu_group(plan)] == [("0000:81:00.0", 1), ("0000:91:00.0", 1)]
+    host = next(g for g in plan.groups if g.role is Role.HOST)
+    assert host.gpus == ["0000:01:00.0", "0000:11:00.0"]
+
+
+def test_a_vgpu_with_no_instance_left_is_refused_with_the_counts() -> None:
+    policy = SplitPolicy(lxc=200, vfio_gpus=["91:00.0"], vgpus=[(400, "nvidia-1158")])
+    inventory = vgpu_host()
+    gpus = [g for g in inventory.gpus if g.numa_node == 1]
+    only_node_1 = inventory.model_copy(update={"gpus": gpus})
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(only_node_1, policy.model_copy(update={"lxc": None}))
+    (problem,) = caught.value.problems
+    assert problem.code == "no-fit"
+    assert problem.what == (
+        "VM 400 asks for a vGPU of type nvidia-1158, but no instance is left (available_instances "
+        "after the plan: 0000:81:00.0 0 and 0000:91:00.0 1 but named in --vfio-gpus)"
+    )
+
+
+def test_the_instances_the_plan_adds_count_against_what_is_left() -> None:
+    vms = [(400 + i, "nvidia-1158") for i in range(3)]
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(vgpu_host(), SplitPolicy(lxc=200, vgpus=[*vms, (403, "nvidia-1158")]))
+    (problem,) = caught.value.problems
+    assert problem.what.startswith("VM 403 asks for a vGPU of type nvidia-1158, but no instance")
+    assert "0000:01:00.0 0, 0000:11:00.0 0, 0000:81:00.0 0 and 0000:91:00.0 0" in problem.what
+
+
+def test_a_type_no_gpu_offers_is_refused_naming_the_ones_offered() -> None:
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(vgpu_host(), SplitPolicy(vgpus=[(400, "nvidia-9")]))
+    (problem,) = caught.value.problems
+    assert "which no GPU of vgpu offers" in problem.what
+    assert problem.fix == "ask for a type the GPUs offer: nvidia-1155 and nvidia-1158"
+
+
+def test_a_vm_asking_for_passthrough_and_a_vgpu_is_named_twice() -> None:
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(vgpu_host(), SplitPolicy(vms=[(400, 1)], vgpus=[(400, "nvidia-1155")]))
+    assert [p.what for p in caught.value.problems] == [
+        "guest 400 is named more than once among the targets"
+    ]
+
+
+def test_planning_again_after_the_vgpu_is_written_adds_nothing() -> None:
+    policy = SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1155")])
+    text = next(
+        f.after
+        for f in render(vgpu_host(), plan_split(vgpu_host(), policy)).files
+        if f.path == VM_400
+    )
+    assert text is not None
+    again = vgpu_host().model_copy(
+        update={"guest_configs": {**vgpu_host().guest_configs, VM_400: text}}
+    )
+    ((_, _, uses),) = vgpu_group(plan_split(again, policy))
+    assert [u.added for u in uses] == [False, False]
+    assert VM_400 not in [f.path for f in render(again, plan_split(again, policy)).changed_files()]
+
+
+@pytest.mark.parametrize("spec", ["400:vgpu=", "400:vgpu=a/b", "x:vgpu=nvidia-1"])
+def test_a_vgpu_spec_qemu_server_would_refuse_is_a_usage_error(spec: str) -> None:
+    with pytest.raises(UsageError, match="expected VMID:vgpu=TYPE"):
+        parse_vm_specs([spec])
+
+
+def test_the_cli_json_and_text_show_which_vms_use_the_gpu() -> None:
+    argv = ["plan", "--root", str(ROOT), "--lxc", "200", "--vm", "400:vgpu=nvidia-1155"]
+    run = [sys.executable, "-m", "proxgpu", *argv]
+    document = json.loads(subprocess.run([*run, "--json"], check=True, capture_output=True).stdout)
+    (group,) = [g for g in document["groups"] if g["role"] == "vgpu"]
+    assert group["gpus"] == ["0000:81:00.0"] and group["driver"] == "nvidia"
+    assert group["vgpus"] == [
+        {"vmid": 310, "mdev_type": "nvidia-1155", "added": False},
+        {"vmid": 400, "mdev_type": "nvidia-1155", "added": True},
+    ]
+    text = subprocess.run(run, check=True, capture_output=True, text=True).stdout
+    assert (
+        "NUMA node 1 -> nvidia (stays on the host driver for vGPU VMs), for vGPUs of "
+        "VM 310 (nvidia-1155), VM 400 (nvidia-1155, added)"
+    ) in text
+
+
+def test_the_picture_colours_the_vgpu_gpu_and_badges_its_vms() -> None:
+    plan = plan_split(vgpu_host(), SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1155")]))
+    root = ET.fromstring(inventory_svg(vgpu_host(), assignments(plan)))
+    boxes = {e.attrib.get("id"): e.attrib.get("class") for e in root.iter() if "id" in e.attrib}
+    assert boxes[svg_id("gpu", "0000:81:00.0")] == "pg-gpu-vgpu"
+    assert boxes[svg_id("gpu", "0000:01:00.0")] == "pg-gpu-host"
+    texts = ["".join(e.itertext()) for e in root.iter() if e.tag.endswith("text")]
+    assert "vGPU: VM 310, VM 400" in texts
+    assert any(t.startswith("stays on the host driver for vGPU VMs") for t in texts)
