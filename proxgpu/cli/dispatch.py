@@ -15,6 +15,7 @@ from importlib import import_module
 
 from proxgpu.cli.console import report_error, setup_logging, wants_color
 from proxgpu.cli.hosts import close_unused, open_early
+from proxgpu.cli.roots import check_not_a_cluster_snapshot
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.redact import redact_secrets
 
@@ -66,6 +67,9 @@ def _run(args: argparse.Namespace, detailed: bool) -> int:
     """Run the command for one host (or none): its exit code, every failure on one line."""
 
     def one() -> int:
+        root = getattr(args, "root", None)
+        if root and not args.host:
+            check_not_a_cluster_snapshot(root)
         # The SSH handshake then overlaps the command's imports (see .hosts).
         open_early(args)
         # Imported once a command runs: it brings pydantic, paramiko and jinja2 along.

@@ -184,3 +184,27 @@ def test_root_given_twice_is_refused_not_half_used(capsys: pytest.CaptureFixture
     ct200, other = str(EXAMPLES / "ct200"), str(EXAMPLES / "single-socket")
     assert main(["inspect", "--root", ct200, "--root", other]) == 2
     assert "--root takes one DIR, given twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command", [["inspect"], ["plan", *SPLIT], ["snapshot", "-o", "out"], ["history"]]
+)
+def test_a_cluster_snapshot_without_cluster_says_to_add_it_or_name_a_node(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshot = EXAMPLES / "cluster-3"
+    assert main([*command, "--root", str(snapshot)]) == 2, "a usage error, as --root twice"
+    err = capsys.readouterr().err
+    assert err == (
+        f"proxgpu: {snapshot}: a cluster snapshot (nodes pve1, pve2, pve3): add --cluster, "
+        f"or name one node's tree (--root {snapshot / 'pve1'})\n"
+    )
+
+
+def test_one_node_of_a_cluster_snapshot_and_the_whole_with_cluster_still_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    snapshot = EXAMPLES / "cluster-3"
+    assert main(["inspect", "--root", str(snapshot / "pve1")]) == 0
+    assert main(["inspect", "--cluster", "--root", str(snapshot)]) == 0
+    assert "a cluster snapshot" not in capsys.readouterr().err
