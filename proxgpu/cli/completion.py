@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 
+from proxgpu.cli.manual import TYPICAL, roff_sections
 from proxgpu.errors import ProxgpuError
 
 #: The shells ``proxgpu completion`` writes scripts for.
@@ -73,6 +74,10 @@ def man_page(parser: argparse.ArgumentParser | None = None) -> str:
         page.date = ""
         page.source = "proxgpu"
         page.manual = "User Commands"
+        # The epilog's exit-code table is EXIT STATUS's short form: the page gives it in full.
+        page.add_section("comments", "=", page.format_text(TYPICAL))
+        for heading, roff in roff_sections().items():
+            page.add_section(heading, "=", roff)
         text = str(page)
     finally:
         if saved is None:

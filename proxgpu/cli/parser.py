@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any, NoReturn, TypeAlias
 
+from proxgpu.cli.manual import help_epilog
 from proxgpu.cli.options import (
     Once,
     VersionAction,
@@ -59,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="proxgpu",
         description="Partition a Proxmox VE host's GPUs along NUMA lines.",
-        epilog="Typical use: proxgpu plan --host root@pve1 --lxc 200 --vm 300, review the diff, "
-        "then the same with apply. Exit codes are listed in README.md.",
+        epilog=help_epilog(),
+        # The epilog's exit-code table keeps its lines.
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

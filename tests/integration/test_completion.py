@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from proxgpu.cli.completion import SHELLS, cmd_completion, completion_script, man_page
+from proxgpu.cli.manual import EXIT_CODES
 from proxgpu.cli.parser import build_parser
 from proxgpu.errors import ProxgpuError
 from tests.support.tools import find_tool, require_tool
@@ -87,6 +88,11 @@ def test_man_page_renders_with_man(tmp_path: Path) -> None:
     ).stdout
     for name in subcommands(build_parser()):
         assert f"proxgpu {name}" in shown
+    for section in ("EXIT STATUS", "ENVIRONMENT", "FILES", "EXAMPLES"):
+        assert f"\n{section}\n" in shown, section
+    status = shown.split("\nEXIT STATUS\n")[1].split("\nENVIRONMENT\n")[0]
+    assert [int(w) for w in status.split() if w.isdigit()] == [e.code for e in EXIT_CODES]
+    assert "PROXGPU_DEBUG" in shown and "/var/lib/proxgpu/journal/" in shown
 
 
 def test_bash_completes_subcommands_and_their_options() -> None:
