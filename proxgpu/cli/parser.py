@@ -81,11 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     completion = sub.add_parser(
         "completion",
-        help="print a shell completion script (bash or zsh)",
+        help="print a shell completion script (bash, zsh or fish)",
         description="Print a shell completion script, e.g. "
-        "`proxgpu completion bash > /etc/bash_completion.d/proxgpu`.",
+        "`proxgpu completion bash > /etc/bash_completion.d/proxgpu` or "
+        "`proxgpu completion fish > ~/.config/fish/completions/proxgpu.fish`.",
     )
-    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
     completion.set_defaults(handler="completion:cmd_completion")
     return parser
 

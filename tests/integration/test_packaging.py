@@ -202,7 +202,8 @@ def test_the_wheel_installs_the_man_page_where_man_finds_it(tmp_path: Path) -> N
     with zipfile.ZipFile(wheel) as archive:
         inside = [n for n in archive.namelist() if n.endswith("share/man/man1/proxgpu.1")]
         assert inside and archive.read(inside[0]).decode() == (REPO / "man/proxgpu.1").read_text()
-    install = [*pip, "install", "--no-deps", "--prefix", str(prefix), str(wheel)]
+    # --target, not --prefix: pip would uninstall the proxgpu of the environment running it.
+    install = [*pip, "install", "--no-deps", "--target", str(prefix), str(wheel)]
     subprocess.run(install, check=True, cwd=tmp_path, capture_output=True)
     env = {k: v for k, v in os.environ.items() if k != "MANPATH"}
     env |= {"PATH": f"{prefix / 'bin'}:/usr/bin:/bin", "MANPAGER": "cat", "MANWIDTH": "100"}
