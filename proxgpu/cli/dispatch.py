@@ -8,8 +8,10 @@ hosts or a cluster, and every error as its exit code (see :mod:`proxgpu.cli`).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from importlib import import_module
 
@@ -18,6 +20,8 @@ from proxgpu.cli.hosts import close_unused, open_early
 from proxgpu.cli.roots import check_not_a_cluster_snapshot
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.redact import redact_secrets
+
+log = logging.getLogger(__name__)
 
 
 def refuse(exc: UsageError, arguments: list[str]) -> int:
@@ -76,10 +80,13 @@ def _run(args: argparse.Namespace, detailed: bool) -> int:
         module, _, handler = args.handler.partition(":")
         return int(getattr(import_module(f"proxgpu.cli.{module}"), handler)(args))
 
+    start = time.monotonic()
     try:
         return _guarded(args, detailed, one)
     finally:
         close_unused(args)
+        # -vv: the whole command's time, beside each exchange's.
+        log.debug("%s took %.3f s", args.command, time.monotonic() - start)
 
 
 def _guarded(args: argparse.Namespace, detailed: bool, work: Callable[[], int]) -> int:

@@ -208,3 +208,28 @@ def test_one_node_of_a_cluster_snapshot_and_the_whole_with_cluster_still_work(
     assert main(["inspect", "--root", str(snapshot / "pve1")]) == 0
     assert main(["inspect", "--cluster", "--root", str(snapshot)]) == 0
     assert "a cluster snapshot" not in capsys.readouterr().err
+
+
+def test_vv_says_each_exchange_each_file_read_and_the_time_v_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    vm = root / "etc/pve/qemu-server/300.conf"
+    vm.write_text(vm.read_text() + "cipassword: $5$hunter2\n")
+    assert main(["plan", "--root", str(root), *SPLIT, "-v"]) == 0
+    once = capsys.readouterr().err.splitlines()
+    assert any("gather.sh (1 args" in line for line in once), "-v as before"
+    assert not any(": ran " in line or ": read /" in line for line in once)
+    assert main(["plan", "--root", str(root), *SPLIT, "-vv"]) == 0
+    twice = capsys.readouterr().err.splitlines()
+    assert any("gather.sh (1 args" in line for line in twice), "and what -v says"
+    ran = [line for line in twice if ": ran sh -c <script: " in line]
+    assert ran and all(" bytes in, " in line and line.endswith(" s") for line in ran)
+    assert any(
+        line.endswith(
+            ": read /etc/pve/qemu-server/300.conf (" + str(len(vm.read_text())) + " bytes)"
+        )
+        for line in twice
+    )
+    assert twice[-1].startswith("proxgpu: plan took ")
+    assert "hunter2" not in "\n".join(twice), "no secret reaches the log"
