@@ -233,3 +233,23 @@ def test_vv_says_each_exchange_each_file_read_and_the_time_v_does_not(
     )
     assert twice[-1].startswith("proxgpu: plan took ")
     assert "hunter2" not in "\n".join(twice), "no secret reaches the log"
+
+
+def test_every_message_spells_the_host_as_it_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The planner's refusals once named the host by its own hostname (ct200), the renderer's
+    and the host's errors by the target given (dir:TREE): one run, two spellings."""
+    root = copy_example(tmp_path)
+    given = f"dir:{root}"
+    refused = ["plan", "--root", str(root), "--lxc", "201", "--vm", "300", "--json"]
+    missing = ["plan", "--root", str(root), "--lxc", "200", "--vm", "301", "--json"]
+    wrong_gpu = ["check-gpus", "0000:99:00.0", "--root", str(root), "--json"]
+    too_many = ["run", "--tp", "9", "--root", str(root), "--json", "--", "true"]
+    for argv in (refused, missing, wrong_gpu, too_many):
+        assert main(argv) in (2, 9, 16), argv
+        out, err = capsys.readouterr()
+        error = json.loads(out)["error"]
+        assert given in error["message"] and given in err, (argv, error["message"])
+        assert "ct200:" not in error["message"].replace(f"{root}:", ""), error["message"]
+        assert error["host"] in (given, None), argv
