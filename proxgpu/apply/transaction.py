@@ -102,7 +102,7 @@ def apply_changes(
 
     >>> from proxgpu.host import DirectoryHost
     >>> apply_changes(DirectoryHost("/"), ChangeSet(host="pve1")).messages
-    ['no changes: the host already matches the plan']
+    ['nothing to do: the host already matches the plan']
 
     :raises PreflightError: (and its subclasses) when refusing before anything was written.
     :raises ApplyError: when a step failed after writing; the message says what was restored.
@@ -119,11 +119,12 @@ def apply_changes(
     return run.run(dry_run, live, inventory, skip_guest_check)
 
 
-_NO_CHANGES = "no changes: the host already matches the plan"
+#: What an apply with nothing to write says, in its text and in its JSON alike.
+NO_CHANGES = "nothing to do: the host already matches the plan"
 
 
 def _unchanged(host: Host, live: bool, notes: Sequence[str] = ()) -> ApplyResult:
-    messages = [_NO_CHANGES, *notes]
+    messages = [NO_CHANGES, *notes]
     if live:
         # The journal ties a runtime rebind to the files it goes with; with none to write there
         # is no entry to roll it back by.

@@ -11,6 +11,7 @@ import sys
 from typing import NamedTuple
 
 from proxgpu.apply import ApplyOptions, ApplyResult
+from proxgpu.apply.transaction import NO_CHANGES
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes, render_plan
 from proxgpu.cli.proposing import proposal
@@ -113,7 +114,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if args.json:
         emit(args, Shown(document=apply_document(plan, result, changes)))
     else:
-        print(_result_text(result), end="")
+        print(_result_text(result, changes), end="")
     return PENDING if args.detailed_exitcode and result.changed else 0
 
 
@@ -138,7 +139,7 @@ def apply_shown(args: argparse.Namespace, host: Host, proposed: Proposed, say: S
 
 def applied_shown(args: argparse.Namespace, proposed: Proposed, result: ApplyResult) -> Shown:
     """An apply's result as ``apply`` shows it: the plan, its diff, what was done."""
-    text = _shown_plan(args, *proposed) + _result_text(result)
+    text = _shown_plan(args, *proposed) + _result_text(result, proposed.changes)
     code = PENDING if args.detailed_exitcode and result.changed else 0
     return Shown(text, apply_document(proposed.plan, result, proposed.changes), code)
 
@@ -167,9 +168,12 @@ def _apply(args: argparse.Namespace, host: Host, proposed: Proposed, say: Say) -
     return apply_options(args).apply(host, changes, plan=plan, inventory=inventory, progress=say)
 
 
-def _result_text(result: ApplyResult) -> str:
-    # Without changes the summary shown with the plan already said so.
-    return "".join(f"{line}\n" for line in result.messages) if result.changed else ""
+def _result_text(result: ApplyResult, changes: ChangeSet) -> str:
+    """What the apply did. With nothing to write it says so, as ``--json`` does; a saved plan
+    whose diff was shown may find every file already as planned, and must say so after it. A
+    fresh plan without changes said it in its summary already: once is enough."""
+    said = not result.changed and not changes.changed
+    return "".join(f"{line}\n" for line in result.messages if not (said and line == NO_CHANGES))
 
 
 def _shown_plan(

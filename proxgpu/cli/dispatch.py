@@ -8,15 +8,20 @@ hosts or a cluster, and every error as its exit code (see :mod:`proxgpu.cli`).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from importlib import import_module
 
 from proxgpu.cli.console import report_error, setup_logging, wants_color
 from proxgpu.cli.hosts import close_unused, open_early
+from proxgpu.cli.roots import check_not_a_cluster_snapshot
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.redact import redact_secrets
+
+log = logging.getLogger(__name__)
 
 
 def refuse(exc: UsageError, arguments: list[str]) -> int:
@@ -66,16 +71,22 @@ def _run(args: argparse.Namespace, detailed: bool) -> int:
     """Run the command for one host (or none): its exit code, every failure on one line."""
 
     def one() -> int:
+        root = getattr(args, "root", None)
+        if root and not args.host:
+            check_not_a_cluster_snapshot(root)
         # The SSH handshake then overlaps the command's imports (see .hosts).
         open_early(args)
         # Imported once a command runs: it brings pydantic, paramiko and jinja2 along.
         module, _, handler = args.handler.partition(":")
         return int(getattr(import_module(f"proxgpu.cli.{module}"), handler)(args))
 
+    start = time.monotonic()
     try:
         return _guarded(args, detailed, one)
     finally:
         close_unused(args)
+        # -vv: the whole command's time, beside each exchange's.
+        log.debug("%s took %.3f s", args.command, time.monotonic() - start)
 
 
 def _guarded(args: argparse.Namespace, detailed: bool, work: Callable[[], int]) -> int:

@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     argv = [numactl, f"--cpunodebind={node}", f"--membind={node}", "--", *command]
     argv = argv if numactl else command
     dropped = [name for name in job.unset if name in os.environ]
-    line = summary(inventory.hostname, job, "numactl" if numactl else BY_PROXGPU, dropped)
+    line = summary(inventory.source, job, "numactl" if numactl else BY_PROXGPU, dropped)
     if not args.quiet:
         print(f"proxgpu: {line}", file=sys.stderr)
     if args.dry_run:

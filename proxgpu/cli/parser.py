@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any, NoReturn, TypeAlias
 
+from proxgpu.cli.manual import help_epilog
 from proxgpu.cli.options import (
     Once,
     VersionAction,
@@ -59,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="proxgpu",
         description="Partition a Proxmox VE host's GPUs along NUMA lines.",
-        epilog="Typical use: proxgpu plan --host root@pve1 --lxc 200 --vm 300, review the diff, "
-        "then the same with apply. Exit codes are listed in README.md.",
+        epilog=help_epilog(),
+        # The epilog's exit-code table keeps its lines.
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -79,11 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     completion = sub.add_parser(
         "completion",
-        help="print a shell completion script (bash or zsh)",
+        help="print a shell completion script (bash, zsh or fish)",
         description="Print a shell completion script, e.g. "
-        "`proxgpu completion bash > /etc/bash_completion.d/proxgpu`.",
+        "`proxgpu completion bash > /etc/bash_completion.d/proxgpu` or "
+        "`proxgpu completion fish > ~/.config/fish/completions/proxgpu.fish`.",
     )
-    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
     completion.set_defaults(handler="completion:cmd_completion")
     return parser
 

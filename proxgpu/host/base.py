@@ -12,7 +12,9 @@ host's root is ``/``; a captured host is a directory such as ``examples/hosts/ct
 
 from __future__ import annotations
 
+import logging
 import shlex
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ from types import TracebackType
 from typing import Self
 
 from proxgpu.errors import CommandError
+
+log = logging.getLogger(__name__)
 
 #: The most a command may answer, stdout and stderr together: a gather of a host with thousands
 #: of functions answers a few MiB, so anything near this is a host answering garbage.
@@ -35,6 +39,17 @@ def command_line(argv: Sequence[str]) -> str:
     "sh -s -- '/srv/a b'"
     """
     return shlex.join(argv)
+
+
+def described(argv: Sequence[str]) -> str:
+    """``argv`` as a log line shows it: a script's text (``sh -c TEXT``) by its size only.
+
+    >>> described(["sh", "-c", "set -e\\necho hi\\n", "sh", "/etc/pve"])
+    'sh -c <script: 15 bytes> sh /etc/pve'
+    """
+    return " ".join(
+        f"<script: {len(a.encode())} bytes>" if "\n" in a else shlex.quote(a) for a in argv
+    )
 
 
 @dataclass(frozen=True)
@@ -85,7 +100,20 @@ class Host(ABC):
         :raises CommandOutputTooLargeError: when it answers more than ``max_output`` bytes.
         """
         self.commands_run += 1
-        return self._run(tuple(argv), stdin, timeout)
+        start = time.monotonic()
+        result = self._run(tuple(argv), stdin, timeout)
+        if log.isEnabledFor(logging.DEBUG):  # -vv: each exchange with the host
+            log.debug(
+                "%s: ran %s: %d bytes in, %d out, %d err, exit %d, %.3f s",
+                self.name,
+                described(argv),
+                len(stdin or b""),
+                len(result.stdout),
+                len(result.stderr),
+                result.returncode,
+                time.monotonic() - start,
+            )
+        return result
 
     def check(
         self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None

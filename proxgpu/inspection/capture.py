@@ -13,6 +13,7 @@ as a tree (:func:`write_tree`) is a snapshot: ``--root DIR`` reads it back throu
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import posixpath
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,8 @@ from proxgpu.host.local import LocalHost
 from proxgpu.host.scripts import Record, run_script
 from proxgpu.paths import LXC_CONFIG_DIR, MEMBERS, NODES_DIR, PCI_DEVICES, PVE_DIR, VM_CONFIG_DIR
 from proxgpu.redact import redact_secrets
+
+log = logging.getLogger(__name__)
 
 KEEP = ".proxgpu-keep"
 #: The mode of a snapshot's copy of a file whose own mode is unknown.
@@ -88,6 +91,9 @@ def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Captur
     capture = parse_gather_output(output.stdout, host.name)
     if modes or host.root.rstrip("/"):
         check_files(host, capture)
+    if log.isEnabledFor(logging.DEBUG):  # -vv: each file read, as the gather step read it
+        for path in sorted({*capture.lines, *capture.raw}):
+            log.debug("%s: read %s (%d bytes)", host.name, path, len(capture.text(path) or ""))
     return capture
 
 

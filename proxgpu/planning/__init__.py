@@ -12,7 +12,7 @@ renderers turn the plan into configuration.
 ...     return Gpu(address=address, vendor_id="10de", device_id="2330", class_code="0x030200",
 ...                numa_node=node, iommu_group=int(bus, 16), driver="nvidia",
 ...                functions=[address], function_info=[])
->>> inventory = Inventory(source="doc", hostname="pve1", iommu_enabled=True,
+>>> inventory = Inventory(source="pve1", hostname="pve1", iommu_enabled=True,
 ...                       gpus=[gpu("01", 0), gpu("11", 0), gpu("81", 1)])
 >>> plan = plan_split(inventory, SplitPolicy(lxc=200))
 >>> [(g.role, g.numa_node, len(g.gpus), g.driver) for g in plan.groups]
@@ -66,7 +66,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     VM, one group per NUMA node.
 
     >>> from proxgpu.inspection import Inventory
-    >>> plan_split(Inventory(source="doc", hostname="pve1"))
+    >>> plan_split(Inventory(source="pve1", hostname="pve1"))
     Traceback (most recent call last):
     ...
     proxgpu.errors.PlanRefusedError: pve1: plan refused (1 problem)

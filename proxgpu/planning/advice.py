@@ -42,7 +42,7 @@ def check_gpu_set(inventory: Inventory, selectors: list[str]) -> GpuSetCheck:
     ...                            ("0000:02:00.0", "1a03", "ast", 0),
     ...                            ("0000:11:00.0", "10de", "nvidia", 0),
     ...                            ("0000:81:00.0", "10de", "nvidia", 1)]]
-    >>> check = check_gpu_set(Inventory(source="doc", hostname="pve1", gpus=gpus), ["1", "2"])
+    >>> check = check_gpu_set(Inventory(source="pve1", hostname="pve1", gpus=gpus), ["1", "2"])
     >>> check.numa_local
     False
     >>> print(check.explanation)
@@ -54,7 +54,7 @@ CUDA's default, FASTEST_FIRST, may differ)
         none is given, or CUDA sees no GPU on the host.
     """
     if not inventory.gpus:
-        raise UsageError(f"{inventory.hostname} has no GPUs to check")
+        raise UsageError(f"{inventory.source} has no GPUs to check")
     if not selectors:
         raise UsageError("name at least one GPU, by CUDA index (0, 1, ...) or by address")
     cuda = numbered(inventory, CUDA)
@@ -180,7 +180,7 @@ def _select_for_check(inventory: Inventory, index: GpuIndex, selector: str) -> l
     if text.isdigit():
         if int(text) >= len(index.gpus):
             raise UsageError(
-                f"GPU {text}: CUDA has no such index on {inventory.hostname}: it numbers "
+                f"GPU {text}: CUDA has no such index on {inventory.source}: it numbers "
                 f"{_index_range(len(index.gpus))} ({wording.count(len(index.gpus), 'GPU')} on "
                 f"nvidia; {numbering_note(inventory, CUDA)})"
             )
@@ -196,10 +196,10 @@ def _select_for_check(inventory: Inventory, index: GpuIndex, selector: str) -> l
     if unseen:
         reasons = [unseen_reason(inventory, CUDA, gpu) for gpu in unseen]
         raise UsageError(
-            f"{text}: CUDA does not see it on {inventory.hostname}: "
+            f"{text}: CUDA does not see it on {inventory.source}: "
             f"{'; '.join(r for r in reasons if r)}"
         )
-    raise UsageError(f"{text}: no GPU at that address on {inventory.hostname}")
+    raise UsageError(f"{text}: no GPU at that address on {inventory.source}")
 
 
 def _index_range(count: int) -> str:

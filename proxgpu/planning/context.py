@@ -78,7 +78,7 @@ class Context:
 
     def raise_problems(self) -> None:
         if self.problems:
-            raise PlanRefusedError(self.inventory.hostname, self.problems)
+            raise PlanRefusedError(self.inventory.source, self.problems)
 
     def targets(self) -> set[GuestRef]:
         vms = [vmid for vmid, _ in [*self.policy.vms, *self.policy.vgpus]]

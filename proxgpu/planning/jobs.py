@@ -6,7 +6,7 @@ memory of that node, on the machine it runs on (a host, or a container with its 
 ...     address = f"0000:{bus}:00.0"
 ...     return Gpu(address=address, vendor_id="10de", device_id="2330", class_code="0x030200",
 ...                numa_node=node, driver="nvidia", functions=[address], function_info=[])
->>> inventory = Inventory(source="doc", hostname="pve1",
+>>> inventory = Inventory(source="pve1", hostname="pve1",
 ...                       numa_nodes=[NumaNode(id=0, cpus="0-31"), NumaNode(id=1, cpus="32-63")],
 ...                       gpus=[gpu("01", 0), gpu("11", 0), gpu("81", 1), gpu("91", 1)])
 >>> job = place_job(inventory, 2, node=1)
@@ -79,7 +79,7 @@ def place_job(
     ...             class_code="0x030200", numa_node=node, driver="nvidia",
     ...             functions=[f"0000:{bus}:00.0"], function_info=[])
     ...         for bus, node in (("01", 0), ("81", 1), ("91", 1))]
-    >>> inventory = Inventory(source="doc", hostname="pve1", gpus=gpus,
+    >>> inventory = Inventory(source="pve1", hostname="pve1", gpus=gpus,
     ...                       numa_nodes=[NumaNode(id=0, cpus="0-7"), NumaNode(id=1, cpus="8-15")])
     >>> job = place_job(inventory, 2)
     >>> job.numa_node, job.cpus, [gpu.index for gpu in job.gpus]
@@ -161,16 +161,16 @@ def _node(
     if node is not None:
         if node not in known:
             raise UsageError(
-                f"{inventory.hostname}: no NUMA node {node}; its nodes are {wording.join(known)}"
+                f"{inventory.source}: no NUMA node {node}; its nodes are {wording.join(known)}"
             )
         if len(by_node.get(node, [])) < size:
             raise UsageError(
-                f"{inventory.hostname}: NUMA node {node} has fewer than {size} {noun}: {counts}; "
+                f"{inventory.source}: NUMA node {node} has fewer than {size} {noun}: {counts}; "
                 "choose another --node or ask for fewer with --tp"
             )
         if not cpus[node]:
             raise UsageError(
-                f"{inventory.hostname}: none of NUMA node {node}'s CPUs "
+                f"{inventory.source}: none of NUMA node {node}'s CPUs "
                 f"({inventory.numa_node(node).cpus}) is one this process may run on (its "
                 "container's cpuset or inherited affinity): choose another --node"
             )
@@ -181,10 +181,10 @@ def _node(
             return candidate
     if enough:
         raise UsageError(
-            f"{inventory.hostname}: the NUMA nodes with {size} {noun} (node "
+            f"{inventory.source}: the NUMA nodes with {size} {noun} (node "
             f"{wording.join([str(n) for n in enough])}) have no CPU this process may run on (its "
             "container's cpuset or inherited affinity); ask for fewer with --tp"
         )
     raise UsageError(
-        f"{inventory.hostname}: no NUMA node has {size} {noun}: {counts}; ask for fewer with --tp"
+        f"{inventory.source}: no NUMA node has {size} {noun}: {counts}; ask for fewer with --tp"
     )

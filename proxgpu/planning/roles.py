@@ -103,7 +103,7 @@ def _select_by_address(ctx: Context, option: str, texts: list[str]) -> list[Gpu]
             ctx.problem(
                 "policy",
                 f"{option} {text}: no GPU at that address",
-                f"the GPUs of {ctx.inventory.hostname} are "
+                f"the GPUs of {ctx.inventory.source} are "
                 f"{wording.join(wording.addresses(ctx.index.gpus))}",
             )
         selected.extend(found)

@@ -22,7 +22,7 @@ every GPU of their driver.
 >>> def gpu(address, vendor, device, driver):
 ...     return Gpu(address=address, vendor_id=vendor, device_id=device, class_code="0x030000",
 ...                driver=driver, functions=[address], function_info=[])
->>> inventory = Inventory(source="doc", hostname="pve1", gpus=[
+>>> inventory = Inventory(source="pve1", hostname="pve1", gpus=[
 ...     gpu("0000:81:00.0", "10de", "2bb1", "nvidia"),
 ...     gpu("0000:02:00.0", "1a03", "2000", "ast"),
 ...     gpu("0000:41:00.0", "10de", "2bb1", "vfio-pci"),
@@ -144,7 +144,7 @@ def numbering_note(inventory: Inventory, runtime: Runtime) -> str:
     """How the runtime's indexes are meant, for a message that prints them.
 
     >>> from proxgpu.inspection import Inventory
-    >>> numbering_note(Inventory(source="doc", hostname="pve1"), CUDA)
+    >>> numbering_note(Inventory(source="pve1", hostname="pve1"), CUDA)
     "CUDA's indexes, with CUDA_DEVICE_ORDER=PCI_BUS_ID; CUDA's default, FASTEST_FIRST, may differ"
     """
     where = " in this container" if inventory.container is not None else ""
@@ -155,9 +155,9 @@ def none_seen(inventory: Inventory, runtime: Runtime) -> str:
     """The message for a host where ``runtime`` numbers no GPU: why, GPU by GPU.
 
     >>> from proxgpu.inspection import Inventory
-    >>> none_seen(Inventory(source="doc", hostname="pve1"), CUDA)
+    >>> none_seen(Inventory(source="pve1", hostname="pve1"), CUDA)
     'pve1: CUDA sees no GPU: the host has no GPU'
     """
     reasons = [unseen_reason(inventory, runtime, gpu) for gpu in inventory.gpus]
     why = "; ".join(r for r in reasons if r) or "the host has no GPU"
-    return f"{inventory.hostname}: {runtime.name} sees no GPU: {why}"
+    return f"{inventory.source}: {runtime.name} sees no GPU: {why}"

@@ -101,7 +101,7 @@ class ChangeSet(FrozenModel):
     def summary(self) -> str:
         """One line: how many files change, which actions follow, whether to reboot."""
         if not self.changed:
-            return "No changes: the host already matches the plan."
+            return "Nothing to do: the host already matches the plan."
         actions = "; ".join(" ".join(a.argv) for a in self.actions) or "none"
         reboot = "reboot required" if self.reboot_required else "no reboot needed"
         count = len(self.changed_files())

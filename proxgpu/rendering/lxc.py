@@ -219,6 +219,7 @@ def _lxc_entries(
 def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> None:
     config = guest_config_of(ctx, path, "container")
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
+    group = _local_pinning(ctx, group, vmid)
     dev_mode = dev_entries(ctx.inventory.pve_container_version, ctx.inventory.pve_version)
     nodes = _device_nodes(ctx, gpus)
     nvidia = [node.path for node in nodes if node.path.startswith("/dev/nvidia")]
@@ -244,6 +245,23 @@ def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> No
     if group.cpus:
         _match_cores(ctx, config, group.cpus, vmid)
     ctx.file(path, config.render(), f"container {vmid}: its own GPUs and NUMA pinning", mode=None)
+
+
+def _local_pinning(ctx: RenderContext, group: PlanGroup, vmid: int) -> PlanGroup:
+    """``group``, or it without CPUs and memory nodes when pinning the container to them gives no
+    locality: on a host of one NUMA node every CPU is as near its GPUs as any other, and GPUs
+    whose node the firmware does not give (sysfs ``numa_node`` -1) have no near CPUs to pin to.
+    The container's ``cpuset`` and ``cores:`` are then the admin's, left as they are."""
+    if len(ctx.inventory.numa_nodes) <= 1:
+        why = "the host has one NUMA node"
+    elif any(ctx.inventory.gpu(a).numa_node is None for a in group.gpus):
+        why = "the NUMA node of its GPUs is unknown (sysfs numa_node -1)"
+    else:
+        return group
+    ctx.warnings.append(
+        f"CT {vmid}: cpuset and cores left as they are: pinning gives no locality, {why}"
+    )
+    return group.model_copy(update={"cpus": "", "memory_nodes": []})
 
 
 def _match_cores(ctx: RenderContext, config: GuestConfig, cpus: str, vmid: int) -> None:

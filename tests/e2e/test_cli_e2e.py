@@ -350,7 +350,7 @@ def test_the_split_survives_cold_reboots_and_rollback_gives_back_the_old_minors(
                 testhost.reboot()
                 assert_split_as_planned(testhost, tmp_path, predicted, loader)
             again = proxgpu(testhost, tmp_path, "apply", "--yes", *args, "--skip-guest-check")
-            assert again.returncode == 0 and "No changes" in again.stdout, again.stdout
+            assert again.returncode == 0 and "Nothing to do" in again.stdout, again.stdout
             settled = proxgpu(testhost, tmp_path, "plan", *args, "--detailed-exitcode")
             assert settled.returncode == 0, "after the reboots the host is what the plan wants"
         finally:

@@ -9,8 +9,10 @@ import subprocess
 import sys
 import tarfile
 import tomllib
+import zipfile
 from pathlib import Path
 
+from tests.support.tools import require_tool
 from tests.support.trees import EXAMPLES, REPO
 
 CT200 = str(EXAMPLES / "ct200")
@@ -186,3 +188,29 @@ def inspect_json(root: Path) -> dict[str, object]:
     document: dict[str, object] = json.loads(done.stdout)
     document.pop("source", None)
     return document
+
+
+def test_the_wheel_installs_the_man_page_where_man_finds_it(tmp_path: Path) -> None:
+    """`man proxgpu` after `pip install`: the wheel carries share/man/man1/proxgpu.1, and man-db
+    finds it beside the installed bin/ on PATH, with no MANPATH."""
+    man = require_tool("man", "man-db")
+    wheels, prefix = tmp_path / "wheels", tmp_path / "prefix"
+    pip = [sys.executable, "-m", "pip", "-q"]
+    build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)]
+    subprocess.run(build, check=True, cwd=tmp_path, capture_output=True)
+    (wheel,) = wheels.glob("proxgpu-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        inside = [n for n in archive.namelist() if n.endswith("share/man/man1/proxgpu.1")]
+        assert inside and archive.read(inside[0]).decode() == (REPO / "man/proxgpu.1").read_text()
+    # --target, not --prefix: pip would uninstall the proxgpu of the environment running it.
+    install = [*pip, "install", "--no-deps", "--target", str(prefix), str(wheel)]
+    subprocess.run(install, check=True, cwd=tmp_path, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k != "MANPATH"}
+    env |= {"PATH": f"{prefix / 'bin'}:/usr/bin:/bin", "MANPAGER": "cat", "MANWIDTH": "100"}
+    found = subprocess.run(
+        [man, "-w", "proxgpu"], env=env, capture_output=True, text=True, check=False
+    )
+    assert found.stdout.strip() == str(prefix / "share/man/man1/proxgpu.1"), found.stderr
+    shown = subprocess.run([man, "proxgpu"], env=env, capture_output=True, text=True, check=True)
+    for section in ("EXIT STATUS", "ENVIRONMENT", "FILES", "EXAMPLES"):
+        assert f"\n{section}\n" in shown.stdout, section

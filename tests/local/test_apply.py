@@ -57,7 +57,7 @@ def test_a_second_apply_of_the_same_changeset_changes_nothing(root: Path) -> Non
     assert (again.changed, again.journal_id, again.messages) == (
         False,
         None,
-        ["no changes: the host already matches the plan"],
+        ["nothing to do: the host already matches the plan"],
     )
     assert len(history(host)) == 1
     fresh = ChangeSet(host="ct200", files=[FileChange(path=MODULES, before="a", after="a")])

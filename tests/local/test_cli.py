@@ -112,4 +112,20 @@ def test_apply_twice_says_no_changes_once(
     assert main(args) == 0
     capsys.readouterr()
     assert main(args) == 0
-    assert capsys.readouterr().out.lower().count("no changes") == 1
+    assert capsys.readouterr().out.count("already matches the plan") == 1
+
+
+def test_a_saved_plan_applied_again_says_nothing_to_do_in_text_as_in_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, saved = str(copy_example(tmp_path)), str(tmp_path / "plan.json")
+    assert main(["plan", "--root", root, "--lxc", "200", "--vm", "300", "--out", saved]) == 0
+    again = ["apply", "--root", root, "--plan", saved, "--yes", "--trust-unsigned"]
+    assert main(again) == 0
+    capsys.readouterr()
+    assert main(again) == 0
+    text = capsys.readouterr().out
+    assert text.endswith("nothing to do: the host already matches the plan\n"), text[-300:]
+    assert main([*again, "--json"]) == 0
+    messages = json.loads(capsys.readouterr().out)["result"]["messages"]
+    assert messages == ["nothing to do: the host already matches the plan"]

@@ -184,3 +184,72 @@ def test_root_given_twice_is_refused_not_half_used(capsys: pytest.CaptureFixture
     ct200, other = str(EXAMPLES / "ct200"), str(EXAMPLES / "single-socket")
     assert main(["inspect", "--root", ct200, "--root", other]) == 2
     assert "--root takes one DIR, given twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command", [["inspect"], ["plan", *SPLIT], ["snapshot", "-o", "out"], ["history"]]
+)
+def test_a_cluster_snapshot_without_cluster_says_to_add_it_or_name_a_node(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshot = EXAMPLES / "cluster-3"
+    assert main([*command, "--root", str(snapshot)]) == 2, "a usage error, as --root twice"
+    err = capsys.readouterr().err
+    assert err == (
+        f"proxgpu: {snapshot}: a cluster snapshot (nodes pve1, pve2, pve3): add --cluster, "
+        f"or name one node's tree (--root {snapshot / 'pve1'})\n"
+    )
+
+
+def test_one_node_of_a_cluster_snapshot_and_the_whole_with_cluster_still_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    snapshot = EXAMPLES / "cluster-3"
+    assert main(["inspect", "--root", str(snapshot / "pve1")]) == 0
+    assert main(["inspect", "--cluster", "--root", str(snapshot)]) == 0
+    assert "a cluster snapshot" not in capsys.readouterr().err
+
+
+def test_vv_says_each_exchange_each_file_read_and_the_time_v_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    vm = root / "etc/pve/qemu-server/300.conf"
+    vm.write_text(vm.read_text() + "cipassword: $5$hunter2\n")
+    assert main(["plan", "--root", str(root), *SPLIT, "-v"]) == 0
+    once = capsys.readouterr().err.splitlines()
+    assert any("gather.sh (1 args" in line for line in once), "-v as before"
+    assert not any(": ran " in line or ": read /" in line for line in once)
+    assert main(["plan", "--root", str(root), *SPLIT, "-vv"]) == 0
+    twice = capsys.readouterr().err.splitlines()
+    assert any("gather.sh (1 args" in line for line in twice), "and what -v says"
+    ran = [line for line in twice if ": ran sh -c <script: " in line]
+    assert ran and all(" bytes in, " in line and line.endswith(" s") for line in ran)
+    assert any(
+        line.endswith(
+            ": read /etc/pve/qemu-server/300.conf (" + str(len(vm.read_text())) + " bytes)"
+        )
+        for line in twice
+    )
+    assert twice[-1].startswith("proxgpu: plan took ")
+    assert "hunter2" not in "\n".join(twice), "no secret reaches the log"
+
+
+def test_every_message_spells_the_host_as_it_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The planner's refusals once named the host by its own hostname (ct200), the renderer's
+    and the host's errors by the target given (dir:TREE): one run, two spellings."""
+    root = copy_example(tmp_path)
+    given = f"dir:{root}"
+    refused = ["plan", "--root", str(root), "--lxc", "201", "--vm", "300", "--json"]
+    missing = ["plan", "--root", str(root), "--lxc", "200", "--vm", "301", "--json"]
+    wrong_gpu = ["check-gpus", "0000:99:00.0", "--root", str(root), "--json"]
+    too_many = ["run", "--tp", "9", "--root", str(root), "--json", "--", "true"]
+    for argv in (refused, missing, wrong_gpu, too_many):
+        assert main(argv) in (2, 9, 16), argv
+        out, err = capsys.readouterr()
+        error = json.loads(out)["error"]
+        assert given in error["message"] and given in err, (argv, error["message"])
+        assert "ct200:" not in error["message"].replace(f"{root}:", ""), error["message"]
+        assert error["host"] in (given, None), argv

@@ -6,6 +6,7 @@ Each test takes the ct200 example (inspected once) and changes the one fact it i
 
 from __future__ import annotations
 
+import json
 import shutil
 from functools import cache
 from pathlib import Path
@@ -202,3 +203,62 @@ def test_a_vm_close_to_its_node_s_size_is_warned_about(
 def test_a_container_limited_beyond_its_node_is_warned_about() -> None:
     plan = plan_split(ct_with(f"memory: {NODE_1_MIB * 2}"), SplitPolicy(lxc=200))
     assert any(w.startswith("CT 200 has") and "more than the node has" in w for w in plan.warnings)
+
+
+# --- no locality: cpuset and cores left alone ----------------------------------------------------
+
+
+def _container_after(
+    argv: list[str], capsys: pytest.CaptureFixture[str], path: str
+) -> tuple[str, list[str]]:
+    """The container config ``plan --json`` would write, and the plan's warnings."""
+    from proxgpu.cli import main  # noqa: PLC0415 - only these tests go through the command line
+
+    assert main(["plan", *argv, "--json"]) == 0
+    changes = json.loads(capsys.readouterr().out)["changes"]
+    after = next(f["after"] for f in changes["files"] if f["path"] == path)
+    return after, changes["warnings"]
+
+
+def test_on_a_host_of_one_numa_node_cpuset_and_cores_are_left_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = EXAMPLES / "single-socket"
+    argv = ["--root", str(root), "--lxc", "101", "--host-gpus", "0000:01:00.0"]
+    after, warnings = _container_after(
+        [*argv, "--vfio-gpus", "0000:0b:00.0"], capsys, "/etc/pve/lxc/101.conf"
+    )
+    config = GuestConfig.parse(after)
+    assert config.get("cores") == "8", "as the admin left it"
+    assert config.get("lxc.cgroup2.cpuset.cpus") is None
+    assert config.get("lxc.cgroup2.cpuset.mems") is None
+    assert "dev3: /dev/nvidia-uvm-tools,gid=44" in after, "the GPUs are still given"
+    assert (
+        "CT 101: cpuset and cores left as they are: pinning gives no locality, "
+        "the host has one NUMA node"
+    ) in warnings
+
+
+def test_gpus_of_unknown_node_leave_the_containers_cpuset_and_cores_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "ct200"
+    shutil.copytree(EXAMPLES / "ct200", root, symlinks=True)
+    for gpu in root.glob("sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0*/numa_node"):
+        gpu.write_text("-1\n")  # firmware without locality for this slot
+    kept = ["--host-gpus", "0000:01:00.0"]  # the others go to vfio-pci
+    after, warnings = _container_after(
+        ["--root", str(root), "--lxc", "200", "--vm", "300", *kept], capsys, CT_200
+    )
+    before = GuestConfig.parse((EXAMPLES / "ct200" / CT_200.lstrip("/")).read_text())
+    config = GuestConfig.parse(after)
+    assert config.get("cores") == before.get("cores")
+    assert config.get("lxc.cgroup2.cpuset.cpus") == before.get("lxc.cgroup2.cpuset.cpus")
+    assert any("the NUMA node of its GPUs is unknown" in w for w in warnings), warnings
+
+
+def test_two_known_nodes_still_pin_the_container(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--root", str(EXAMPLES / "ct200"), "--lxc", "200", "--vm", "300"]
+    after, warnings = _container_after(argv, capsys, CT_200)
+    assert GuestConfig.parse(after).get("lxc.cgroup2.cpuset.cpus") == "0-31"
+    assert not any("no locality" in w for w in warnings)

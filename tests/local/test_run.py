@@ -79,7 +79,7 @@ def test_check_gpus_numbers_as_cuda_does_past_the_bmc_and_vfio_gpus(
     assert main(["check-gpus", "0000:02:00.0", "--root", str(server), "--json"]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["message"] == (
-        "0000:02:00.0: CUDA does not see it on ct200: "
+        f"0000:02:00.0: CUDA does not see it on dir:{server}: "
         "0000:02:00.0 is the BMC's display controller, not a GPU"
     )
 
@@ -100,7 +100,9 @@ def test_run_dry_run_prints_the_environment_and_the_command(
         "CUDA_VISIBLE_DEVICES=3,4,5,6",
         "bench --tp 4",
     ]
-    assert err.startswith("proxgpu: ct200: TP=4 on NUMA node 1: CUDA GPUs 3,4,5,6 (0000:81:00.0, ")
+    # The host as it was given (--root), as every other message spells it.
+    head = f"proxgpu: dir:{server}: TP=4 on NUMA node 1: CUDA GPUs 3,4,5,6 (0000:81:00.0, "
+    assert err.startswith(head)
     assert "CPUs 32-63 and node 1's memory" in err and err.count("\n") == 1
 
 

@@ -131,4 +131,4 @@ def test_a_failure_is_the_error_document_plan_json_prints(
     document = refused.value.document()
     assert code == document["code"] == 9 and document["kind"] == "PlanRefusedError"
     assert printed == document
-    assert document["fix"] and document["host"] == "single-socket"
+    assert document["fix"] and document["host"] == f"dir:{root}", "the host as given"

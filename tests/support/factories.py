@@ -114,7 +114,7 @@ def make_inventory(
     """A host with these GPUs, NUMA nodes (id -> CPU list; default :data:`TWO_SOCKETS`) and
     guest configs (path -> text)."""
     return Inventory(
-        source="test",
+        source=hostname,  # reached by the name it has, as `--host pve1` reaches pve1
         hostname=hostname,
         iommu_enabled=iommu,
         numa_nodes=[

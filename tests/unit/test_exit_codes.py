@@ -6,6 +6,8 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
+
 from proxgpu import errors
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -38,3 +40,26 @@ def test_every_error_class_is_in_the_table_with_its_own_exit_code() -> None:
     assert set(documented) == set(classes), "README's table and proxgpu.errors differ"
     for name, cls in classes.items():
         assert cls.exit_code == documented[name], f"{name}: README says {documented[name]}"
+
+
+def test_help_and_the_man_page_list_the_codes_readme_lists() -> None:
+    from proxgpu.cli.manual import EXIT_CODES  # noqa: PLC0415 - the thing under comparison
+
+    table = re.compile(r"^\| (\d+) \|", re.MULTILINE)
+    listed = [int(c) for c in table.findall(README.read_text(encoding="utf-8"))]
+    assert [e.code for e in EXIT_CODES] == listed
+    assert {cls.exit_code for cls in error_classes().values()} <= set(listed)
+
+
+def test_help_ends_with_the_exit_codes_and_names_the_man_page(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from proxgpu.cli import main  # noqa: PLC0415 - the command line, as its users run it
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    tail = out[out.index("exit status:") :]
+    for code in (0, 2, 5, 9, 17, 141):
+        assert re.search(rf"(^|\s){code}  \S", tail, re.MULTILINE), code
+    assert out.rstrip().endswith("man proxgpu")
+    assert max(len(line) for line in out.splitlines()) <= 100
