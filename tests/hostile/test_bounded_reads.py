@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,34 +25,12 @@ from proxgpu.host.base import MAX_OUTPUT
 from proxgpu.host.ssh import SSHHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.capture import gather
-from tests.support.hostile_scratch import Scratch, make_scratch
+from tests.support.hostile_scratch import Scratch, gone
 from tests.support.sshd import Sshd, client_options
 from tests.support.trees import copy_example
 
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
 VFS = "/sys/bus/pci/devices/0001:"
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Iterator[Scratch]:
-    """The case's scratch folder; afterwards, proof that nothing outside it changed."""
-    made = make_scratch(tmp_path)
-    yield made
-    made.assert_untouched()
-
-
-def _gone(pid: int, within: float = 10.0) -> bool:
-    """Whether process ``pid`` has exited (or is a zombie waiting for its reaper)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_a_command_that_answers_3_gb_is_stopped_at_the_limit_in_bounded_memory(
@@ -100,7 +77,7 @@ def test_a_command_that_trickles_ends_at_its_deadline_with_every_process_it_star
     assert 3 <= time.monotonic() - start < 8
     assert str(caught.value) == "localhost: sh did not finish within 3 s"
     shell, child = (int(p) for p in pids.read_text().split())
-    assert _gone(shell) and _gone(child), "a process of the command was left behind"
+    assert gone(shell) and gone(child), "a process of the command was left behind"
 
 
 def test_a_fifo_where_host_files_should_be_is_skipped_not_waited_on(
@@ -294,5 +271,5 @@ def test_a_host_that_trickles_over_ssh_ends_at_the_deadline_and_its_command_dies
         )
     assert 3 <= time.monotonic() - start < 8
     assert str(caught.value) == f"{sshd.target}: sh did not finish within 3 s"
-    assert _gone(int(pid_file.read_text())), "the remote command was left running"
+    assert gone(int(pid_file.read_text())), "the remote command was left running"
     host.close()

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from proxgpu.errors import CommandOutputTooLargeError, CommandTimeoutError
 from proxgpu.host.base import MAX_OUTPUT
 from proxgpu.host.command import CommandHost
-from tests.support.hostile_scratch import Scratch, make_scratch
+from tests.support.hostile_scratch import Scratch, gone
 
 
 class Connection:
@@ -34,28 +32,6 @@ class Connection:
         done = subprocess.run(argv, input=stdin, capture_output=True, timeout=120, check=False)
         self.carried = max(self.carried, len(done.stdout) + len(done.stderr))
         return done.returncode, done.stdout, done.stderr
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Iterator[Scratch]:
-    """The case's scratch folder; afterwards, proof that nothing outside it changed."""
-    made = make_scratch(tmp_path)
-    yield made
-    made.assert_untouched()
-
-
-def _gone(pid: int, within: float = 10.0) -> bool:
-    """Whether process ``pid`` has exited (or is a zombie waiting for its reaper)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.parametrize("stream", ["", ">&2"])
@@ -85,7 +61,7 @@ def test_a_trickle_ends_at_one_deadline_for_the_whole_command_with_its_children_
     assert 3 <= time.monotonic() - start < 10
     assert str(caught.value) == "pve1: sh did not finish within 3 s"
     shell, child = (int(p) for p in pids.read_text().split())
-    assert _gone(shell) and _gone(child), "a process of the command was left behind"
+    assert gone(shell) and gone(child), "a process of the command was left behind"
 
 
 def test_stdin_stdout_stderr_and_the_exit_status_pass_byte_for_byte(scratch: Scratch) -> None:

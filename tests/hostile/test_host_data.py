@@ -11,13 +11,13 @@ outside the scratch folder changed.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from proxgpu.cli import main
-from tests.support.hostile_scratch import Scratch, fingerprint, make_scratch
+from tests.support.hostile_scratch import Scratch, fingerprint
 from tests.support.trees import copy_example
 
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
@@ -28,14 +28,6 @@ Plant = Callable[[Path, Path], None]
 def APPLY(tree: Path) -> list[str]:  # noqa: N802 - reads as the command it is
     """``proxgpu apply`` of ct200's split on ``tree``, without asking."""
     return ["apply", "--root", str(tree), "--split", "numa", "--lxc", "200", "--vm", "300", "--yes"]
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Iterator[Scratch]:
-    """The case's scratch folder; afterwards, proof that nothing outside it changed."""
-    made = make_scratch(tmp_path)
-    yield made
-    made.assert_untouched()
 
 
 def _relink(tree: Path, link: str, target: str) -> None:

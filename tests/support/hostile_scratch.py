@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,3 +82,17 @@ def make_scratch(folder: Path) -> Scratch:
     scratch.root.mkdir()
     scratch.before = fingerprint(*scratch.watched(), skip=scratch.root)
     return scratch
+
+
+def gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process ``pid`` has exited (or is a zombie waiting for its reaper)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
