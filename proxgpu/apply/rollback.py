@@ -248,7 +248,13 @@ def _preview(host: Host, entry: JournalEntry | None, *, force: bool) -> Rollback
         files.append(
             FileChange(path=f.path, before=_text(data), after=after, why=f"undo {entry.id}")
         )
-    preview = ChangeSet(host=host.name, files=files, actions=entry.changeset.actions)
+    # Putting the files back takes effect as writing them did: at the reboot the apply needed.
+    preview = ChangeSet(
+        host=host.name,
+        files=files,
+        actions=entry.changeset.actions,
+        reboot_required=entry.changeset.reboot_required,
+    )
     changed = [f.path for f in preview.changed_files()]
     messages = [
         f"would restore {len(changed)} files from journal entry {entry.id}",

@@ -15,6 +15,7 @@ from proxgpu.apply.trust import problems as trust_problems
 from proxgpu.apply.verify import applied_entry, verify
 from proxgpu.cli.change import apply_options, confirm
 from proxgpu.cli.hosts import open_host
+from proxgpu.cli.plan_text import render_changes
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.cli.shown import Progress, Shown, emit, run_one
 from proxgpu.cli.text import table
@@ -24,6 +25,7 @@ from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import gather, write_tree
+from proxgpu.pipeline import shown
 from proxgpu.planning.advice import check_gpu_set
 from proxgpu.redact import redact_document
 
@@ -59,7 +61,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     """Restore the files of a journal entry byte for byte and re-run the post-actions."""
     with open_host(args) as host:
         question = f"Roll {host.name} back to before {args.to or 'the last apply'}?"
-        if not args.yes and not confirm(question, "roll back"):
+        if not (args.yes or args.dry_run) and not confirm(question, "roll back"):
             print("Nothing changed.", file=sys.stderr)
             return 1
         shown = host_rollback(args, host, Progress(host.name, quiet=args.json))
@@ -71,7 +73,10 @@ def host_rollback(args: argparse.Namespace, host: Host, say: Say) -> Shown:
     """One host's rollback, without asking (see :func:`cmd_rollback`)."""
     result = apply_options(args).rollback(host, args.to, progress=say)
     text = _lines(result.messages or [f"restored {len(result.files)} files"])
-    return Shown(text, result.model_dump(mode="json"))
+    if result.preview is not None:
+        # A dry run shows each file as the diff from now to what the rollback would leave.
+        text = render_changes(shown(result.preview), color=args.use_color) + text
+    return Shown(text, redact_document(result.model_dump(mode="json")))
 
 
 def cmd_history(args: argparse.Namespace) -> int:

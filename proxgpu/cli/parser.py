@@ -245,6 +245,11 @@ def _rollback(sub: Commands) -> None:
     back.add_argument("--to", metavar="ID", help="journal entry (default: the last apply)")
     back.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     back.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="show what the rollback would restore and run again, change nothing",
+    )
+    back.add_argument(
         "--force",
         action="store_true",
         help="even if an entry the apply wrote changed since: put the whole backup back",

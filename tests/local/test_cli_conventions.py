@@ -171,6 +171,26 @@ def test_rollback_without_a_terminal_says_how_to_go_ahead(
     assert done.stderr == "proxgpu: not on a terminal: pass --yes to roll back without asking\n"
 
 
+def test_rollback_dry_run_shows_the_diff_asks_nothing_and_writes_nothing(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    vm = root / "etc/pve/qemu-server/300.conf"
+    vm.write_text(vm.read_text() + "cipassword: $5$secret-hash\n")
+    assert run("apply", "--root", str(root), *SPLIT, "--yes").returncode == 0
+    applied = vm.read_text()
+    done = run("rollback", "--root", str(root), "--dry-run")  # no terminal, no --yes: no prompt
+    assert done.returncode == 0, done.stderr
+    assert vm.read_text() == applied, "a dry run writes nothing"
+    # The diff goes from now to what the rollback leaves: the apply's hostpci lines removed.
+    assert "-hostpci0: 0000:81:00,pcie=1" in done.stdout
+    assert "secret-hash" not in done.stdout and "reboot required" in done.stdout
+    assert "would restore" in done.stdout
+    document = json.loads(run("rollback", "--root", str(root), "--dry-run", "--json").stdout)
+    assert document["preview"]["reboot_required"] is True
+    assert "secret-hash" not in json.dumps(document)
+    history = json.loads(run("history", "--root", str(root), "--json").stdout)
+    assert [entry["status"] for entry in history] == ["applied"]
+
+
 def test_progress_says_how_long_each_step_has_taken(tmp_path: Path) -> None:
     root = copy_example(tmp_path)
     done = run("apply", "--root", str(root), *SPLIT, "--yes")
