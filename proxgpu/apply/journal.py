@@ -18,9 +18,9 @@ import base64
 import json
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, ValidationError
 
@@ -156,6 +156,20 @@ class Journal:
 
     entries: list[JournalEntry]
     unreadable: dict[str, str]
+    #: Each entry's document exactly as read, by id: what its signature and seal are checked
+    #: against, so that a field a later release adds to the model (with its default) leaves an
+    #: entry an earlier release wrote checkable.
+    documents: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def document(self, entry: JournalEntry) -> dict[str, Any]:
+        """``entry`` as it was read (as it would be written, for one not read from the host).
+
+        >>> entry = JournalEntry(id="1", status="applied", host="pve1", client="me",
+        ...                      started="now", changeset=ChangeSet(host="pve1"), files=[])
+        >>> Journal([entry], {}, {"1": {"id": "1", "as": "read"}}).document(entry)["as"]
+        'read'
+        """
+        return self.documents.get(entry.id) or signed_form(entry)
 
 
 def read_journal(host: Host) -> Journal:
@@ -163,15 +177,17 @@ def read_journal(host: Host) -> Journal:
 
     >>> from proxgpu.host import DirectoryHost
     >>> read_journal(DirectoryHost("examples/hosts/ct200"))
-    Journal(entries=[], unreadable={})
+    Journal(entries=[], unreadable={}, documents={})
     """
     layout = Layout.of(host)
     output = run_script(host, "journal", layout.journal_dir)
-    entries, unreadable = [], {}
+    entries, unreadable, documents = [], {}, {}
     for record in output.of("entry"):
         journal_id, b64 = record.fields
         try:
-            entry = JournalEntry.model_validate_json(base64.b64decode(b64))
+            data = base64.b64decode(b64)
+            entry = JournalEntry.model_validate_json(data)
+            document = json.loads(data)
         except (ValidationError, ValueError) as exc:
             unreadable[layout.journal(journal_id)] = _first_line(exc)
             continue
@@ -179,7 +195,8 @@ def read_journal(host: Host) -> Journal:
             unreadable[layout.journal(journal_id)] = f"holds entry {entry.id}, not {journal_id}"
             continue
         entries.append(entry)
-    return Journal(sorted(entries, key=lambda e: e.id), unreadable)
+        documents[entry.id] = document
+    return Journal(sorted(entries, key=lambda e: e.id), unreadable, documents)
 
 
 def history(host: Host) -> list[JournalEntry]:

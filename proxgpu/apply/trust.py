@@ -20,6 +20,9 @@ from elsewhere or the order changed leaves the next entry pointing at the wrong 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -34,27 +37,36 @@ START = "start"
 _SEALED = ("id", "host", "root", "client", "started", "changeset")
 
 
-def seal(entry: JournalEntry) -> str:
-    """The SHA-256 of what ``entry`` was made as (the fields no later write changes).
+def seal(entry: JournalEntry, document: Mapping[str, Any] | None = None) -> str:
+    """The SHA-256 of what ``entry`` was made as (the fields no later write changes), taken from
+    ``document``, the entry as read, when given: the bytes written then, not today's model of
+    them, which a later release may have given a new field.
 
     >>> from proxgpu.rendering.changes import ChangeSet
-    >>> len(seal(JournalEntry(id="1", status="applied", host="h", client="c", started="s",
-    ...                       changeset=ChangeSet(host="h"), files=[])))
-    64
+    >>> entry = JournalEntry(id="1", status="applied", host="h", client="c", started="s",
+    ...                      changeset=ChangeSet(host="h"), files=[])
+    >>> len(seal(entry)), seal(entry) == seal(entry, signed_form(entry))
+    (64, True)
     """
-    document = entry.model_dump(mode="json", include=set(_SEALED))
-    return hashlib.sha256(signing.canonical(document)).hexdigest()
+    made = signed_form(entry) if document is None else document
+    sealed = {k: made[k] for k in _SEALED if k in made}
+    return hashlib.sha256(signing.canonical(sealed)).hexdigest()
 
 
-def link(previous: JournalEntry | None, previous_id: str | None = None) -> str:
+def link(
+    previous: JournalEntry | None,
+    previous_id: str | None = None,
+    document: Mapping[str, Any] | None = None,
+) -> str:
     """The ``previous`` field of the entry written after ``previous`` (``None``: after nothing,
-    or, with ``previous_id``, after an entry that could not be read: its id alone).
+    or, with ``previous_id``, after an entry that could not be read: its id alone), sealed from
+    ``document``, ``previous`` as read, when given.
 
     >>> link(None), link(None, "20261130T011500.000000Z-ab12")
     ('start', '20261130T011500.000000Z-ab12:')
     """
     if previous is not None:
-        return f"{previous.id}:{seal(previous)}"
+        return f"{previous.id}:{seal(previous, document)}"
     return START if previous_id is None else f"{previous_id}:"
 
 
@@ -70,9 +82,10 @@ def link_after(last: tuple[str, bytes] | None) -> str:
     journal_id, data = last
     try:
         entry = JournalEntry.model_validate_json(data)
+        document = json.loads(data)
     except (ValidationError, ValueError):
         return link(None, journal_id)
-    return link(entry) if entry.id == journal_id else link(None, journal_id)
+    return link(entry, document=document) if entry.id == journal_id else link(None, journal_id)
 
 
 def chain_problems(journal: Journal) -> dict[str, str]:
@@ -82,12 +95,26 @@ def chain_problems(journal: Journal) -> dict[str, str]:
     readable = {e.id: e for e in journal.entries}
     ids = set(readable) | {_id_of(path) for path in journal.unreadable}
     problems = {}
+    chained: str | None = None  # the first chained entry met so far
     for index, entry in enumerate(journal.entries):
         before = journal.entries[index - 1].id if index else None
-        problem = _out_of_place(entry, before, readable, ids)
+        if entry.previous is None:
+            # Written before proxgpu chained its journal: in place only before every chained
+            # entry (an upgrade keeps its journal usable); after one, it was put there since.
+            problem = None if chained is None else _unchained_after(chained)
+        else:
+            chained = chained or entry.id
+            problem = _out_of_place(entry.previous, before, readable, ids, journal)
         if problem is not None:
             problems[entry.id] = problem
     return problems
+
+
+def _unchained_after(chained: str) -> str:
+    return (
+        f"it is not chained, yet lies after {chained}, which is: an entry of an earlier "
+        "release put in since"
+    )
 
 
 def _id_of(path: str) -> str:
@@ -95,23 +122,26 @@ def _id_of(path: str) -> str:
 
 
 def _out_of_place(
-    entry: JournalEntry, before: str | None, readable: dict[str, JournalEntry], ids: set[str]
+    previous: str,
+    before: str | None,
+    readable: dict[str, JournalEntry],
+    ids: set[str],
+    journal: Journal,
 ) -> str | None:
-    """Why ``entry``, whose nearest readable predecessor is ``before``, is out of its place."""
-    if entry.previous is None:
-        return "it is not chained (written before proxgpu chained its journal)"
-    if entry.previous == START:
+    """Why a chained entry written after ``previous`` (its ``previous`` field), whose nearest
+    readable predecessor is ``before``, is out of its place."""
+    if previous == START:
         if before is None:
             return None
         return f"it began the journal, yet {before} lies before it: put there since"
-    previous_id, _, digest = entry.previous.partition(":")
+    previous_id, _, digest = previous.partition(":")
     if previous_id not in ids:
         return f"the entry before it, {previous_id}, is gone from the journal: deleted since"
     was = readable.get(previous_id)
     if was is not None:
         if before != previous_id:
             return _reordered(previous_id, before)
-        if digest and seal(was) != digest:
+        if digest and seal(was, journal.document(was)) != digest:
             return f"the entry before it, {previous_id}, is not the one it was written after"
         return None
     if digest:
@@ -146,7 +176,9 @@ def problems(host: Host, journal: Journal, key: bytes) -> dict[str, str]:
     found = {}
     for entry in journal.entries:
         problem = (
-            signing.check(signed_form(entry), key) or chain.get(entry.id) or other_host(host, entry)
+            signing.check(journal.document(entry), key)
+            or chain.get(entry.id)
+            or other_host(host, entry)
         )
         if problem is not None:
             found[entry.id] = problem
@@ -163,7 +195,7 @@ def check_trusted(
     """
     where = Layout.of(host).journal(entry.id)
     if not trust_unsigned:
-        problem = signing.check(signed_form(entry), signing.load_key())
+        problem = signing.check(journal.document(entry), signing.load_key())
         problem = problem or chain_problems(journal).get(entry.id)
         if problem is not None:
             raise JournalError(

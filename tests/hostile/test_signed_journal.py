@@ -227,7 +227,19 @@ def test_a_tree_moved_elsewhere_is_not_rolled_back_from_its_journal(
         )
 
 
-def test_an_entry_written_before_the_chain_needs_trust_unsigned(
+def as_an_earlier_release_wrote_it(entry: Path) -> None:
+    """Rewrite ``entry`` as the release before the chain wrote it: signed with the same key,
+    with no link to the entry before it, no root (recorded since), and its plan's groups
+    without ``vgpus`` (a field added since, which today's model fills in with its default)."""
+    document = json.loads(entry.read_text())
+    document.pop("previous")
+    document.pop("root")
+    for group in document["plan"]["groups"]:
+        group.pop("vgpus")
+    entry.write_text(json.dumps(signing.sign(document, signing.load_key()), indent=2))
+
+
+def test_an_entry_an_earlier_release_signed_still_rolls_back_after_the_upgrade(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     hostile = scene(tmp_path)
@@ -235,16 +247,28 @@ def test_an_entry_written_before_the_chain_needs_trust_unsigned(
     code, _, err = cli(capsys, "apply", "--root", str(hostile.tree), *SPLIT, "--yes")
     assert code == 0, err
     (entry,) = entries(hostile.tree)
-    # As the release before the chain wrote it: signed, with no link to the entry before it
-    # (nor its root, recorded since).
-    document = json.loads(entry.read_text())
-    document.pop("previous")
-    document.pop("root")
-    entry.write_text(json.dumps(signing.sign(document, signing.load_key()), indent=2))
-    why = "it is not chained (written before proxgpu chained its journal)"
-    assert refused(hostile, capsys, "rollback", "--yes") == refusal(hostile.tree, entry, why)
-    code, _, err = cli(capsys, "rollback", "--root", str(hostile.tree), "--yes", "--trust-unsigned")
+    as_an_earlier_release_wrote_it(entry)
+    assert history(capsys, hostile.tree)[0] == [{"id": entry.stem, "untrusted": None}]
+    code, _, err = cli(capsys, "verify", "--root", str(hostile.tree))
+    assert code in (0, 17), err  # checked (a tree's drivers never change), not refused
+    code, _, err = cli(capsys, "rollback", "--root", str(hostile.tree), "--yes")
     assert code == 0, err
     after = tree_bytes(hostile.tree)
     assert {k: v for k, v in after.items() if not k.startswith("var/lib/proxgpu")} == original
     hostile.assert_outside_unchanged()
+
+
+def test_an_unchained_entry_after_a_chained_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An entry of the earlier release's form put after entries of the chain: put in since."""
+    hostile = scene(tmp_path)
+    first, second = two_entries(hostile, capsys)
+    as_an_earlier_release_wrote_it(second)
+    why = (
+        f"it is not chained, yet lies after {first.stem}, which is: an entry of an earlier "
+        "release put in since"
+    )
+    assert refused(hostile, capsys, "rollback", "--yes") == refusal(hostile.tree, second, why)
+    code, _, err = cli(capsys, "rollback", "--root", str(hostile.tree), "--yes", "--trust-unsigned")
+    assert code == 0, err
