@@ -44,6 +44,11 @@ DEVICE_NODE = re.compile(
 )
 #: A function's DRM nodes (``card1``, ``renderD129``).
 DRM_NODE = re.compile(r"(card|renderD)[0-9]{1,4}")
+#: A mediated device type: the parent's driver and the type's sysfs name joined by "-"
+#: (drivers/vfio/mdev/mdev_sysfs.c), nvidia-1155 or i915-GVTg_V5_4; qemu-server refuses
+#: "/", "." and ":" in ``mdev=`` (PVE/QemuServer/PCI.pm), and ",", "=" or blanks would end the
+#: property in the VM's config line.
+MDEV_TYPE = re.compile(r"[A-Za-z0-9_+-]{1,64}")
 #: The NVIDIA capability files the boot unit reads (nv-caps.c's names).
 NVIDIA_CAP = re.compile(
     r"/proc/driver/nvidia/capabilities/(mig/config|mig/monitor|fabric-imex-mgmt"
@@ -84,7 +89,7 @@ def check_names(capture: Capture, source: str) -> None:
 
 
 def _check_device_path(source: str, path: str) -> None:
-    name = path[len(PCI_DEVICES) :].split("/", 1)[0]
+    name, _, rest = path[len(PCI_DEVICES) :].partition("/")
     _expect(
         source,
         PCI_DEVICES + name,
@@ -92,6 +97,11 @@ def _check_device_path(source: str, path: str) -> None:
         name,
         (PCI_ADDRESS, "DDDD:BB:DD.F, lower-case hex"),
     )
+    kind, _, inside = rest.partition("/")
+    if kind == "mdev_supported_types" and inside:
+        # The type's id goes into the VM's hostpciN line as written: it must be one word.
+        type_id = inside.split("/", 1)[0]
+        _expect(source, path, "mdev type", type_id, (MDEV_TYPE, "letters, digits and _ + -"))
 
 
 def _check_link(source: str, path: str, target: str) -> None:

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from typing import Any, Literal, NamedTuple
 
@@ -19,6 +18,7 @@ from pydantic import (
 )
 
 from proxgpu.errors import UsageError
+from proxgpu.inspection.names import MDEV_TYPE
 from proxgpu.model import FrozenModel
 from proxgpu.planning.runtimes import RUNTIMES
 from proxgpu.pve.claims import GuestRef
@@ -293,10 +293,6 @@ def parse_vm_spec(spec: str) -> tuple[int, int | None]:
     return int(vmid), int(count) if count else None
 
 
-#: qemu-server's pattern for ``mdev`` (PVE/QemuServer/PCI.pm): no ``/``, ``.`` or ``:``.
-_MDEV_TYPE = re.compile(r"[^/.:]+")
-
-
 class VmSpecs(NamedTuple):
     """``--vm`` values sorted into passthrough VMs and vGPU VMs, as :class:`SplitPolicy` takes
     them."""
@@ -319,7 +315,7 @@ def parse_vm_specs(specs: list[str]) -> VmSpecs:
         vmid, _, rest = str(spec).partition(":")
         if rest.startswith("vgpu="):
             kind = rest.removeprefix("vgpu=")
-            if not vmid.isdigit() or not _MDEV_TYPE.fullmatch(kind):
+            if not vmid.isdigit() or not MDEV_TYPE.fullmatch(kind):
                 raise UsageError(
                     f"VM {spec!r}: expected VMID:vgpu=TYPE, TYPE as mdev_supported_types names it"
                 )

@@ -103,6 +103,13 @@ CASES: list[tuple[str, Plant, str, str]] = [
         "a name or link target with a newline",
     ),
     (
+        # The type's id is written into a VM's hostpciN line: a comma would add properties.
+        "mdev type that would end the hostpci property",
+        lambda t, c: _write(t, f"{GPU}/mdev_supported_types/nvidia-1,romfile=x/name", "GRID\n"),
+        f"/{ENTRY}/mdev_supported_types/nvidia-1,romfile=x/name",
+        "mdev type 'nvidia-1,romfile=x' is not a name the kernel can make",
+    ),
+    (
         "vendor ID with shell syntax",
         lambda t, c: _write(t, f"{GPU}/vendor", f"0x10de$(touch {c})\n"),
         f"/{ENTRY}/vendor",

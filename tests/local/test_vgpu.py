@@ -136,7 +136,9 @@ def test_planning_again_after_the_vgpu_is_written_adds_nothing() -> None:
     assert VM_400 not in [f.path for f in render(again, plan_split(again, policy)).changed_files()]
 
 
-@pytest.mark.parametrize("spec", ["400:vgpu=", "400:vgpu=a/b", "x:vgpu=nvidia-1"])
+@pytest.mark.parametrize(
+    "spec", ["400:vgpu=", "400:vgpu=a/b", "x:vgpu=nvidia-1", "400:vgpu=a,romfile=x", "400:vgpu=a b"]
+)
 def test_a_vgpu_spec_qemu_server_would_refuse_is_a_usage_error(spec: str) -> None:
     with pytest.raises(UsageError, match="expected VMID:vgpu=TYPE"):
         parse_vm_specs([spec])
