@@ -86,7 +86,7 @@ def rollback(
     from this machine and is gone (``break_lock`` takes over any lock). ``live`` also returns
     the functions the apply rebound at runtime to their drivers. The entry must carry this
     machine's signature (:mod:`proxgpu.apply.signing`) and be in its place in the journal's chain
-    (:mod:`proxgpu.apply.trust`) unless ``trust_unsigned``, and have been made for this host and
+    (:mod:`proxgpu.apply.trust`) unless ``trust_unsigned``, and have been made for this
     root. ``dry_run`` takes no lock and writes nothing: the result's ``preview`` says what the
     rollback would do, decided as it decides it, refusals included. ``action_output``: how
     many of a running follow-up action's last output lines to say as ``output`` steps.
@@ -97,7 +97,7 @@ def rollback(
 
     :raises RollbackError: when there is nothing to roll back or a step failed.
     :raises JournalError: when the entry is not signed with this machine's key, out of its
-        place in the chain, or made for another host or root.
+        place in the chain, or made for another root.
     :raises FileChangedError: when a file changed since the apply and ``force`` is not given.
     :raises ConcurrentApplyError: when another apply or rollback holds the lock.
     """

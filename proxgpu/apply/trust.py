@@ -1,5 +1,5 @@
 """Whether a journal entry may be acted on: signed with the admin's key, in its place in the
-host's chain of entries, and made for this host.
+host's chain of entries, and made for this root.
 
 Each entry records, in ``previous``, the entry before it when it was written: that entry's id
 and the :func:`seal` of what it did (its id, host, root, client, start and change set, which
@@ -160,17 +160,18 @@ def _reordered(previous_id: str, before: str | None) -> str:
 
 def problems(host: Host, journal: Journal, key: bytes) -> dict[str, str]:
     """Why each entry of ``host``'s ``journal`` is not to be trusted, by entry id (entries
-    signed by ``key``, in their place in the chain and made for ``host`` are left out).
+    signed by ``key``, in their place in the chain and made for ``host``'s root are left out).
 
     >>> from proxgpu.host import DirectoryHost
     >>> from proxgpu.rendering.changes import ChangeSet
     >>> host = DirectoryHost("examples/hosts/ct200")
     >>> entry = JournalEntry(id="1", status="applied", host="pve9", client="me", started="now",
-    ...                      changeset=ChangeSet(host="pve9"), files=[], previous=START)
+    ...                      changeset=ChangeSet(host="pve9"), files=[], previous=START,
+    ...                      root="/srv/pve9")
     >>> key = b"k" * 32
     >>> signed = JournalEntry.model_validate(signing.sign(signed_form(entry), key))
     >>> problems(host, Journal([signed], {}), key)["1"][:33]
-    'made for host pve9, not dir:examp'
+    'made for root /srv/pve9, not exam'
     """
     chain = chain_problems(journal)
     found = {}
@@ -211,22 +212,22 @@ def check_trusted(
 
 
 def other_host(host: Host, entry: JournalEntry) -> str | None:
-    """Why ``entry`` is not one of ``host``'s: made for another host or another root (``None``:
-    it is ``host``'s).
+    """Why ``entry`` is not one of ``host``'s: made for another root (``None``: it is
+    ``host``'s, or was written before proxgpu recorded the root).
+
+    The host's name is not compared: it is how the admin reached the host (an ssh_config alias,
+    an address, a port forwarded for this boot), which may differ between the apply and the
+    rollback. An entry copied in from another host's journal is out of its place in this one's
+    chain; a tree's root is where its files are, so a tree copied elsewhere is told apart.
 
     >>> from proxgpu.host import DirectoryHost
     >>> from proxgpu.rendering.changes import ChangeSet
     >>> entry = JournalEntry(id="1", status="applied", host="pve9", client="me", started="now",
-    ...                      changeset=ChangeSet(host="pve9"), files=[])
+    ...                      changeset=ChangeSet(host="pve9"), files=[], root="/srv/pve9")
     >>> other_host(DirectoryHost("examples/hosts/ct200"), entry)
-    'made for host pve9, not dir:examples/hosts/ct200: copied from another host, or reach the \
-host as pve9 (the name its apply used)'
+    'made for root /srv/pve9, not examples/hosts/ct200: copied from another tree, or use \
+--root /srv/pve9'
     """
-    if entry.host != host.name:
-        return (
-            f"made for host {entry.host}, not {host.name}: copied from another host, or reach "
-            f"the host as {entry.host} (the name its apply used)"
-        )
     if entry.root is not None and entry.root != host.root:
         return (
             f"made for root {entry.root}, not {host.root}: copied from another tree, or use "

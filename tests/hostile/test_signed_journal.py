@@ -203,9 +203,8 @@ def test_an_entry_copied_in_from_another_hosts_journal_is_refused_even_when_trus
     assert refused(hostile, capsys, "rollback", "--yes") == refusal(hostile.tree, replayed, why)
     err = refused(hostile, capsys, "rollback", "--yes", "--trust-unsigned")
     assert err == (
-        f"proxgpu: dir:{hostile.tree}: {replayed}: made for host dir:{donor}, not "
-        f"dir:{hostile.tree}: copied from another host, or reach the host as dir:{donor} (the "
-        "name its apply used); refused\n"
+        f"proxgpu: dir:{hostile.tree}: {replayed}: made for root {donor}, not "
+        f"{hostile.tree}: copied from another tree, or use --root {donor}; refused\n"
     )
 
 
@@ -221,9 +220,9 @@ def test_a_tree_moved_elsewhere_is_not_rolled_back_from_its_journal(
     for extra in ([], ["--trust-unsigned"]):
         err = refused(hostile, capsys, "rollback", "--yes", *extra)
         assert err == (
-            f"proxgpu: dir:{moved}: {entry}: made for host dir:{tmp_path}/scratch/host, not "
-            f"dir:{moved}: copied from another host, or reach the host as "
-            f"dir:{tmp_path}/scratch/host (the name its apply used); refused\n"
+            f"proxgpu: dir:{moved}: {entry}: made for root {tmp_path}/scratch/host, not "
+            f"{moved}: copied from another tree, or use --root {tmp_path}/scratch/host; "
+            "refused\n"
         )
 
 
