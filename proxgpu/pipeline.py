@@ -121,9 +121,10 @@ def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:
     [(310, 1)]
     """
     held = inventory.guest_configs
-    lxc = policy.lxc if guest_config("lxc", policy.lxc or 0) in held else None
+    containers = [vmid for vmid in policy.containers if guest_config("lxc", vmid) in held]
     vms = [(vmid, n) for vmid, n in policy.vms if guest_config("vm", vmid) in held]
-    return policy.model_copy(update={"lxc": lxc, "vms": vms})
+    lxc = containers[0] if containers else None
+    return policy.model_copy(update={"lxc": lxc, "shared_lxc": containers[1:], "vms": vms})
 
 
 def pool_mapping(

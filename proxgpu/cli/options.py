@@ -149,7 +149,14 @@ def plan_options(parser: argparse.ArgumentParser) -> None:
     )
     split.add_argument("--host-gpus", metavar="ADDR,...", help="keep these GPUs on the host driver")
     split.add_argument("--vfio-gpus", metavar="ADDR,...", help="bind these GPUs to vfio-pci")
-    split.add_argument("--lxc", type=int, metavar="VMID", help="container that gets the host group")
+    split.add_argument(
+        "--lxc",
+        type=int,
+        action="append",
+        default=[],
+        metavar="VMID",
+        help="container that gets the host group (repeatable: the containers share it)",
+    )
     split.add_argument(
         "--vm",
         action="append",

@@ -21,14 +21,16 @@ def build_groups(
     for gpu in ctx.index.gpus:
         by_role[roles[gpu.address]].append(gpu)
     groups: list[PlanGroup] = []
-    lxc = None if ctx.policy.lxc is None else GuestRef(type=Role.HOST.serves, vmid=ctx.policy.lxc)
+    containers = [GuestRef(type=Role.HOST.serves, vmid=vmid) for vmid in ctx.policy.containers]
     if by_role[Role.HOST]:
-        groups.append(_make_group(ctx, Role.HOST, by_role[Role.HOST], lxc))
-    elif lxc is not None:
+        lxc = containers[0] if containers else None
+        group = _make_group(ctx, Role.HOST, by_role[Role.HOST], lxc)
+        groups.append(group.model_copy(update={"shared_with": containers[1:]}))
+    elif containers:
         ctx.problem(
             "no-fit",
-            f"CT {lxc.vmid} should receive the host group, but no GPU stays on the host driver "
-            "for it",
+            f"{wording.join(c.label for c in containers)} should receive the host group, but no "
+            "GPU stays on the host driver for it",
             "keep a NUMA node on the host (--host-node N) or name GPUs with --host-gpus",
         )
     groups.extend(

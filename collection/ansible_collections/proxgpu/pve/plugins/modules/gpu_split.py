@@ -24,8 +24,10 @@ options:
         files are written there and follow-up actions are listed, not run. Default the host.
     type: str
   lxc:
-    description: Container that gets the GPUs kept on the host driver.
-    type: int
+    description: >-
+      Container that gets the GPUs kept on the host driver; several (a list) share them.
+    type: list
+    elements: int
   vms:
     description: >-
       VMs that get vfio GPUs, as VMID or VMID:N, or a vGPU of an mdev type, as
