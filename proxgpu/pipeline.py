@@ -123,8 +123,10 @@ def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:
     held = inventory.guest_configs
     containers = [vmid for vmid in policy.containers if guest_config("lxc", vmid) in held]
     vms = [(vmid, n) for vmid, n in policy.vms if guest_config("vm", vmid) in held]
-    lxc = containers[0] if containers else None
-    return policy.model_copy(update={"lxc": lxc, "shared_lxc": containers[1:], "vms": vms})
+    subsets = [(vmid, n) for vmid, n in policy.lxc_subsets if guest_config("lxc", vmid) in held]
+    shared = [vmid for vmid in containers if vmid not in dict(subsets)]
+    update = {"lxc": shared[0] if shared else None, "shared_lxc": shared[1:], "vms": vms}
+    return policy.model_copy(update={**update, "lxc_subsets": subsets})
 
 
 def pool_mapping(

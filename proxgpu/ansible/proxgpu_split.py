@@ -23,9 +23,10 @@ options:
     type: path
   lxc:
     description: >-
-      Container that gets the GPUs kept on the host driver; several (a list) share them.
+      Containers that get the GPUs kept on the host driver, as VMID (they share them) or
+      VMID:N (N GPUs of their own on one NUMA node).
     type: list
-    elements: int
+    elements: raw
   vms:
     description: >-
       VMs that get vfio GPUs, as VMID or VMID:N, or a vGPU of an mdev type, as
@@ -116,7 +117,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 ARGUMENTS: dict[str, Any] = {
     "root": {"type": "path"},
-    "lxc": {"type": "list", "elements": "int"},
+    "lxc": {"type": "list", "elements": "raw"},
     "vms": {"type": "list", "elements": "str", "default": []},
     "host_nodes": {"type": "list", "elements": "int", "default": []},
     "vfio_nodes": {"type": "list", "elements": "int", "default": []},

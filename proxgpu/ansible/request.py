@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from proxgpu.apply import ApplyOptions
 from proxgpu.inspection import GpuFilter
-from proxgpu.planning import SplitPolicy, parse_vm_specs
+from proxgpu.planning import SplitPolicy, parse_lxc_specs, parse_vm_specs
 from proxgpu.rendering import RenderOptions
 
 
@@ -44,10 +44,11 @@ def split_request(params: dict[str, Any]) -> SplitRequest:
     :raises UsageError: for a VM spec or policy that cannot be.
     """
     specs = parse_vm_specs(params["vms"])
-    containers = params["lxc"] or []
+    containers = parse_lxc_specs([str(spec) for spec in params["lxc"] or []])
     policy = SplitPolicy(
-        lxc=containers[0] if containers else None,
-        shared_lxc=containers[1:],
+        lxc=containers.shared[0] if containers.shared else None,
+        shared_lxc=containers.shared[1:],
+        lxc_subsets=containers.subsets,
         vms=specs.vms,
         vgpus=specs.vgpus,
         host_nodes=params["host_nodes"],

@@ -151,11 +151,11 @@ def plan_options(parser: argparse.ArgumentParser) -> None:
     split.add_argument("--vfio-gpus", metavar="ADDR,...", help="bind these GPUs to vfio-pci")
     split.add_argument(
         "--lxc",
-        type=int,
         action="append",
         default=[],
-        metavar="VMID",
-        help="container that gets the host group (repeatable: the containers share it)",
+        metavar="VMID[:N]",
+        help="container that gets the host group, or N GPUs of it on one NUMA node (repeatable: "
+        "the containers without N share what is left)",
     )
     split.add_argument(
         "--vm",

@@ -145,7 +145,7 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
 def kept_group_container(ctx: Context, roles: dict[str, Role]) -> int | None:
     """The one container holding GPUs that stay on the host driver, when exactly one does and
     no target container was named: the split is for it."""
-    if ctx.policy.lxc is not None:
+    if ctx.policy.containers:
         return None
     holders = {
         claim.guest.vmid

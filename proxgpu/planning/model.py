@@ -99,6 +99,8 @@ class SplitPolicy(FrozenModel):
     ``host_gpus``/``vfio_gpus`` assign GPUs by address (one address per entry, any form
     :func:`normalize_pci_address` takes) and win over node rules. ``lxc`` receives the host group,
     and the containers in ``shared_lxc`` share it with ``lxc`` (``--lxc 200 --lxc 201``);
+    ``lxc_subsets`` are ``(vmid, count)``: each such container gets ``count`` host GPUs of its
+    own on one NUMA node (``--lxc 200:2``), and ``lxc``/``shared_lxc`` share what is left;
     ``vms`` share the vfio GPUs as ``(vmid, count)``, a count of ``None`` meaning "the rest".
     ``enable_iommu`` says the kernel command line change that turns the IOMMU on will be planned.
     ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
@@ -125,6 +127,7 @@ class SplitPolicy(FrozenModel):
     vfio_gpus: list[str] = Field(default_factory=list)
     lxc: int | None = None
     shared_lxc: list[int] = Field(default_factory=list)
+    lxc_subsets: list[tuple[int, int]] = Field(default_factory=list)
     vms: list[tuple[int, int | None]] = Field(default_factory=list)
     vgpus: list[tuple[int, str]] = Field(default_factory=list)
     enable_iommu: bool = False
@@ -146,8 +149,13 @@ class SplitPolicy(FrozenModel):
 
     @property
     def containers(self) -> list[int]:
-        """Every container that gets the host group: ``lxc`` first, then ``shared_lxc``."""
-        return [] if self.lxc is None else [self.lxc, *self.shared_lxc]
+        """Every container that gets host GPUs: ``lxc``, ``shared_lxc``, then ``lxc_subsets``.
+
+        >>> SplitPolicy(lxc=202, lxc_subsets=[(200, 2)]).containers
+        [202, 200]
+        """
+        shared = [] if self.lxc is None else [self.lxc, *self.shared_lxc]
+        return shared + [vmid for vmid, _ in self.lxc_subsets]
 
     @model_validator(mode="wrap")
     @classmethod
@@ -325,6 +333,36 @@ def parse_vm_spec(spec: str) -> tuple[int, int | None]:
 
 #: qemu-server's pattern for ``mdev`` (PVE/QemuServer/PCI.pm): no ``/``, ``.`` or ``:``.
 _MDEV_TYPE = re.compile(r"[^/.:]+")
+
+
+class LxcSpecs(NamedTuple):
+    """``--lxc`` values sorted into containers sharing the host group and containers with a
+    count of GPUs of their own, as :class:`SplitPolicy` takes them (``lxc`` is the first of
+    ``shared``)."""
+
+    shared: list[int]
+    subsets: list[tuple[int, int]]
+
+
+def parse_lxc_specs(specs: list[str]) -> LxcSpecs:
+    """``VMID`` (the container shares the host group) or ``VMID:N`` (N GPUs of the host group
+    on one NUMA node, its own) for each container.
+
+    >>> parse_lxc_specs(["200", "201", "202:2"])
+    LxcSpecs(shared=[200, 201], subsets=[(202, 2)])
+
+    :raises UsageError: for a spec that is neither, or a count of 0.
+    """
+    shared, subsets = [], []
+    for spec in specs:
+        vmid, colon, count = str(spec).partition(":")
+        if not vmid.isdigit() or not (not colon or (count.isdigit() and int(count) > 0)):
+            raise UsageError(f"container {spec!r}: expected VMID or VMID:N (N GPUs, at least 1)")
+        if count:
+            subsets.append((int(vmid), int(count)))
+        else:
+            shared.append(int(vmid))
+    return LxcSpecs(shared, subsets)
 
 
 class VmSpecs(NamedTuple):

@@ -122,8 +122,19 @@ def _second_container(root: Path) -> None:
         (_memory_hotplug, SplitPolicy(lxc=200, vms=[(300, None)]), RenderOptions()),
         (_bare_dev_entries, SplitPolicy(lxc=200, vms=[(300, None)]), RenderOptions()),
         (_second_container, SplitPolicy(lxc=200, shared_lxc=[201]), RenderOptions()),
+        (
+            _second_container,
+            SplitPolicy(lxc_subsets=[(200, 4), (201, 4)], host_nodes=[0, 1]),
+            RenderOptions(),
+        ),
     ],
-    ids=["two-vms-one-mapping", "memory-hotplug", "dev-entries", "two-containers"],
+    ids=[
+        "two-vms-one-mapping",
+        "memory-hotplug",
+        "dev-entries",
+        "two-containers",
+        "a-node-per-container",
+    ],
 )
 def test_guests_proxgpu_wrote_start_on_proxmox(
     tmp_path: Path, edit: Callable[[Path], None], policy: SplitPolicy, options: RenderOptions

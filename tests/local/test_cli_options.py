@@ -37,7 +37,8 @@ def test_an_option_of_one_value_given_twice_is_a_usage_error(argv: list[str], sa
 
 
 def test_lxc_repeats_for_containers_that_share_the_host_group() -> None:
-    assert build_parser().parse_args([*PLAN, "--lxc", "200", "--lxc", "201"]).lxc == [200, 201]
+    args = build_parser().parse_args([*PLAN, "--lxc", "200", "--lxc", "201:2"])
+    assert args.lxc == ["200", "201:2"]
     assert build_parser().parse_args(PLAN).lxc == []
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from proxgpu.cli import main
 from proxgpu.errors import PlanRefusedError, UsageError
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.pipeline import node_policy
-from proxgpu.planning import SplitPolicy, plan_split
+from proxgpu.planning import SplitPolicy, parse_lxc_specs, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
 from tests.support.trees import copy_example, inspect_example
@@ -124,19 +125,21 @@ def test_a_cluster_node_plans_only_the_containers_it_holds() -> None:
     assert node_policy(policy, pve3).containers == [150]
 
 
+ANSIBLE_PARAMS: dict[str, Any] = {
+    "vms": [],
+    "host_nodes": [],
+    "vfio_nodes": [],
+    "host_gpus": [],
+    "vfio_gpus": [],
+    "enable_iommu": False,
+    "bind_method": "driverctl",
+    "mapping": None,
+}
+
+
 def test_ansible_takes_one_container_or_a_list() -> None:
-    params = {
-        "vms": [],
-        "host_nodes": [],
-        "vfio_nodes": [],
-        "host_gpus": [],
-        "vfio_gpus": [],
-        "enable_iommu": False,
-        "bind_method": "driverctl",
-        "mapping": None,
-    }
-    assert split_request({**params, "lxc": [200, 201]}).policy.containers == [200, 201]
-    assert split_request({**params, "lxc": None}).policy.containers == []
+    assert split_request({**ANSIBLE_PARAMS, "lxc": [200, 201]}).policy.containers == [200, 201]
+    assert split_request({**ANSIBLE_PARAMS, "lxc": None}).policy.containers == []
 
 
 def test_the_memory_of_every_sharing_container_is_weighed_against_the_node() -> None:
@@ -150,3 +153,87 @@ def test_the_memory_of_every_sharing_container_is_weighed_against_the_node() -> 
         f"CT 201 has 900000 MiB of memory and its memory is kept on NUMA node 0, which has "
         f"{NODE_0_MIB} MiB: more than the node has"
     ]
+
+
+# --- --lxc VMID:N: NUMA-local subsets of the host GPUs ------------------------------------------
+
+NODE_1_CPUS = "32-63"  # ct200's /sys/devices/system/node/node1/cpulist
+BOTH_NODES_KEPT = {"host_nodes": [0, 1]}
+
+
+def host_groups(
+    policy: SplitPolicy, inventory: Inventory | None = None
+) -> list[tuple[int, list[str]]]:
+    plan = plan_split(inventory or with_containers(201), policy)
+    return [
+        (group.guest.vmid if group.guest else 0, group.gpus)
+        for group in plan.groups
+        if group.role == "host"
+    ]
+
+
+def test_containers_with_counts_get_their_own_gpus_of_one_node() -> None:
+    policy = SplitPolicy(lxc_subsets=[(200, 2), (201, 2)], vms=[(300, None)])
+    assert host_groups(policy) == [
+        (200, ["0000:01:00.0", "0000:11:00.0"]),
+        (201, ["0000:61:00.0", "0000:71:00.0"]),
+    ]
+
+
+def test_each_counted_container_is_pinned_to_the_node_of_its_gpus() -> None:
+    inventory = with_containers(201)
+    policy = SplitPolicy(lxc_subsets=[(200, 4), (201, 4)], **BOTH_NODES_KEPT)
+    plan = plan_split(inventory, policy)
+    assert [(g.guest.vmid if g.guest else 0, g.numa_node) for g in plan.groups] == [
+        (200, 0),
+        (201, 1),
+    ]
+    after = {f.path: f.after or "" for f in render(inventory, plan).files}
+    for vmid, cpus in ((200, NODE_0_CPUS), (201, NODE_1_CPUS)):
+        config = GuestConfig.parse(after[CT.format(vmid)])
+        assert config.get("lxc.cgroup2.cpuset.cpus") == cpus, vmid
+        assert config.get("lxc.cgroup2.cpuset.mems") == str(vmid - 200), vmid
+
+
+def test_a_count_no_node_can_hold_is_refused_with_the_counts() -> None:
+    with pytest.raises(PlanRefusedError) as refused:
+        plan_split(with_containers(201), SplitPolicy(lxc_subsets=[(200, 2), (201, 3)]))
+    [problem] = refused.value.problems
+    assert problem.code == "no-fit"
+    assert problem.what == (
+        "CT 200 asks for 2 GPUs on one NUMA node, but no node has that many host GPUs left "
+        "(node 0: 1)"
+    )
+    assert "--lxc VMID:N" in problem.fix
+
+
+def test_containers_without_a_count_share_what_the_counted_ones_leave() -> None:
+    inventory = with_containers(201, 202)
+    policy = SplitPolicy(lxc=201, shared_lxc=[202], lxc_subsets=[(200, 3)])
+    plan = plan_split(inventory, policy)
+    rest = next(g for g in plan.groups if g.guest is not None and g.guest.vmid == 201)
+    assert rest.gpus == ["0000:71:00.0"] and [g.vmid for g in rest.shared_with] == [202]
+
+
+def test_gpus_no_counted_container_takes_are_said_to_go_to_none() -> None:
+    plan = plan_split(ct200(), SplitPolicy(lxc_subsets=[(200, 3)]))
+    assert "1 GPU on the host driver go to no container: 0000:71:00.0" in plan.warnings
+    assert [g.guest for g in plan.groups if g.role == "host"][1] is None
+
+
+@pytest.mark.parametrize("spec", ["200:0", "200:x", "ct200", "200:"])
+def test_a_container_spec_that_cannot_be_is_a_usage_error(spec: str) -> None:
+    with pytest.raises(UsageError, match="expected VMID or VMID:N"):
+        parse_lxc_specs([spec])
+
+
+def test_the_cli_and_ansible_spell_counts_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    (root / "etc/pve/lxc/201.conf").write_text(gpuless(201))
+    assert main(["plan", "--root", str(root), "--lxc", "200:2", "--lxc", "201:2", "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    assert [g["guest"]["vmid"] for g in groups if g["role"] == "host"] == [200, 201]
+    policy = split_request({**ANSIBLE_PARAMS, "lxc": [200, "201:2"]}).policy
+    assert (policy.lxc, policy.lxc_subsets) == (200, [(201, 2)])

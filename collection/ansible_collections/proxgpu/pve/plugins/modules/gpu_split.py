@@ -25,9 +25,10 @@ options:
     type: str
   lxc:
     description: >-
-      Container that gets the GPUs kept on the host driver; several (a list) share them.
+      Containers that get the GPUs kept on the host driver, as VMID (they share them) or
+      VMID:N (N GPUs of their own on one NUMA node).
     type: list
-    elements: int
+    elements: raw
   vms:
     description: >-
       VMs that get vfio GPUs, as VMID or VMID:N, or a vGPU of an mdev type, as
