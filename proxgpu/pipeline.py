@@ -121,9 +121,12 @@ def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:
     [(310, 1)]
     """
     held = inventory.guest_configs
-    lxc = policy.lxc if guest_config("lxc", policy.lxc or 0) in held else None
+    containers = [vmid for vmid in policy.containers if guest_config("lxc", vmid) in held]
     vms = [(vmid, n) for vmid, n in policy.vms if guest_config("vm", vmid) in held]
-    return policy.model_copy(update={"lxc": lxc, "vms": vms})
+    subsets = [(vmid, n) for vmid, n in policy.lxc_subsets if guest_config("lxc", vmid) in held]
+    shared = [vmid for vmid in containers if vmid not in dict(subsets)]
+    update = {"lxc": shared[0] if shared else None, "shared_lxc": shared[1:], "vms": vms}
+    return policy.model_copy(update={**update, "lxc_subsets": subsets})
 
 
 def pool_mapping(

@@ -22,8 +22,11 @@ options:
     description: Directory laid out like the host (an offline image); default the host itself.
     type: path
   lxc:
-    description: Container that gets the GPUs kept on the host driver.
-    type: int
+    description: >-
+      Containers that get the GPUs kept on the host driver, as VMID (they share them) or
+      VMID:N (N GPUs of their own on one NUMA node).
+    type: list
+    elements: raw
   vms:
     description: >-
       VMs that get vfio GPUs, as VMID or VMID:N, or a vGPU of an mdev type, as
@@ -114,7 +117,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 ARGUMENTS: dict[str, Any] = {
     "root": {"type": "path"},
-    "lxc": {"type": "int"},
+    "lxc": {"type": "list", "elements": "raw"},
     "vms": {"type": "list", "elements": "str", "default": []},
     "host_nodes": {"type": "list", "elements": "int", "default": []},
     "vfio_nodes": {"type": "list", "elements": "int", "default": []},

@@ -2,7 +2,7 @@
 proxgpu ships for running on the host (:mod:`proxgpu.ansible.proxgpu_split`) and the
 ``proxgpu.pve`` collection's action plugin, which runs on the controller.
 
->>> request = split_request({"lxc": 200, "vms": ["300:2"], "host_nodes": [], "vfio_nodes": [],
+>>> request = split_request({"lxc": [200], "vms": ["300:2"], "host_nodes": [], "vfio_nodes": [],
 ...     "host_gpus": [], "vfio_gpus": [], "enable_iommu": False, "bind_method": "driverctl",
 ...     "mapping": None, "gpu_vendor": ["0x10DE"]})
 >>> request.policy.vms, request.options.bind_method, request.gpu_filter.vendors
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from proxgpu.apply import ApplyOptions
 from proxgpu.inspection import GpuFilter
-from proxgpu.planning import SplitPolicy, parse_vm_specs
+from proxgpu.planning import SplitPolicy, parse_lxc_specs, parse_vm_specs
 from proxgpu.rendering import RenderOptions
 
 
@@ -44,8 +44,11 @@ def split_request(params: dict[str, Any]) -> SplitRequest:
     :raises UsageError: for a VM spec or policy that cannot be.
     """
     specs = parse_vm_specs(params["vms"])
+    containers = parse_lxc_specs([str(spec) for spec in params["lxc"] or []])
     policy = SplitPolicy(
-        lxc=params["lxc"],
+        lxc=containers.shared[0] if containers.shared else None,
+        shared_lxc=containers.shared[1:],
+        lxc_subsets=containers.subsets,
         vms=specs.vms,
         vgpus=specs.vgpus,
         host_nodes=params["host_nodes"],

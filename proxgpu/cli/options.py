@@ -149,7 +149,14 @@ def plan_options(parser: argparse.ArgumentParser) -> None:
     )
     split.add_argument("--host-gpus", metavar="ADDR,...", help="keep these GPUs on the host driver")
     split.add_argument("--vfio-gpus", metavar="ADDR,...", help="bind these GPUs to vfio-pci")
-    split.add_argument("--lxc", type=int, metavar="VMID", help="container that gets the host group")
+    split.add_argument(
+        "--lxc",
+        action="append",
+        default=[],
+        metavar="VMID[:N]",
+        help="container that gets the host group, or N GPUs of it on one NUMA node (repeatable: "
+        "the containers without N share what is left)",
+    )
     split.add_argument(
         "--vm",
         action="append",

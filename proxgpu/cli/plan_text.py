@@ -11,7 +11,7 @@ from proxgpu.rendering.changes import ChangeSet, unified_diff
 
 def _group_title(group: PlanGroup) -> str:
     node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
-    target = "no guest" if group.guest is None else f"{group.guest.type.upper()} {group.guest.vmid}"
+    target = ", ".join(f"{g.type.upper()} {g.vmid}" for g in group.guests) or "no guest"
     if group.vgpus:
         target = f"vGPUs of {vgpu_list(group.vgpus)}"
     return f"{node} -> {group.driver} ({group.role.action}), for {target}; CPUs {group.cpus}"

@@ -261,7 +261,7 @@ def _check_guests(
         if isinstance(p, Proposal)
         for path in p.inventory.guest_configs
     }
-    wanted = [guest_config("lxc", policy.lxc)] if policy.lxc else []
+    wanted = [guest_config("lxc", vmid) for vmid in policy.containers]
     wanted += [guest_config("vm", vmid) for vmid, _ in policy.vms]
     missing = [path.rsplit("/", 1)[1].removesuffix(".conf") for path in wanted if path not in held]
     # A node that could not be read may hold it: its own error says why, node by node.

@@ -26,7 +26,7 @@ from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import plan_inventory, shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy
-from proxgpu.planning.wording import vgpu_list
+from proxgpu.planning.wording import join, vgpu_list
 from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import ChangeSet, FileChange, unified_diff
@@ -179,7 +179,7 @@ def _group_sentence(group: PlanGroup) -> str:
     elif group.guest is None:
         target = "for no guest yet"
     else:
-        target = f"for {'CT' if group.guest.type == 'lxc' else 'VM'} {group.guest.vmid}"
+        target = f"for {join(guest.label for guest in group.guests)}"
     memory = ",".join(str(n) for n in group.memory_nodes) or "?"
     nodes = "node" if len(group.memory_nodes) == 1 else "nodes"
     pinning = f"pinned to CPUs {group.cpus} and memory {nodes} {memory}"

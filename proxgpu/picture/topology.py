@@ -91,9 +91,7 @@ def assignments(plan: Plan) -> dict[str, Assignment]:
     """
     found = {}
     for group in plan.groups:
-        guest = None
-        if group.guest is not None:
-            guest = f"{'CT' if group.guest.type == 'lxc' else 'VM'} {group.guest.vmid}"
+        guest = ", ".join(g.label for g in group.guests) or None
         if group.vgpus:
             guest = "vGPU: " + ", ".join(f"VM {use.vmid}" for use in group.vgpus)
         for address in group.gpus:

@@ -49,6 +49,7 @@ from proxgpu.planning.model import (
     TensorParallelAdvice,
     VgpuUse,
     VmSpecs,
+    parse_lxc_specs,
     parse_vm_spec,
     parse_vm_specs,
 )
@@ -128,6 +129,7 @@ __all__ = [
     "VgpuUse",
     "VmSpecs",
     "check_gpu_set",
+    "parse_lxc_specs",
     "parse_vm_spec",
     "parse_vm_specs",
     "plan_split",

@@ -131,10 +131,11 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
             _judge_vm_claim(ctx, group_of[address], address, claims)
         elif group_of[address].role.moves_to_vfio:
             taken[guest].append(address)
-        elif ctx.policy.lxc is not None:
+        elif ctx.policy.containers:
             ctx.warnings.append(
                 f"{address} is also used by CT {guest.vmid} ("
-                f"{wording.claim_lines(claims)}); CT {ctx.policy.lxc} will share it"
+                f"{wording.claim_lines(claims)}); "
+                f"{wording.join(f'CT {vmid}' for vmid in ctx.policy.containers)} will share it"
             )
     for guest, addresses in taken.items():
         lines = [c for a in addresses for c in held[guest, a]]
@@ -144,7 +145,7 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
 def kept_group_container(ctx: Context, roles: dict[str, Role]) -> int | None:
     """The one container holding GPUs that stay on the host driver, when exactly one does and
     no target container was named: the split is for it."""
-    if ctx.policy.lxc is not None:
+    if ctx.policy.containers:
         return None
     holders = {
         claim.guest.vmid

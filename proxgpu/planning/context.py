@@ -83,6 +83,5 @@ class Context:
     def targets(self) -> set[GuestRef]:
         vms = [vmid for vmid, _ in [*self.policy.vms, *self.policy.vgpus]]
         guests = {GuestRef(type="vm", vmid=vmid) for vmid in vms}
-        if self.policy.lxc is not None:
-            guests.add(GuestRef(type="lxc", vmid=self.policy.lxc))
+        guests.update(GuestRef(type="lxc", vmid=vmid) for vmid in self.policy.containers)
         return guests

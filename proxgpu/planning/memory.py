@@ -7,6 +7,7 @@ import re
 from proxgpu.paths import guest_config
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import PlanGroup
+from proxgpu.pve.claims import GuestRef
 from proxgpu.pve.config import GuestConfig, parse_property_string
 from proxgpu.pve.resources import hotplugs_memory, memory_mib
 
@@ -17,40 +18,44 @@ TIGHT = 0.9
 def check_memory_fit(ctx: Context, groups: list[PlanGroup]) -> None:
     """A VM bound to a node (``numa0 ... policy=bind``) must fit it, else it is refused; a
     container pinned to one (``cpuset.mems``), or a VM close to the node's size, gets a warning.
+    Every container sharing a group is pinned to its node, so each is weighed.
     """
     for group in groups:
         node = _node_mib(ctx, group)
-        if group.guest is None or node is None:
-            continue
-        path = guest_config(group.guest.type, group.guest.vmid)
-        text = ctx.inventory.guest_configs.get(path)
-        config = GuestConfig.parse(text) if text is not None else None
-        if config is None or not _bound_to(config, group):
-            continue
-        memory = memory_mib(config)
-        if memory is None or memory <= node * TIGHT:
-            continue
-        name = f"{'VM' if group.guest.type == 'vm' else 'CT'} {group.guest.vmid}"
-        where = f"NUMA node {group.numa_node}, which has {node} MiB"
-        if group.guest.type == "vm" and memory > node:
-            ctx.problem(
-                "memory",
-                f"{name} has {memory} MiB of memory, bound to {where}: it could not get it there",
-                f"lower its memory: to under {int(node * TIGHT)} MiB, or give it GPUs on a node "
-                "with more memory",
-            )
-        else:
-            ctx.warnings.append(
-                f"{name} has {memory} MiB of memory and its memory is kept on {where}"
-                + (": more than the node has" if memory > node else ": little is left there")
-            )
+        if node is not None:
+            for guest in group.guests:
+                _check_guest(ctx, group, guest, node)
 
 
-def _bound_to(config: GuestConfig, group: PlanGroup) -> bool:
+def _check_guest(ctx: Context, group: PlanGroup, guest: GuestRef, node: int) -> None:
+    text = ctx.inventory.guest_configs.get(guest_config(guest.type, guest.vmid))
+    config = GuestConfig.parse(text) if text is not None else None
+    if config is None or not _bound_to(config, group, guest):
+        return
+    memory = memory_mib(config)
+    if memory is None or memory <= node * TIGHT:
+        return
+    where = f"NUMA node {group.numa_node}, which has {node} MiB"
+    if guest.type == "vm" and memory > node:
+        ctx.problem(
+            "memory",
+            f"{guest.label} has {memory} MiB of memory, bound to {where}: it could not get it "
+            "there",
+            f"lower its memory: to under {int(node * TIGHT)} MiB, or give it GPUs on a node "
+            "with more memory",
+        )
+    else:
+        ctx.warnings.append(
+            f"{guest.label} has {memory} MiB of memory and its memory is kept on {where}"
+            + (": more than the node has" if memory > node else ": little is left there")
+        )
+
+
+def _bound_to(config: GuestConfig, group: PlanGroup, guest: GuestRef) -> bool:
     """Whether the guest's memory will be kept on the group's node: always for a container
     (``cpuset.mems``); for a VM unless it hotplugs memory (no ``numa0`` then) or its own ``numaN``
     entries bind it elsewhere."""
-    if group.guest is None or group.guest.type == "lxc":
+    if guest.type == "lxc":
         return True
     if hotplugs_memory(config):
         return False

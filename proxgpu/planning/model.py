@@ -97,7 +97,10 @@ class SplitPolicy(FrozenModel):
     the host driver and sends every other node to vfio-pci. ``host_nodes``/``vfio_nodes`` choose
     nodes instead (nodes not named take the other role when only one list is given);
     ``host_gpus``/``vfio_gpus`` assign GPUs by address (one address per entry, any form
-    :func:`normalize_pci_address` takes) and win over node rules. ``lxc`` receives the host group;
+    :func:`normalize_pci_address` takes) and win over node rules. ``lxc`` receives the host group,
+    and the containers in ``shared_lxc`` share it with ``lxc`` (``--lxc 200 --lxc 201``);
+    ``lxc_subsets`` are ``(vmid, count)``: each such container gets ``count`` host GPUs of its
+    own on one NUMA node (``--lxc 200:2``), and ``lxc``/``shared_lxc`` share what is left;
     ``vms`` share the vfio GPUs as ``(vmid, count)``, a count of ``None`` meaning "the rest".
     ``enable_iommu`` says the kernel command line change that turns the IOMMU on will be planned.
     ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
@@ -113,6 +116,8 @@ class SplitPolicy(FrozenModel):
     [(300, 2), (301, None)]
     >>> SplitPolicy(vms=[300, "301:2"]).vms
     [(300, None), (301, 2)]
+    >>> SplitPolicy(lxc=200, shared_lxc=[201]).containers
+    [200, 201]
     """
 
     split: Literal["numa"] = "numa"
@@ -121,6 +126,8 @@ class SplitPolicy(FrozenModel):
     host_gpus: list[str] = Field(default_factory=list)
     vfio_gpus: list[str] = Field(default_factory=list)
     lxc: int | None = None
+    shared_lxc: list[int] = Field(default_factory=list)
+    lxc_subsets: list[tuple[int, int]] = Field(default_factory=list)
     vms: list[tuple[int, int | None]] = Field(default_factory=list)
     vgpus: list[tuple[int, str]] = Field(default_factory=list)
     enable_iommu: bool = False
@@ -133,6 +140,22 @@ class SplitPolicy(FrozenModel):
         if not isinstance(value, list | tuple):
             return value
         return [parse_vm_spec(str(v)) if isinstance(v, int | str) else v for v in value]
+
+    @model_validator(mode="after")
+    def _shared_needs_lxc(self) -> SplitPolicy:
+        if self.shared_lxc and self.lxc is None:
+            raise ValueError("shared_lxc names containers that share lxc's GPUs, but lxc is unset")
+        return self
+
+    @property
+    def containers(self) -> list[int]:
+        """Every container that gets host GPUs: ``lxc``, ``shared_lxc``, then ``lxc_subsets``.
+
+        >>> SplitPolicy(lxc=202, lxc_subsets=[(200, 2)]).containers
+        [202, 200]
+        """
+        shared = [] if self.lxc is None else [self.lxc, *self.shared_lxc]
+        return shared + [vmid for vmid, _ in self.lxc_subsets]
 
     @model_validator(mode="wrap")
     @classmethod
@@ -189,7 +212,9 @@ class PlanGroup(FrozenModel):
     NUMA-local CPUs and memory: a container's ``cpuset.cpus``/``cpuset.mems``, a VM's
     ``affinity`` and ``hostnodes``. ``numa_node`` is ``None`` when the GPUs span nodes or their
     node is unknown; then the pinning covers every node they may sit on. A ``vgpu`` group (one
-    GPU) lists in ``vgpus`` the VMs using vGPUs of it, and those the plan gives one.
+    GPU) lists in ``vgpus`` the VMs using vGPUs of it, and those the plan gives one. The host
+    group goes to ``guest`` and, when several containers share its GPUs, to those in
+    ``shared_with`` too; :attr:`guests` lists them all.
 
     >>> PlanGroup(role="vfio", numa_node=1, gpus=["0000:81:00.0"], functions=["0000:81:00.0"],
     ...           cpus="32-63", memory_nodes=[1], driver="vfio-pci").guest is None
@@ -204,7 +229,20 @@ class PlanGroup(FrozenModel):
     memory_nodes: list[int]
     driver: str
     guest: GuestRef | None = None
+    shared_with: list[GuestRef] = Field(default_factory=list)
     vgpus: list[VgpuUse] = Field(default_factory=list)
+
+    @property
+    def guests(self) -> list[GuestRef]:
+        """The guests that get the group's GPUs: ``guest`` and those it shares them with.
+
+        >>> group = PlanGroup(role="host", numa_node=0, gpus=[], functions=[], cpus="0-3",
+        ...                   memory_nodes=[0], driver="nvidia", guest={"type": "lxc", "vmid": 200},
+        ...                   shared_with=[{"type": "lxc", "vmid": 201}])
+        >>> [guest.vmid for guest in group.guests]
+        [200, 201]
+        """
+        return [] if self.guest is None else [self.guest, *self.shared_with]
 
 
 class TensorParallelAdvice(FrozenModel):
@@ -291,6 +329,36 @@ def parse_vm_spec(spec: str) -> tuple[int, int | None]:
     if not vmid.isdigit() or (count and not count.isdigit()):
         raise UsageError(f"VM {spec!r}: expected VMID, VMID:N or VMID:vgpu=TYPE")
     return int(vmid), int(count) if count else None
+
+
+class LxcSpecs(NamedTuple):
+    """``--lxc`` values sorted into containers sharing the host group and containers with a
+    count of GPUs of their own, as :class:`SplitPolicy` takes them (``lxc`` is the first of
+    ``shared``)."""
+
+    shared: list[int]
+    subsets: list[tuple[int, int]]
+
+
+def parse_lxc_specs(specs: list[str]) -> LxcSpecs:
+    """``VMID`` (the container shares the host group) or ``VMID:N`` (N GPUs of the host group
+    on one NUMA node, its own) for each container.
+
+    >>> parse_lxc_specs(["200", "201", "202:2"])
+    LxcSpecs(shared=[200, 201], subsets=[(202, 2)])
+
+    :raises UsageError: for a spec that is neither, or a count of 0.
+    """
+    shared, subsets = [], []
+    for spec in specs:
+        vmid, colon, count = str(spec).partition(":")
+        if not vmid.isdigit() or not (not colon or (count.isdigit() and int(count) > 0)):
+            raise UsageError(f"container {spec!r}: expected VMID or VMID:N (N GPUs, at least 1)")
+        if count:
+            subsets.append((int(vmid), int(count)))
+        else:
+            shared.append(int(vmid))
+    return LxcSpecs(shared, subsets)
 
 
 class VmSpecs(NamedTuple):

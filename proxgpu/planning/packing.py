@@ -21,14 +21,14 @@ def build_groups(
     for gpu in ctx.index.gpus:
         by_role[roles[gpu.address]].append(gpu)
     groups: list[PlanGroup] = []
-    lxc = None if ctx.policy.lxc is None else GuestRef(type=Role.HOST.serves, vmid=ctx.policy.lxc)
     if by_role[Role.HOST]:
-        groups.append(_make_group(ctx, Role.HOST, by_role[Role.HOST], lxc))
-    elif lxc is not None:
+        groups.extend(_host_groups(ctx, by_role[Role.HOST]))
+    elif ctx.policy.containers:
+        containers = [GuestRef(type=Role.HOST.serves, vmid=v) for v in ctx.policy.containers]
         ctx.problem(
             "no-fit",
-            f"CT {lxc.vmid} should receive the host group, but no GPU stays on the host driver "
-            "for it",
+            f"{wording.join(c.label for c in containers)} should receive the host group, but no "
+            "GPU stays on the host driver for it",
             "keep a NUMA node on the host (--host-node N) or name GPUs with --host-gpus",
         )
     groups.extend(
@@ -40,6 +40,51 @@ def build_groups(
     vfio = by_role[Role.VFIO]
     groups.extend(_make_group(ctx, Role.VFIO, gpus, vm) for vm, gpus in _vfio_units(ctx, vfio))
     return groups
+
+
+def _host_groups(ctx: Context, kept: list[Gpu]) -> list[PlanGroup]:
+    """A group of its own for each container with a count (``--lxc 200:2``), from one NUMA node;
+    what is left for the containers that share it (``--lxc 200``), else for none."""
+    policy = ctx.policy
+    free = _bundles_by_node(kept)
+    groups = []
+    # Largest first, as for VMs: big containers still find a whole node.
+    for vmid, count in sorted(policy.lxc_subsets, key=lambda ct: -ct[1]):
+        gpus = _take_from_one_node(free, count)
+        if gpus is None:
+            _report_no_local_fit(ctx, vmid, count, free)
+            continue
+        guest = GuestRef(type=Role.HOST.serves, vmid=vmid)
+        groups.append(_make_group(ctx, Role.HOST, sorted(gpus, key=wording.address), guest))
+    left = [gpu for bundles in free.values() for bundle in bundles for gpu in bundle]
+    sharing = [] if policy.lxc is None else [policy.lxc, *policy.shared_lxc]
+    shared = [GuestRef(type=Role.HOST.serves, vmid=vmid) for vmid in sharing]
+    if left and shared:
+        group = _make_group(ctx, Role.HOST, sorted(left, key=wording.address), shared[0])
+        groups.append(group.model_copy(update={"shared_with": shared[1:]}))
+    elif left and policy.lxc_subsets:
+        ctx.warnings.append(
+            f"{wording.count(len(left), 'GPU')} on the host driver go to no container: "
+            f"{wording.join(wording.addresses(sorted(left, key=wording.address)))}"
+        )
+    if left and not shared:
+        groups.append(_make_group(ctx, Role.HOST, sorted(left, key=wording.address), None))
+    return sorted(groups, key=lambda group: group.gpus)
+
+
+def _report_no_local_fit(
+    ctx: Context, vmid: int, count: int, free: dict[int | None, list[list[Gpu]]]
+) -> None:
+    counts = ", ".join(
+        f"node {'?' if node is None else node}: {sum(map(len, bundles))}"
+        for node, bundles in free.items()
+    )
+    ctx.problem(
+        "no-fit",
+        f"CT {vmid} asks for {wording.count(count, 'GPU')} on one NUMA node, but no node has "
+        f"that many host GPUs left ({counts or 'none left'})",
+        "lower the container GPU counts (--lxc VMID:N), or keep more GPUs on the host driver",
+    )
 
 
 def _make_group(ctx: Context, role: Role, gpus: list[Gpu], guest: GuestRef | None) -> PlanGroup:
@@ -132,6 +177,21 @@ def _bundles_by_node(gpus: list[Gpu]) -> dict[int | None, list[list[Gpu]]]:
 def _take_for_vm(free: dict[int | None, list[list[Gpu]]], count: int) -> list[Gpu] | None:
     """Take ``count`` GPUs out of ``free``: from one node if any fits (the tightest), else across
     nodes starting with the fullest. ``None`` when the bundles cannot make ``count``."""
+    local = _take_from_one_node(free, count)
+    if local is not None:
+        return local
+    order = sorted(free, key=lambda node: (-sum(map(len, free[node])), wording.node_order(node)))
+    spanning = _pick_exact([bundle for node in order for bundle in free[node]], count)
+    if spanning is None:
+        return None
+    for node in order:
+        free[node] = [bundle for bundle in free[node] if bundle not in spanning]
+    return [gpu for bundle in spanning for gpu in bundle]
+
+
+def _take_from_one_node(free: dict[int | None, list[list[Gpu]]], count: int) -> list[Gpu] | None:
+    """Take ``count`` GPUs out of the tightest node of ``free`` that holds them; ``None`` when
+    no node does."""
     fits = [
         (sum(map(len, bundles)), wording.node_order(node), node, picked)
         for node, bundles in free.items()
@@ -141,13 +201,7 @@ def _take_for_vm(free: dict[int | None, list[list[Gpu]]], count: int) -> list[Gp
         _, _, node, picked = min(fits, key=lambda fit: fit[:2])
         free[node] = [bundle for bundle in free[node] if bundle not in picked]
         return [gpu for bundle in picked for gpu in bundle]
-    order = sorted(free, key=lambda node: (-sum(map(len, free[node])), wording.node_order(node)))
-    spanning = _pick_exact([bundle for node in order for bundle in free[node]], count)
-    if spanning is None:
-        return None
-    for node in order:
-        free[node] = [bundle for bundle in free[node] if bundle not in spanning]
-    return [gpu for bundle in spanning for gpu in bundle]
+    return None
 
 
 def _pick_exact(bundles: list[list[Gpu]], count: int) -> list[list[Gpu]] | None:

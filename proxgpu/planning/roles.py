@@ -42,8 +42,7 @@ def assign_roles(ctx: Context) -> dict[str, Role]:
 
 def _check_targets(ctx: Context) -> None:
     vmids = [vmid for vmid, _ in ctx.policy.vms] + [vmid for vmid, _ in ctx.policy.vgpus]
-    if ctx.policy.lxc is not None:
-        vmids.append(ctx.policy.lxc)
+    vmids += ctx.policy.containers
     for vmid in sorted({vmid for vmid in vmids if vmids.count(vmid) > 1}):
         ctx.problem(
             "policy",

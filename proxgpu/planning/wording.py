@@ -43,8 +43,7 @@ def claim_lines(claims: list[DeviceClaim]) -> str:
 def group_name(group: PlanGroup) -> str:
     if group.guest is None:
         return f"the {group.role} group"
-    kind = "CT" if group.guest.type == "lxc" else "VM"
-    return f"the {group.role} group of {kind} {group.guest.vmid}"
+    return f"the {group.role} group of {join(guest.label for guest in group.guests)}"
 
 
 def node_order(node: int | None) -> tuple[bool, int]:

@@ -49,6 +49,15 @@ class GuestRef(FrozenModel):
     type: Literal["lxc", "vm"]
     vmid: int
 
+    @property
+    def label(self) -> str:
+        """The guest as Proxmox's GUI names it.
+
+        >>> GuestRef(type="lxc", vmid=200).label
+        'CT 200'
+        """
+        return f"{'CT' if self.type == 'lxc' else 'VM'} {self.vmid}"
+
 
 class DeviceClaim(FrozenModel):
     """One config line by which a guest holds a device.

@@ -42,8 +42,8 @@ def render(inventory: Inventory, plan: Plan, options: RenderOptions | None = Non
     # The mapping first: Proxmox refuses a VM config naming a mapping that does not exist yet.
     render_mapping(ctx, plan.groups)
     for group in plan.groups:
-        if group.guest is not None:
-            _render_guest(ctx, group, group.guest.type, group.guest.vmid)
+        for guest in group.guests:
+            _render_guest(ctx, group, guest.type, guest.vmid)
         for use in group.vgpus:
             if use.added:
                 render_vgpu(ctx, group, use, guest_config("vm", use.vmid))

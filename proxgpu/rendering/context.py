@@ -48,6 +48,8 @@ class RenderContext:
         before = self.inventory.host_files.get(path, self.inventory.guest_configs.get(path))
         if before is None and after is None:
             return
+        if any(f.path == path and f.after == after for f in self.files):
+            return  # Containers sharing a group share its files (the nodes unit): written once.
         self.files.append(FileChange(path=path, before=before, after=after, mode=mode, why=why))
 
 

@@ -124,6 +124,22 @@ def _cap_minor(path: str) -> int:
     return int(match[1]) if match else -1
 
 
+def _every_containers_nvidia_nodes(ctx: RenderContext, own: list[str]) -> list[str]:
+    """The nvidia nodes of every container the plan gives GPUs, from ``own`` (one container's):
+    the one unit makes them all (containers with GPUs of their own, ``--lxc 200:2``, each need
+    theirs), listed alike from each container so that each renders the same unit."""
+    gpus = [
+        gpu
+        for group in ctx.plan.groups
+        if group.guest is not None and group.guest.type == "lxc"
+        for gpu in map(ctx.inventory.gpu, group.gpus)
+        if gpu.host_driver == "nvidia"
+    ]
+    minors = _nvidia_minors(ctx) if gpus else {}
+    gpu_nodes = list(dict.fromkeys(f"/dev/nvidia{minors[gpu.address]}" for gpu in gpus))
+    return gpu_nodes + [path for path in own if not re.fullmatch(r"/dev/nvidia\d+", path)]
+
+
 def _device_nodes(ctx: RenderContext, gpus: list[Gpu]) -> list[DeviceNode]:
     nvidia = [g for g in gpus if g.host_driver == "nvidia"]
     minors = _nvidia_minors(ctx) if nvidia else {}
@@ -227,7 +243,7 @@ def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> No
     include = NODES_INCLUDE if unit and nvidia and not dev_mode else None
     wanted = _lxc_entries(ctx, group, nodes, dev_mode, include)
     if unit:
-        render_nodes_unit(ctx, nvidia, include)
+        render_nodes_unit(ctx, _every_containers_nvidia_nodes(ctx, nvidia), include)
     managed = _Managed.of(ctx.inventory)
     modes = {p: cap.mode for p in nvidia if (cap := capability(ctx.inventory, p))}
     modes |= _driver_modes(ctx, [p for p in nvidia if p not in modes], vmid)

@@ -109,14 +109,32 @@ def _bare_dev_entries(root: Path) -> None:
     ct.write_text("\n".join([*kept, "dev0: /dev/nvidia0", "dev1: /dev/nvidiactl,gid=44"]) + "\n")
 
 
+def _second_container(root: Path) -> None:
+    ct = root / "etc" / "pve" / "lxc"
+    kept = [line for line in (ct / "200.conf").read_text().splitlines() if "lxc." not in line]
+    (ct / "201.conf").write_text("\n".join(kept).replace("hostname: llm", "hostname: nb") + "\n")
+
+
 @pytest.mark.parametrize(
     ("edit", "policy", "options"),
     [
         (_second_vm, SplitPolicy(lxc=200, vms=[(300, 2), (301, 2)]), RenderOptions(mapping="gpus")),
         (_memory_hotplug, SplitPolicy(lxc=200, vms=[(300, None)]), RenderOptions()),
         (_bare_dev_entries, SplitPolicy(lxc=200, vms=[(300, None)]), RenderOptions()),
+        (_second_container, SplitPolicy(lxc=200, shared_lxc=[201]), RenderOptions()),
+        (
+            _second_container,
+            SplitPolicy(lxc_subsets=[(200, 4), (201, 4)], host_nodes=[0, 1]),
+            RenderOptions(),
+        ),
     ],
-    ids=["two-vms-one-mapping", "memory-hotplug", "dev-entries"],
+    ids=[
+        "two-vms-one-mapping",
+        "memory-hotplug",
+        "dev-entries",
+        "two-containers",
+        "a-node-per-container",
+    ],
 )
 def test_guests_proxgpu_wrote_start_on_proxmox(
     tmp_path: Path, edit: Callable[[Path], None], policy: SplitPolicy, options: RenderOptions

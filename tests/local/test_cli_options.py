@@ -27,7 +27,6 @@ PLAN = ["plan", "--root", CT200]
         ),
         # The default (numa) is not a first value: given once it is accepted, twice not.
         ([*PLAN, "--split", "numa", "--split", "numa"], "--split takes one value, given twice"),
-        ([*PLAN, "--lxc", "200", "--lxc", "201"], "--lxc takes one VMID, given twice"),
         (["inspect", "-o", "a", "--output", "b"], "--output takes one FILE, given twice"),
         (["run", "--tp", "1", "--tp", "2", "--", "true"], "--tp takes one N, given twice"),
     ],
@@ -35,6 +34,12 @@ PLAN = ["plan", "--root", CT200]
 def test_an_option_of_one_value_given_twice_is_a_usage_error(argv: list[str], said: str) -> None:
     with pytest.raises(UsageError, match=said):
         build_parser().parse_args(argv)
+
+
+def test_lxc_repeats_for_containers_that_share_the_host_group() -> None:
+    args = build_parser().parse_args([*PLAN, "--lxc", "200", "--lxc", "201:2"])
+    assert args.lxc == ["200", "201:2"]
+    assert build_parser().parse_args(PLAN).lxc == []
 
 
 def test_an_option_given_once_keeps_its_value_and_its_default() -> None:

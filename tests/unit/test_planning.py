@@ -37,6 +37,7 @@ def test_ct200_default_split_matches_the_json_contract() -> None:
         "memory_nodes": [0],
         "driver": "nvidia",
         "guest": {"type": "lxc", "vmid": 200},
+        "shared_with": [],
         "vgpus": [],
     }  # fmt: skip
     assert vfio["role"] == "vfio"

@@ -24,8 +24,11 @@ options:
         files are written there and follow-up actions are listed, not run. Default the host.
     type: str
   lxc:
-    description: Container that gets the GPUs kept on the host driver.
-    type: int
+    description: >-
+      Containers that get the GPUs kept on the host driver, as VMID (they share them) or
+      VMID:N (N GPUs of their own on one NUMA node).
+    type: list
+    elements: raw
   vms:
     description: >-
       VMs that get vfio GPUs, as VMID or VMID:N, or a vGPU of an mdev type, as
