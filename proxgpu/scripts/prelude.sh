@@ -34,7 +34,10 @@ enter() {
         case $en_rest in */*) en_rest=${en_rest#*/} ;; *) en_rest= ;; esac
         case $en_part in "" | . | ..) en_out "$1"; return 4 ;; esac
         if [ "${2-}" = make ] && [ ! -e "./$en_part" ] && [ ! -L "./$en_part" ]; then
-            mkdir -- "./$en_part" || return 1
+            # Another run may make it between the look and the mkdir: that is no failure, and
+            # what it made is checked below as anything found is.
+            mkdir -- "./$en_part" 2>/dev/null || [ -e "./$en_part" ] || [ -L "./$en_part" ] ||
+                return 1
         fi
         if ! cd -P -- "./$en_part" 2>/dev/null; then
             if [ -L "./$en_part" ]; then en_out "$1"; return 4; fi
