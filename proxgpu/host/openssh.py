@@ -22,9 +22,12 @@ import math
 import os
 import re
 import select
+import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -43,6 +46,7 @@ from proxgpu.host.knownhosts import read_known_hosts
 from proxgpu.host.sshcommon import (
     Opening,
     SSHOptions,
+    known_hosts_files,
     known_hosts_name,
     no_banner,
     no_key,
@@ -105,6 +109,8 @@ class OpenSSHHost(Host):
         self._opening: Opening | None = None
         self._open = False
         self._strict: list[str] = []
+        # The action-output reader thread and the main thread may both ask for the connection.
+        self._lock = threading.Lock()
 
     def ssh_argv(self, *extra: str) -> list[str]:
         """The ssh command line that reaches the host, ``extra`` options before ``--``."""
@@ -128,8 +134,9 @@ class OpenSSHHost(Host):
 
     def open_in_background(self) -> None:
         """Start the master connection on a thread of its own; the first command waits for it."""
-        if not self._open and self._opening is None:
-            self._opening = Opening(self._connect)
+        with self._lock:
+            if not self._open and self._opening is None:
+                self._opening = Opening(self._connect)
 
     def _await_opening(self) -> None:
         opening, self._opening = self._opening, None
@@ -137,9 +144,10 @@ class OpenSSHHost(Host):
             opening.wait()
 
     def _ensure_open(self) -> None:
-        self._await_opening()
-        if not self._open:
-            self._connect()
+        with self._lock:
+            self._await_opening()
+            if not self._open:
+                self._connect()
 
     def _connect(self) -> None:
         if self.options.identity_file and not os.path.isfile(
@@ -150,11 +158,14 @@ class OpenSSHHost(Host):
             raise UsageError(f"{self.name}: no ssh client on PATH: install openssh-client")
         config = resolved_config(self.ssh_argv(), self.name)
         display = known_hosts_name(_first(config, "hostname"), int(_first(config, "port", "22")))
-        files = [
-            os.path.expanduser(path)
-            for key in ("userknownhostsfile", "globalknownhostsfile")
-            for path in " ".join(config.get(key, [])).split()
-        ]
+        # ssh -G prints a file name with a blank unquoted: the files given here are taken whole.
+        for key, given in (
+            ("userknownhostsfile", self.options.known_hosts),
+            ("globalknownhostsfile", self.options.global_known_hosts),
+        ):
+            if given:
+                config[key] = [shlex.quote(given)]
+        files = known_hosts_files(config)
         # A damaged line is an error here as with paramiko (ssh would skip it silently).
         read_known_hosts(files)
         self._folder = tempfile.mkdtemp(prefix="proxgpu-ssh-")  # mode 0700
@@ -184,13 +195,24 @@ class OpenSSHHost(Host):
         attempts = int(_first(config, "connectionattempts", "1"))
         # ssh bounds connecting and the banner by ConnectTimeout; authentication is bounded here.
         limit = (timeout + 1) * attempts + timeout
-        with subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        ) as proc:
+        # A ProxyJump or ProxyCommand child writes its own errors (a jump host's key, its
+        # authentication) to stderr: into the log with ssh's, so that they are told apart too.
+        # Its own session, so that a timeout ends the proxy children with ssh.
+        with (
+            log.open("ab") as errors,
+            subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+                start_new_session=True,
+            ) as proc,
+        ):
             try:
                 status = proc.wait(limit)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 raise HostUnreachableError(
                     display, f"no answer within {limit:.0f} s (connecting and authenticating)"
                 ) from None
@@ -232,11 +254,18 @@ class OpenSSHHost(Host):
 
     def _master_alive(self) -> bool:
         check = self.ssh_argv(*self._control("no"), "-O", "check")
-        done = subprocess.run(check, capture_output=True, timeout=30, check=False)
+        try:
+            done = subprocess.run(check, capture_output=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return False  # a master that cannot answer is no connection to run commands on
         return done.returncode == 0
 
     def close(self) -> None:
         """End the shared connection (once one being opened has opened or failed)."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         with contextlib.suppress(Exception):
             self._await_opening()
         if self._open:
@@ -267,7 +296,11 @@ def _collect(
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     pending = memoryview(stdin or b"")
     writers = [proc.stdin] if pending else []
-    if not pending:
+    if pending:
+        # A blocking write of more than the pipe has room for would wait past the deadline
+        # for a remote command that stopped reading.
+        os.set_blocking(proc.stdin.fileno(), False)
+    else:
         proc.stdin.close()
     chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
     readers = [proc.stdout.fileno(), proc.stderr.fileno()]
@@ -280,6 +313,8 @@ def _collect(
         if writable:
             try:
                 pending = pending[os.write(proc.stdin.fileno(), pending[: 1 << 16]) :]
+            except BlockingIOError:
+                pass  # the pipe filled between select and write: wait for room again
             except BrokenPipeError:
                 pending = pending[:0]
             if not pending:
@@ -300,13 +335,20 @@ def _collect(
     return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
 
 
+#: OpenSSH's words for a revoked host key (sshconnect.c): a known_hosts ``@revoked`` line, or a
+#: ``RevokedHostKeys`` file; only these, not "revoked" in a host's name.
+_REVOKED = re.compile(
+    r"REVOKED HOST KEY DETECTED|host key for \S+ is marked as revoked|Host key .* revoked by file"
+)
+
+
 def _failure(display: str, log: str, known: str, timeout: float, user: str) -> Exception:
     """The error for the ssh master that did not start, from what ssh logged."""
     said = [line for line in log.splitlines() if not line.startswith("debug")]
     offered = re.search(r"Server host key: (\S+) (SHA256:\S+)", log)
     kind, fingerprint = offered.groups() if offered else ("", "")
     text = "\n".join(said)
-    if "REVOKED" in text or "revoked" in text.lower():
+    if _REVOKED.search(text):
         return HostKeyRevokedError(
             display,
             f"host key {kind} {fingerprint} is revoked in known_hosts; "

@@ -22,7 +22,13 @@ from pathlib import Path
 from proxgpu.host.base import Host
 from proxgpu.host.knownhosts import read_known_hosts
 from proxgpu.host.openssh import OpenSSHHost, ssh_binary
-from proxgpu.host.sshcommon import SSHOptions, client_choice, known_hosts_name, with_includes
+from proxgpu.host.sshcommon import (
+    SSHOptions,
+    client_choice,
+    known_hosts_files,
+    known_hosts_name,
+    with_includes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,22 +59,23 @@ def open_ssh(
 def _auto(target: str, options: SSHOptions) -> tuple[str, str]:
     if ssh_binary() is None:
         return "paramiko", "no ssh client on PATH"
+    text = _config_text(options.ssh_config)
+    # Before paramiko resolves the config: that runs the Match exec commands, and ssh would run
+    # them a second time.
+    if _MATCH_EXEC.search(text):
+        return "openssh", "paramiko cannot use Match exec"
     from proxgpu.host.ssh import resolved_options  # noqa: PLC0415 - see open_ssh
 
     config = resolved_options(target, options)
     hostname = (config.get("hostname") or [""])[0]
     display = known_hosts_name(hostname, int((config.get("port") or ["22"])[0]))
-    reason = why_openssh(config, display, _config_text(options.ssh_config))
+    reason = why_openssh(config, display, text)
     return ("openssh", f"paramiko cannot use {reason}") if reason else ("paramiko", "default")
 
 
 def why_openssh(config: dict[str, list[str]], display: str, config_text: str) -> str | None:
     """What in ``config`` (``ssh -G``'s answer) only OpenSSH can use, or ``None``."""
-    files = [
-        os.path.expanduser(path)
-        for key in ("userknownhostsfile", "globalknownhostsfile")
-        for path in " ".join(config.get(key, [])).split()
-    ]
+    files = known_hosts_files(config)
     identities = [os.path.expanduser(p) for p in config.get("identityfile", [])]
     checks = [
         (

@@ -75,6 +75,31 @@ def known_hosts_name(hostname: str, port: int) -> str:
     return hostname if port == 22 else f"[{hostname}]:{port}"
 
 
+def known_hosts_files(config: dict[str, list[str]]) -> list[str]:
+    """The known_hosts files ``config`` (``ssh -G``'s answer) names, quoted names kept whole and
+    ``none`` (no file) left out.
+
+    >>> known_hosts_files(
+    ...     {"userknownhostsfile": ['"/k h/known" /k2'], "globalknownhostsfile": ["none"]}
+    ... )
+    ['/k h/known', '/k2']
+    """
+    return [
+        os.path.expanduser(path)
+        for key in ("userknownhostsfile", "globalknownhostsfile")
+        for value in config.get(key, [])
+        for path in _words(value)
+        if path.lower() != "none"
+    ]
+
+
+def _words(value: str) -> list[str]:
+    try:
+        return shlex.split(value)
+    except ValueError:  # an unbalanced quote: ssh itself would have refused it, read it plainly
+        return value.split()
+
+
 @dataclass
 class SSHOptions:
     """How to reach a host; ``None`` means "ask ~/.ssh/config, then use the default"."""

@@ -8,12 +8,14 @@ import os
 import socket
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pytest_mock import MockerFixture
 
 from proxgpu.cli import main
 from proxgpu.errors import (
@@ -391,3 +393,106 @@ def test_hostname_tokens_and_connection_attempts_from_ssh_config(
     with pytest.raises(HostUnreachableError, match="connection refused"):
         transport("closed", SSHOptions(ssh_config=str(config))).run(["true"])
     assert time.monotonic() - started >= 1, "two attempts, a second apart"
+
+
+def test_a_known_hosts_file_whose_name_has_a_blank_is_read_whole(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    known = tmp_path / "a b" / "known_hosts"
+    known.parent.mkdir()
+    known.write_text(f"x ssh-ed25519 not-base64!\n{sshd.known_hosts.read_text()}")
+    host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path, known_hosts=str(known)))
+    with pytest.raises(KnownHostsDamagedError, match=f"^{known}:1: "):
+        host.run(["true"])
+
+
+def test_input_the_remote_never_reads_does_not_hold_the_command_past_its_timeout(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    host = transport(sshd.target, client_options(sshd, tmp_path))
+    host.check(["true"])
+    started = time.monotonic()
+    with pytest.raises(CommandTimeoutError):
+        host.run(["sleep", "8"], stdin=b"x" * 20_000_000, timeout=1)
+    assert time.monotonic() - started < 4
+
+
+def test_a_master_that_times_out_leaves_no_proxy_command_running(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    config = tmp_path / "config"
+    # A proxy that speaks the banner and then nothing: ssh waits for the key exchange for ever.
+    proxy = f"sh -c 'echo SSH-2.0-OpenSSH_9.2; sleep 60; : {tmp_path}'"
+    config.write_text(f"Host stuck\n  ProxyCommand {proxy}\n  ConnectTimeout 1\n")
+    host = OpenSSHHost(
+        "stuck", client_options(sshd, tmp_path, connect_timeout=None, ssh_config=str(config))
+    )
+    with pytest.raises(HostUnreachableError, match="no answer"):
+        host.run(["true"])
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-f", f": {tmp_path}"], capture_output=True, check=False)
+    assert left.returncode == 1, "the proxy command ended with ssh"
+
+
+def test_a_jump_hosts_unknown_key_is_a_host_key_failure(sshd: Sshd, tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    (tmp_path / "empty").touch()
+    common = (
+        f"  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.identity_file}\n  GlobalKnownHostsFile {tmp_path}/none\n"
+        "  BatchMode yes\n  StrictHostKeyChecking yes\n"
+    )
+    config.write_text(
+        f"Host jump\n{common}  UserKnownHostsFile {tmp_path}/empty\n\n"
+        f"Host target\n{common}  UserKnownHostsFile {sshd.known_hosts}\n  ProxyJump jump\n"
+    )
+    with pytest.raises(HostKeyUnknownError) as err:
+        OpenSSHHost("target", SSHOptions(ssh_config=str(config))).run(["true"])
+    assert err.value.exit_code == 5
+
+
+def test_two_threads_opening_one_host_start_one_master(
+    sshd: Sshd, tmp_path: Path, mocker: MockerFixture
+) -> None:
+    host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path))
+    masters = mocker.spy(host, "_start_master")
+    gate = threading.Barrier(2)
+
+    def first_command() -> None:
+        gate.wait()
+        host.check(["true"])
+
+    threads = [threading.Thread(target=first_command) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    host.close()
+    assert masters.call_count == 1
+
+
+def test_auto_runs_no_match_exec_command_on_the_way_to_ssh(sshd: Sshd, tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    config = tmp_path / "config"
+    config.write_text(f'Match exec "echo x >> {ran}"\n  User {sshd.user}\n')
+    options = client_options(sshd, tmp_path, ssh_config=str(config), client="auto")
+    assert isinstance(connect(sshd.target, ssh_options=options), OpenSSHHost)
+    assert not ran.exists(), "ssh runs Match exec itself when it connects; auto must not"
+
+
+def test_revoked_by_a_revoked_host_keys_file_and_not_by_a_name(sshd: Sshd, tmp_path: Path) -> None:
+    krl = tmp_path / "revoked.krl"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-k", "-f", str(krl), str(sshd.workdir / "host_key.pub")], check=True
+    )
+    config = tmp_path / "config"
+    # A proxy that fails saying the host's name, as ssh says an alias that does not resolve.
+    config.write_text(
+        f"RevokedHostKeys {krl}\n"
+        "Host revoked-gw\n  ProxyCommand sh -c 'echo revoked-gw: no route >&2; exit 1'\n"
+    )
+    options = client_options(sshd, tmp_path, ssh_config=str(config))
+    with pytest.raises(HostKeyRevokedError):
+        OpenSSHHost(sshd.target, options).run(["true"])
+    with pytest.raises(HostUnreachableError):
+        OpenSSHHost("revoked-gw", options).run(["true"])
