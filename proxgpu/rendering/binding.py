@@ -22,7 +22,12 @@ from proxgpu.paths import (
 )
 from proxgpu.pci import host_modules, returning_driver
 from proxgpu.planning.model import Plan
-from proxgpu.rendering.context import RenderContext, functions_by_address, role_functions
+from proxgpu.rendering.context import (
+    RenderContext,
+    RenderOptions,
+    functions_by_address,
+    role_functions,
+)
 from proxgpu.rendering.templating import render_template
 
 
@@ -258,6 +263,36 @@ def _softdep_modules(ctx: RenderContext, functions: list[PciFunction]) -> list[s
         previous = ctx.inventory.host_files.get(path, "")
         modules.update(re.findall(r"^softdep (\S+) pre: vfio-pci\b", previous, re.MULTILINE))
     return sorted(modules)
+
+
+def stale_softdeps(inventory: Inventory, plan: Plan) -> list[tuple[str, str]]:
+    """The softdep lines of proxgpu's modprobe.d file that no longer keep what the modules
+    declare now, each with the line proxgpu would write today: a kernel or driver upgrade that
+    changed a module's own softdeps (its ``modules.softdep``) leaves proxgpu's line, which kmod
+    uses instead, without them.
+
+    >>> from proxgpu.host.local import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> from proxgpu.planning import SplitPolicy, plan_split
+    >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
+    >>> stale_softdeps(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
+    []
+    """
+    written = inventory.host_files.get(MODPROBE_CONF)
+    if not written:
+        return []
+    ctx = RenderContext(inventory, plan, RenderOptions())
+    functions = role_functions(ctx, to_vfio=True)
+    try:
+        wanted = _softdep_lines(ctx, _softdep_modules(ctx, functions))
+    except RenderError:
+        return []  # what refuses the plan now is told by binding_conflicts
+    now = {line.split()[1]: line for line in written.splitlines() if line.startswith("softdep ")}
+    return [
+        (now[line.split()[1]], line)
+        for line in wanted
+        if line.split()[1] in now and now[line.split()[1]] != line
+    ]
 
 
 def initramfs_lacks_binding(inventory: Inventory) -> bool:
