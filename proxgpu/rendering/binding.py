@@ -431,6 +431,8 @@ def kept_overrides(ctx: RenderContext) -> list[tuple[str, str]]:
 def _render_driverctl(ctx: RenderContext, addresses: list[str]) -> None:
     if addresses and "driverctl" not in ctx.inventory.commands:
         ctx.warnings.append("driverctl is not installed on the host: apt install driverctl")
+    if addresses:
+        _tell_unmarked_twins(ctx)
     ours = render_template("driverctl-override.j2", driver="vfio-pci")
     stale = [
         path[len(DRIVERCTL_DIR) + 4 :]
@@ -441,6 +443,25 @@ def _render_driverctl(ctx: RenderContext, addresses: list[str]) -> None:
     for address in sorted(set(addresses) | {a for a in stale if a in known}):
         wanted = ours if address in addresses else None
         ctx.file(f"{DRIVERCTL_DIR}pci-{address}", wanted, "driverctl override for vfio-pci")
+
+
+def _tell_unmarked_twins(ctx: RenderContext) -> None:
+    """driverctl marks only the functions it moves: a kept function with the ID of a moved one
+    keeps an empty ``driver_override``, so when its driver fails to load (a kernel upgrade
+    without a matching module) a VM start's ``new_id`` write gives it to vfio-pci too (see
+    :func:`kept_overrides`, which the modprobe binding's bind script writes)."""
+    moved = {(f.vendor_id, f.device_id) for f in role_functions(ctx, to_vfio=True)}
+    twins = [
+        f.address for f in role_functions(ctx, to_vfio=False) if (f.vendor_id, f.device_id) in moved
+    ]
+    if twins:
+        ctx.warnings.append(
+            f"{', '.join(twins)} {'stays' if len(twins) == 1 else 'stay'} on the host with the "
+            "ID of a GPU that moves, and driverctl marks only the moved ones: should the host's "
+            "driver fail to load (a kernel upgrade without a matching module), a VM start's "
+            "new_id write (qemu-server) gives them to vfio-pci too; the modprobe binding "
+            "(--bind-method modprobe) writes their driver_override at every boot"
+        )
 
 
 def _vfio_modules(kernel: str | None) -> list[str]:
