@@ -2,7 +2,9 @@
 configuration: which files it reads in which order, and which ``softdep`` and ``install`` line it
 uses for a module.
 
-The rules, as kmod 28 to 34 (Proxmox VE 7 to 9: Debian 11 to 13) implement them:
+The rules, as kmod 28 to 34 (Proxmox VE 7 to 9: Debian 11 to 13) implement them; the tests run
+the real ``depmod`` and ``modprobe`` of each of those releases' kmod, 28, 30 and 34.2, over the
+files proxgpu writes (``tests/local/test_kmod_binding.py``, ``tests/kmod/versions.toml``):
 
 * Config files are ``*.conf`` files not starting with ``.`` in ``/etc/modprobe.d``,
   ``/run/modprobe.d``, ``/usr/local/lib/modprobe.d`` (kmod 29 and later; 28 does not read it),
@@ -16,6 +18,7 @@ The rules, as kmod 28 to 34 (Proxmox VE 7 to 9: Debian 11 to 13) implement them:
   ``MODULE_SOFTDEP``, is read as one more config file named ``modules.softdep``, and all of them
   are read sorted by file name with ``strcmp`` (``kmod_config_new`` and
   ``conf_files_insert_sorted``): ``modules.softdep`` comes before ``proxgpu-vfio.conf``.
+  kmod 33 and later read ``modules.weakdep`` there too: ``weakdep`` lines only, no softdep.
 * For a module, only the first ``softdep`` line whose name matches it (``fnmatch``) is used, and
   likewise only the first ``install`` command (``kmod_module_get_softdeps``,
   ``kmod_module_get_install_commands``: "find only the first command").

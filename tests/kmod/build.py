@@ -35,13 +35,17 @@ STEP_TIMEOUT = 1800
 #: What each build system needs, as Debian names the packages.
 PACKAGES = {"autotools": "gcc make autoconf automake libtool", "meson": "gcc meson ninja-build"}
 # Only what the tests need: no compressed modules, no signatures, no documentation, nothing
-# installed; what is left needs nothing but libc.
+# installed; what is left needs nothing but libc. Debian's prefix and sysconfdir, which name the
+# config directories kmod reads by default (/etc/modprobe.d, /usr/lib/modprobe.d), as its own.
+DEBIAN_DIRS = ["--prefix=/usr", "--sysconfdir=/etc"]
 CONFIGURE = [
+    *DEBIAN_DIRS,
     "--disable-manpages",
     "--disable-test-modules",
     *(f"--without-{library}" for library in ("zstd", "xz", "zlib", "openssl")),
 ]
 MESON = [
+    *DEBIAN_DIRS,
     "-Dmanpages=false",
     *(f"-D{library}=disabled" for library in ("zstd", "xz", "zlib", "openssl")),
     *(f"-D{shell}completiondir=no" for shell in ("bash", "fish", "zsh")),
