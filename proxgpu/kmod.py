@@ -6,13 +6,15 @@ The rules, as kmod 28 to 34 (Proxmox VE 7 to 9: Debian 11 to 13) implement them;
 the real ``depmod`` and ``modprobe`` of each of those releases' kmod, 28, 30 and 34.2, over the
 files proxgpu writes (``tests/local/test_kmod_binding.py``, ``tests/kmod/versions.toml``):
 
-* Config files are ``*.conf`` files not starting with ``.`` in ``/etc/modprobe.d``,
-  ``/run/modprobe.d``, ``/usr/local/lib/modprobe.d`` (kmod 29 and later; 28 does not read it),
-  ``/usr/lib/modprobe.d`` (kmod 32 and later; on a merged-/usr host, as every Proxmox VE 8 and
-  9 is, it is ``/lib/modprobe.d``) and ``/lib/modprobe.d`` (libkmod.c ``default_config_paths``);
-  a name seen in an earlier directory hides the same name in a later one (libkmod-config.c
-  ``conf_files_list``). proxgpu reads all five on every release: a line in a directory an old
-  kmod skips can only make it refuse or warn where it need not, never miss a line kmod uses.
+* Config files are ``*.conf`` files not starting with ``.`` (before kmod 33, as in kmod 28 and
+  30 of Proxmox VE 7 and 8, ``*.alias`` files too: libkmod-config.c ``conf_files_filter_out``)
+  in ``/etc/modprobe.d``, ``/run/modprobe.d``, ``/usr/local/lib/modprobe.d`` (kmod 29 and
+  later; 28 does not read it), ``/usr/lib/modprobe.d`` (kmod 32 and later; on a merged-/usr
+  host, as every Proxmox VE 8 and 9 is, it is ``/lib/modprobe.d``) and ``/lib/modprobe.d``
+  (libkmod.c ``default_config_paths``); a name seen in an earlier directory hides the same name
+  in a later one (libkmod-config.c ``conf_files_list``). proxgpu reads all five directories and
+  both kinds of file on every release: a line an old or a new kmod skips can only make it refuse
+  or warn where it need not, never miss a line kmod uses.
   The initramfs holds ``/etc`` and ``/lib``'s files only (mkinitramfs copies those two).
 * depmod's ``modules.softdep`` in the kernel's module directory, which holds every module's own
   ``MODULE_SOFTDEP``, is read as one more config file named ``modules.softdep``, and all of them
@@ -53,6 +55,9 @@ CONFIG_DIRS = (
     "/usr/lib/modprobe.d/",
     "/lib/modprobe.d/",
 )
+#: The names of config files in them: kmod 33 and later read ``*.conf`` only, earlier ones
+#: ``*.alias`` too (module-init-tools' old name), so both are read, as the oldest kmod does.
+CONFIG_SUFFIXES = (".conf", ".alias")
 #: The file depmod writes from the modules' own ``softdep`` modinfo, read as a config file.
 MODULES_SOFTDEP = "modules.softdep"
 
@@ -184,7 +189,7 @@ class KmodConfig:
                 name = path[len(directory) :]
                 if not path.startswith(directory) or "/" in name or path in without:
                     continue
-                if name.endswith(".conf") and len(name) > 5 and not name.startswith("."):
+                if name.endswith(CONFIG_SUFFIXES) and len(name) > 5 and not name.startswith("."):
                     by_name.setdefault(name, path)
         if kernel is not None:
             softdep = module_dir(kernel) + MODULES_SOFTDEP

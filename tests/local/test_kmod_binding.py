@@ -10,6 +10,7 @@ real ``depmod``, which writes ``modules.softdep`` from NVIDIA's own softdep); no
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -236,6 +237,23 @@ def test_kmod_order_matches_the_real_modprobe(kmod: Kmod, tmp_path: Path) -> Non
         ]
         extra = [ln.split()[1].rsplit("/", 1)[1] for ln in inserted if "from_" in ln]
         assert extra == [f"{name}.ko" for name in line.softdeps()[1]], (drop, inserted)
+
+
+def test_an_alias_file_counts_as_kmod_before_33_reads_it(kmod: Kmod, tmp_path: Path) -> None:
+    """kmod 28 and 30 (Proxmox VE 7 and 8) read modprobe.d's ``*.alias`` files as config files
+    too, and kmod 33 stopped (libkmod-config.c ``conf_files_filter_out``): proxgpu's model reads
+    them on every release, as the oldest kmod does, so an early one is refused like a ``.conf``."""
+    root = tmp_path / "host"
+    build_tree(kmod, root, KERNEL, [*gpu_modules(KERNEL), extra_module(KERNEL, "from_alias")])
+    files = {"/etc/modprobe.d/0-amd.alias": "softdep amdgpu post: from_alias\n"}
+    _write(root, dict(files))
+    used = any("from_alias" in ln for ln in show_depends(kmod, root, KERNEL, "amdgpu"))
+    assert used == (int(kmod.version.split(".")[0]) < 33)
+    line = KmodConfig.of(files, KERNEL).softdep("amdgpu")
+    assert line is not None and line.where == "/etc/modprobe.d/0-amd.alias:1"
+    early = {"/etc/modprobe.d/0-nvidia.alias": "softdep nvidia pre: nvidia_peermem_helper\n"}
+    with pytest.raises(RenderError, match=re.escape("/etc/modprobe.d/0-nvidia.alias:1")):
+        _changes(_with_files(ct200(), early))
 
 
 def test_blacklisting_another_claimant_of_the_kept_gpus_is_fine() -> None:
