@@ -146,25 +146,48 @@ class ConfigLine:
         return pre, post
 
 
+def _read_lines(text: str) -> list[tuple[int, str]]:
+    r"""The lines of a config file as kmod reads them (``freadline_wrapped``), each with the
+    number of the line it starts on: only a newline ends a line, a backslash before it joins the
+    next line, and a backslash before any other character stands for that character (so two at
+    the end of a line are a backslash, not a continuation).
+
+    >>> _read_lines("a \\\\\nb\\_c \\\n d\n")
+    [(1, 'a \\'), (2, 'b_c  d')]
+    """
+    lines: list[tuple[int, str]] = []
+    current: list[str] = []
+    number = start = 1
+    characters = iter(text)
+    for character in characters:
+        if character == "\n":
+            lines.append((start, "".join(current)))
+            current, number = [], number + 1
+            start = number
+        elif character == "\\":
+            escaped = next(characters, "")
+            if escaped == "\n":
+                number += 1
+            else:
+                current.append(escaped)
+        else:
+            current.append(character)
+    if current:
+        lines.append((start, "".join(current)))
+    return lines
+
+
 def parse_lines(path: str, text: str) -> list[ConfigLine]:
-    """The command lines of one config file, continuation lines joined.
+    """The command lines of one config file (see :func:`_read_lines`), comments left out.
 
     >>> [line.text for line in parse_lines("f", "# c\\nsoftdep a \\\\\\n  pre: b\\n\\n")]
     ['softdep a   pre: b']
     """
-    lines: list[ConfigLine] = []
-    pending = ""
-    start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not pending:
-            start = number
-        if raw.endswith("\\"):
-            pending += raw[:-1]
-            continue
-        line, pending = pending + raw, ""
-        if line.split() and not line.startswith("#"):
-            lines.append(ConfigLine(path, start, line.strip()))
-    return lines
+    return [
+        ConfigLine(path, number, line.strip())
+        for number, line in _read_lines(text)
+        if line.split() and not line.startswith("#")
+    ]
 
 
 @dataclass(frozen=True)

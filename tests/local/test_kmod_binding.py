@@ -239,6 +239,24 @@ def test_kmod_order_matches_the_real_modprobe(kmod: Kmod, tmp_path: Path) -> Non
         assert extra == [f"{name}.ko" for name in line.softdeps()[1]], (drop, inserted)
 
 
+def test_backslashes_are_read_as_kmod_reads_them(kmod: Kmod, tmp_path: Path) -> None:
+    r"""A backslash before any character but a newline stands for that character, so ``\_`` in
+    a name is ``_`` and two at a line's end are a backslash, not a continuation (kmod's
+    ``freadline_wrapped``, alike in 28, 30 and 34.2): the next line is a line of its own."""
+    root = tmp_path / "host"
+    modules = [*gpu_modules(KERNEL), *(extra_module(KERNEL, n) for n in ("from_a", "from_b"))]
+    build_tree(kmod, root, KERNEL, modules)
+    files = {
+        "/etc/modprobe.d/a.conf": "softdep amdgpu post: from\\_a \\\\\nsoftdep amdgpu pre: from_b\n"
+    }
+    _write(root, dict(files))
+    inserted = [ln for ln in show_depends(kmod, root, KERNEL, "amdgpu") if ln.startswith("insmod")]
+    extra = [ln.split()[1].rsplit("/", 1)[1] for ln in inserted if "from_" in ln]
+    line = KmodConfig.of(files, KERNEL).softdep("amdgpu")
+    assert line is not None and line.softdeps() == ([], ["from_a", "\\"])
+    assert extra == ["from_a.ko"], inserted
+
+
 def test_an_alias_file_counts_as_kmod_before_33_reads_it(kmod: Kmod, tmp_path: Path) -> None:
     """kmod 28 and 30 (Proxmox VE 7 and 8) read modprobe.d's ``*.alias`` files as config files
     too, and kmod 33 stopped (libkmod-config.c ``conf_files_filter_out``): proxgpu's model reads
