@@ -2,20 +2,25 @@
 configuration: which files it reads in which order, and which ``softdep`` and ``install`` line it
 uses for a module.
 
-The rules, as kmod 28 to 34 (Proxmox VE 7 to 9: Debian 11 to 13) implement them:
+The rules, as kmod 28 to 34 (Proxmox VE 7 to 9: Debian 11 to 13) implement them; the tests run
+the real ``depmod`` and ``modprobe`` of each of those releases' kmod, 28, 30 and 34.2, over the
+files proxgpu writes (``tests/local/test_kmod_binding.py``, ``tests/kmod/versions.toml``):
 
-* Config files are ``*.conf`` files not starting with ``.`` in ``/etc/modprobe.d``,
-  ``/run/modprobe.d``, ``/usr/local/lib/modprobe.d`` (kmod 29 and later; 28 does not read it),
-  ``/usr/lib/modprobe.d`` (kmod 32 and later; on a merged-/usr host, as every Proxmox VE 8 and
-  9 is, it is ``/lib/modprobe.d``) and ``/lib/modprobe.d`` (libkmod.c ``default_config_paths``);
-  a name seen in an earlier directory hides the same name in a later one (libkmod-config.c
-  ``conf_files_list``). proxgpu reads all five on every release: a line in a directory an old
-  kmod skips can only make it refuse or warn where it need not, never miss a line kmod uses.
+* Config files are ``*.conf`` files not starting with ``.`` (before kmod 33, as in kmod 28 and
+  30 of Proxmox VE 7 and 8, ``*.alias`` files too: libkmod-config.c ``conf_files_filter_out``)
+  in ``/etc/modprobe.d``, ``/run/modprobe.d``, ``/usr/local/lib/modprobe.d`` (kmod 29 and
+  later; 28 does not read it), ``/usr/lib/modprobe.d`` (kmod 32 and later; on a merged-/usr
+  host, as every Proxmox VE 8 and 9 is, it is ``/lib/modprobe.d``) and ``/lib/modprobe.d``
+  (libkmod.c ``default_config_paths``); a name seen in an earlier directory hides the same name
+  in a later one (libkmod-config.c ``conf_files_list``). proxgpu reads all five directories and
+  both kinds of file on every release: a line an old or a new kmod skips can only make it refuse
+  or warn where it need not, never miss a line kmod uses.
   The initramfs holds ``/etc`` and ``/lib``'s files only (mkinitramfs copies those two).
 * depmod's ``modules.softdep`` in the kernel's module directory, which holds every module's own
   ``MODULE_SOFTDEP``, is read as one more config file named ``modules.softdep``, and all of them
   are read sorted by file name with ``strcmp`` (``kmod_config_new`` and
   ``conf_files_insert_sorted``): ``modules.softdep`` comes before ``proxgpu-vfio.conf``.
+  kmod 33 and later read ``modules.weakdep`` there too: ``weakdep`` lines only, no softdep.
 * For a module, only the first ``softdep`` line whose name matches it (``fnmatch``) is used, and
   likewise only the first ``install`` command (``kmod_module_get_softdeps``,
   ``kmod_module_get_install_commands``: "find only the first command").
@@ -50,6 +55,9 @@ CONFIG_DIRS = (
     "/usr/lib/modprobe.d/",
     "/lib/modprobe.d/",
 )
+#: The names of config files in them: kmod 33 and later read ``*.conf`` only, earlier ones
+#: ``*.alias`` too (module-init-tools' old name), so both are read, as the oldest kmod does.
+CONFIG_SUFFIXES = (".conf", ".alias")
 #: The file depmod writes from the modules' own ``softdep`` modinfo, read as a config file.
 MODULES_SOFTDEP = "modules.softdep"
 
@@ -138,25 +146,48 @@ class ConfigLine:
         return pre, post
 
 
+def _read_lines(text: str) -> list[tuple[int, str]]:
+    r"""The lines of a config file as kmod reads them (``freadline_wrapped``), each with the
+    number of the line it starts on: only a newline ends a line, a backslash before it joins the
+    next line, and a backslash before any other character stands for that character (so two at
+    the end of a line are a backslash, not a continuation).
+
+    >>> _read_lines("a \\\\\nb\\_c \\\n d\n")
+    [(1, 'a \\'), (2, 'b_c  d')]
+    """
+    lines: list[tuple[int, str]] = []
+    current: list[str] = []
+    number = start = 1
+    characters = iter(text)
+    for character in characters:
+        if character == "\n":
+            lines.append((start, "".join(current)))
+            current, number = [], number + 1
+            start = number
+        elif character == "\\":
+            escaped = next(characters, "")
+            if escaped == "\n":
+                number += 1
+            else:
+                current.append(escaped)
+        else:
+            current.append(character)
+    if current:
+        lines.append((start, "".join(current)))
+    return lines
+
+
 def parse_lines(path: str, text: str) -> list[ConfigLine]:
-    """The command lines of one config file, continuation lines joined.
+    """The command lines of one config file (see :func:`_read_lines`), comments left out.
 
     >>> [line.text for line in parse_lines("f", "# c\\nsoftdep a \\\\\\n  pre: b\\n\\n")]
     ['softdep a   pre: b']
     """
-    lines: list[ConfigLine] = []
-    pending = ""
-    start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not pending:
-            start = number
-        if raw.endswith("\\"):
-            pending += raw[:-1]
-            continue
-        line, pending = pending + raw, ""
-        if line.split() and not line.startswith("#"):
-            lines.append(ConfigLine(path, start, line.strip()))
-    return lines
+    return [
+        ConfigLine(path, number, line.strip())
+        for number, line in _read_lines(text)
+        if line.split() and not line.startswith("#")
+    ]
 
 
 @dataclass(frozen=True)
@@ -181,7 +212,7 @@ class KmodConfig:
                 name = path[len(directory) :]
                 if not path.startswith(directory) or "/" in name or path in without:
                     continue
-                if name.endswith(".conf") and len(name) > 5 and not name.startswith("."):
+                if name.endswith(CONFIG_SUFFIXES) and len(name) > 5 and not name.startswith("."):
                     by_name.setdefault(name, path)
         if kernel is not None:
             softdep = module_dir(kernel) + MODULES_SOFTDEP

@@ -10,6 +10,8 @@ real ``depmod``, which writes ``modules.softdep`` from NVIDIA's own softdep); no
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,8 @@ from proxgpu.rendering import render
 from proxgpu.rendering.changes import ChangeSet
 from tests.support.factories import ct200, make_gpu, make_inventory
 from tests.support.kmodtree import (
+    KMODS,
+    Kmod,
     Module,
     build_tree,
     extra_module,
@@ -34,6 +38,22 @@ from tests.support.kmodtree import (
 
 KERNEL = "6.8.12-11-pve"
 HOOK = f"install {BIND_SCRIPT};"
+
+
+@pytest.fixture(params=KMODS, ids=str)
+def kmod(request: pytest.FixtureRequest) -> Kmod:
+    """Each kmod in turn: the system's and every Proxmox VE release's (tests/kmod/versions.toml)."""
+    chosen: Kmod = request.param
+    return chosen
+
+
+def test_each_kmod_is_the_release_it_is_named_for(kmod: Kmod) -> None:
+    """The matrix is real: each build's modprobe and depmod say the version the test is named by."""
+    for name in ("modprobe", "depmod"):
+        said = subprocess.run(
+            [kmod.tool(name), "--version"], capture_output=True, text=True, check=True
+        )
+        assert said.stdout.splitlines()[0] == f"kmod version {kmod.version}", (name, said.stdout)
 
 
 def _with_files(inventory: Inventory, files: dict[str, str]) -> Inventory:
@@ -54,10 +74,12 @@ def _write(root: Path, files: dict[str, str | None]) -> None:
             target.write_text(text)
 
 
-def _host(tmp_path: Path, inventory: Inventory, modules: list[Module]) -> tuple[Path, ChangeSet]:
+def _host(
+    kmod: Kmod, tmp_path: Path, inventory: Inventory, modules: list[Module]
+) -> tuple[Path, ChangeSet]:
     """A host tree: the module tree indexed by depmod, the host's own files, then proxgpu's."""
     root = tmp_path / "host"
-    directory = build_tree(root, KERNEL, modules)
+    directory = build_tree(kmod, root, KERNEL, modules)
     softdep = (directory / "modules.softdep").read_text()
     files = {**inventory.host_files, f"/lib/modules/{KERNEL}/modules.softdep": softdep}
     inventory = _with_files(inventory, files)
@@ -91,56 +113,60 @@ def _amd_host() -> Inventory:
     return make_inventory(gpus)
 
 
-def test_nvidia_loaded_by_name_or_by_udev_gets_vfio_pci_first(tmp_path: Path) -> None:
+def test_nvidia_loaded_by_name_or_by_udev_gets_vfio_pci_first(kmod: Kmod, tmp_path: Path) -> None:
     inventory = ct200()
-    root, changes = _host(tmp_path, inventory, gpu_modules(KERNEL))
+    root, changes = _host(kmod, tmp_path, inventory, gpu_modules(KERNEL))
     moved = [f for gpu in inventory.gpus if gpu.numa_node == 1 for f in gpu.function_info]
     conf = next(c.after for c in changes.files if c.path == MODPROBE_CONF) or ""
     assert "softdep nvidia pre: vfio-pci ecdh_generic,ecdsa_generic" in conf
     for module in ("nvidia", "nouveau", "snd_hda_intel"):
-        assert _loads_vfio_first(show_depends(root, KERNEL, module), module.replace("_", "-"))
+        assert _loads_vfio_first(show_depends(kmod, root, KERNEL, module), module.replace("_", "-"))
     for function in moved:
         alias = pci_alias(function.vendor_id, function.device_id, function.class_code)
-        lines = show_depends(root, KERNEL, alias)
+        lines = show_depends(kmod, root, KERNEL, alias)
         drivers = {ln.split()[1].rsplit("/", 1)[1].split(".")[0] for ln in lines if "insmod" in ln}
         assert drivers - {"vfio", "vfio-pci"}, f"{alias} resolved to no driver: {lines}"
         for driver in drivers - {"vfio", "vfio-pci"}:
             assert _loads_vfio_first(lines, driver), (alias, lines)
 
 
-def test_a_blacklisted_vfio_pci_still_loads_first_as_udev_loads_the_driver(tmp_path: Path) -> None:
+def test_a_blacklisted_vfio_pci_still_loads_first_as_udev_loads_the_driver(
+    kmod: Kmod, tmp_path: Path
+) -> None:
     """udev applies blacklists to the module it looks up by alias, not to its softdeps."""
-    root, _ = _host(tmp_path, ct200(), gpu_modules(KERNEL))
+    root, _ = _host(kmod, tmp_path, ct200(), gpu_modules(KERNEL))
     _write(root, {"/etc/modprobe.d/local.conf": "blacklist vfio_pci\nblacklist nouveau\n"})
     alias = pci_alias("10de", "2bb1", "0x030000")
-    lines = show_depends(root, KERNEL, alias, "--use-blacklist")
+    lines = show_depends(kmod, root, KERNEL, alias, "--use-blacklist")
     assert _loads_vfio_first(lines, "nvidia") and not any("nouveau" in ln for ln in lines)
 
 
-def test_amdgpu_gets_vfio_pci_first_and_keeps_an_admins_post_module(tmp_path: Path) -> None:
+def test_amdgpu_gets_vfio_pci_first_and_keeps_an_admins_post_module(
+    kmod: Kmod, tmp_path: Path
+) -> None:
     admin = {"/etc/modprobe.d/amdgpu-extra.conf": "softdep amdgpu post: amdgpu_extra\n"}
     inventory = _amd_host().model_copy(update={"host_files": admin})
     modules = [*gpu_modules(KERNEL), extra_module(KERNEL, "amdgpu_extra")]
-    root, _ = _host(tmp_path, inventory, modules)
-    lines = show_depends(root, KERNEL, "amdgpu")
+    root, _ = _host(kmod, tmp_path, inventory, modules)
+    lines = show_depends(kmod, root, KERNEL, "amdgpu")
     assert _loads_vfio_first(lines, "amdgpu")
     inserted = [line.split()[1].rsplit("/", 1)[1] for line in lines if line.startswith("insmod")]
     assert inserted.index("amdgpu_extra.ko") > inserted.index("amdgpu.ko"), lines
 
 
-def test_the_name_proxgpu_used_before_loses_to_modules_softdep(tmp_path: Path) -> None:
+def test_the_name_proxgpu_used_before_loses_to_modules_softdep(kmod: Kmod, tmp_path: Path) -> None:
     """What this fixes, shown with kmod itself: under its old name, after ``modules.softdep``,
     proxgpu's softdep for nvidia was never used."""
-    root, _ = _host(tmp_path, ct200(), gpu_modules(KERNEL))
+    root, _ = _host(kmod, tmp_path, ct200(), gpu_modules(KERNEL))
     new = root / MODPROBE_CONF.lstrip("/")
     new.rename(root / LEGACY_MODPROBE_CONF.lstrip("/"))
-    assert not _loads_vfio_first(show_depends(root, KERNEL, "nvidia"), "nvidia")
+    assert not _loads_vfio_first(show_depends(kmod, root, KERNEL, "nvidia"), "nvidia")
     # snd_hda_intel declares no softdep of its own, so the old file's line still served it.
-    assert _loads_vfio_first(show_depends(root, KERNEL, "snd_hda_intel"), "snd-hda-intel")
+    assert _loads_vfio_first(show_depends(kmod, root, KERNEL, "snd_hda_intel"), "snd-hda-intel")
 
 
-def test_the_old_file_is_replaced_and_the_new_one_is_idempotent(tmp_path: Path) -> None:
-    root, first = _host(tmp_path, ct200(), gpu_modules(KERNEL))
+def test_the_old_file_is_replaced_and_the_new_one_is_idempotent(kmod: Kmod, tmp_path: Path) -> None:
+    root, first = _host(kmod, tmp_path, ct200(), gpu_modules(KERNEL))
     old = next(c.after for c in first.files if c.path == MODPROBE_CONF)
     files = {
         p: (root / p.lstrip("/")).read_text()
@@ -181,7 +207,7 @@ def test_a_softdep_line_kmod_never_uses_is_told() -> None:
     assert unused and f"(/lib/modules/{KERNEL}/modules.softdep:1)" in unused[0]
 
 
-def test_kmod_order_matches_the_real_modprobe(tmp_path: Path) -> None:
+def test_kmod_order_matches_the_real_modprobe(kmod: Kmod, tmp_path: Path) -> None:
     """proxgpu's model of kmod picks the same softdep line, and reads the same modules from it,
     as modprobe does: across config directories, a name hidden by the same name earlier, a
     glob, a continued line, and kmod's way with a blank too many (the line loses its post:)."""
@@ -195,7 +221,7 @@ def test_kmod_order_matches_the_real_modprobe(tmp_path: Path) -> None:
         *gpu_modules(KERNEL),
         *(extra_module(KERNEL, n) for n in ("from_lib_b", "from_etc_b", "from_run_a")),
     ]
-    build_tree(root, KERNEL, modules)
+    build_tree(kmod, root, KERNEL, modules)
     _write(root, dict(files))
     for drop in (
         [],
@@ -206,9 +232,46 @@ def test_kmod_order_matches_the_real_modprobe(tmp_path: Path) -> None:
         left = {p: t for p, t in files.items() if p not in drop}
         line = KmodConfig.of(left, KERNEL).softdep("amdgpu")
         assert line is not None
-        inserted = [ln for ln in show_depends(root, KERNEL, "amdgpu") if ln.startswith("insmod")]
+        inserted = [
+            ln for ln in show_depends(kmod, root, KERNEL, "amdgpu") if ln.startswith("insmod")
+        ]
         extra = [ln.split()[1].rsplit("/", 1)[1] for ln in inserted if "from_" in ln]
         assert extra == [f"{name}.ko" for name in line.softdeps()[1]], (drop, inserted)
+
+
+def test_backslashes_are_read_as_kmod_reads_them(kmod: Kmod, tmp_path: Path) -> None:
+    r"""A backslash before any character but a newline stands for that character, so ``\_`` in
+    a name is ``_`` and two at a line's end are a backslash, not a continuation (kmod's
+    ``freadline_wrapped``, alike in 28, 30 and 34.2): the next line is a line of its own."""
+    root = tmp_path / "host"
+    modules = [*gpu_modules(KERNEL), *(extra_module(KERNEL, n) for n in ("from_a", "from_b"))]
+    build_tree(kmod, root, KERNEL, modules)
+    files = {
+        "/etc/modprobe.d/a.conf": "softdep amdgpu post: from\\_a \\\\\nsoftdep amdgpu pre: from_b\n"
+    }
+    _write(root, dict(files))
+    inserted = [ln for ln in show_depends(kmod, root, KERNEL, "amdgpu") if ln.startswith("insmod")]
+    extra = [ln.split()[1].rsplit("/", 1)[1] for ln in inserted if "from_" in ln]
+    line = KmodConfig.of(files, KERNEL).softdep("amdgpu")
+    assert line is not None and line.softdeps() == ([], ["from_a", "\\"])
+    assert extra == ["from_a.ko"], inserted
+
+
+def test_an_alias_file_counts_as_kmod_before_33_reads_it(kmod: Kmod, tmp_path: Path) -> None:
+    """kmod 28 and 30 (Proxmox VE 7 and 8) read modprobe.d's ``*.alias`` files as config files
+    too, and kmod 33 stopped (libkmod-config.c ``conf_files_filter_out``): proxgpu's model reads
+    them on every release, as the oldest kmod does, so an early one is refused like a ``.conf``."""
+    root = tmp_path / "host"
+    build_tree(kmod, root, KERNEL, [*gpu_modules(KERNEL), extra_module(KERNEL, "from_alias")])
+    files = {"/etc/modprobe.d/0-amd.alias": "softdep amdgpu post: from_alias\n"}
+    _write(root, dict(files))
+    used = any("from_alias" in ln for ln in show_depends(kmod, root, KERNEL, "amdgpu"))
+    assert used == (int(kmod.version.split(".")[0]) < 33)
+    line = KmodConfig.of(files, KERNEL).softdep("amdgpu")
+    assert line is not None and line.where == "/etc/modprobe.d/0-amd.alias:1"
+    early = {"/etc/modprobe.d/0-nvidia.alias": "softdep nvidia pre: nvidia_peermem_helper\n"}
+    with pytest.raises(RenderError, match=re.escape("/etc/modprobe.d/0-nvidia.alias:1")):
+        _changes(_with_files(ct200(), early))
 
 
 def test_blacklisting_another_claimant_of_the_kept_gpus_is_fine() -> None:

@@ -6,6 +6,10 @@ a driver.
 The modules hold no code: kmod never loads them here (``--show-depends`` only says what it would
 run, in order), so an ELF object with the ``.modinfo`` section is all it reads.
 
+Every function that runs kmod takes the :class:`Kmod` to run: :data:`KMODS` is the system's and
+a build of each release ``tests/kmod/versions.toml`` pins (Proxmox VE 7 to 9's), so a test can
+run once with each.
+
 >>> ko = elf_module([("name", "nvidia"), ("softdep", "pre: ecdh_generic,ecdsa_generic")])
 >>> ko[:4], b"softdep=pre: ecdh_generic,ecdsa_generic\\0" in ko
 (b'\\x7fELF', True)
@@ -20,11 +24,46 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxgpu.kmod import CONFIG_DIRS
-from tests.support.tools import require_tool
+from tests.kmod.builds import KmodUnavailableError, Release, load_manifest, locate
+from tests.support.tools import find_tool, require_tool, unavailable
 
 _SECTION = struct.Struct("<IIQQQQIIQQ")
 _SHT_PROGBITS, _SHT_STRTAB, _SHF_ALLOC = 1, 3, 2
 _ET_REL, _EM_X86_64 = 1, 62
+
+
+@dataclass(frozen=True)
+class Kmod:
+    """One kmod to run: the system's (``release`` None) or the build of a pinned release."""
+
+    version: str
+    release: Release | None = None
+
+    def __str__(self) -> str:
+        return f"kmod-{self.version}"
+
+    def tool(self, name: str) -> str:
+        """The path of ``depmod`` or ``modprobe`` of this kmod; else skip, or fail under CI."""
+        if self.release is None:
+            return require_tool(name, "kmod")
+        try:
+            return str(locate(self.release) / name)
+        except KmodUnavailableError as error:
+            unavailable(str(error))
+
+
+def system_kmod() -> Kmod:
+    """The system's kmod, named by the version its ``modprobe`` says (``system`` without one:
+    its tests then skip, or fail under CI, for want of it)."""
+    modprobe = find_tool("modprobe")
+    if modprobe is None:
+        return Kmod("system")
+    said = subprocess.run([modprobe, "--version"], capture_output=True, text=True, check=True)
+    return Kmod(said.stdout.split()[2])
+
+
+#: Every kmod the binding tests run: the system's, then each pinned release's build.
+KMODS = (system_kmod(), *(Kmod(release.version, release) for release in load_manifest()))
 
 
 def elf_module(modinfo: Sequence[tuple[str, str]]) -> bytes:
@@ -115,10 +154,10 @@ def extra_module(kernel: str, name: str) -> Module:
     return Module(f"kernel/extra/{name}.ko", (("name", name), _vermagic(kernel)))
 
 
-def build_tree(root: Path, kernel: str, modules: Sequence[Module]) -> Path:
-    """Write ``modules`` under ``root/lib/modules/KERNEL`` and index them with the real depmod
+def build_tree(kmod: Kmod, root: Path, kernel: str, modules: Sequence[Module]) -> Path:
+    """Write ``modules`` under ``root/lib/modules/KERNEL`` and index them with ``kmod``'s depmod
     (which writes ``modules.softdep`` from their modinfo); the module directory."""
-    depmod = require_tool("depmod", "kmod")
+    depmod = kmod.tool("depmod")
     directory = root / "lib/modules" / kernel
     for module in modules:
         path = directory / module.file
@@ -130,11 +169,11 @@ def build_tree(root: Path, kernel: str, modules: Sequence[Module]) -> Path:
     return directory
 
 
-def show_depends(root: Path, kernel: str, name: str, *flags: str) -> list[str]:
-    """What ``modprobe`` would run to load ``name`` (a module or a modalias) on the host laid
-    out under ``root``: kmod's own config directories there, its module directory there.
+def show_depends(kmod: Kmod, root: Path, kernel: str, name: str, *flags: str) -> list[str]:
+    """What ``kmod``'s ``modprobe`` would run to load ``name`` (a module or a modalias) on the
+    host laid out under ``root``: kmod's own config directories there, its module directory there.
     ``--use-blacklist`` among ``flags`` applies blacklists as udev does."""
-    modprobe = require_tool("modprobe", "kmod")
+    modprobe = kmod.tool("modprobe")
     configs = [f"--config={root}{d.rstrip('/')}" for d in CONFIG_DIRS]
     command = [modprobe, "--show-depends", *flags, f"--dirname={root}", f"--set-version={kernel}"]
     result = subprocess.run([*command, *configs, name], check=True, capture_output=True, text=True)

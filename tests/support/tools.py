@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -39,7 +40,11 @@ def require_tool(path: str, package: str) -> str:
     found = find_tool(path)
     if found:
         return found
-    message = f"{path} not found: install Debian's {package}"
+    unavailable(f"{path} not found: install Debian's {package}")
+
+
+def unavailable(message: str) -> NoReturn:
+    """Skip the test for want of something it runs, saying how to get it; fail it under CI."""
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

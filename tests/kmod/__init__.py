@@ -1,0 +1,1 @@
+"""The kmod releases of every Proxmox VE release, built from Debian's sources for the tests."""
