@@ -244,8 +244,9 @@ def resolved_options(target: str, options: SSHOptions) -> dict[str, list[str]]:
 
     Read with paramiko's parser: unlike ``ssh -G`` it costs no process on the way to the host.
     """
-    entry = _read_config(options.ssh_config).lookup_at(parse_target(target)[1], options.port)
-    dest = _resolve(target, options, _read_config(options.ssh_config))
+    config = _read_config(options.ssh_config)
+    entry = config.lookup_at(parse_target(target)[1], options.port)
+    dest = _resolve(target, options, config)
     values = {k: v if isinstance(v, list) else [str(v)] for k, v in entry.items()}
     values["identityfile"] = dest.identity_files
     values["userknownhostsfile"] = list(dest.known_hosts_files)
