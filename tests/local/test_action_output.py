@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.ansible.request import change_options
 from proxgpu.apply import ApplyOptions
 from proxgpu.apply.actions import ACTION_TIMEOUT, run_followed
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.cli.change import ACTION_OUTPUT, apply_options
 from proxgpu.cli.parser import build_parser
 from proxgpu.cli.shown import Progress
-from proxgpu.ansible.request import change_options
 from proxgpu.errors import CommandError, CommandTimeoutError, JournalError
 from proxgpu.fleet import Event, Say, Target, each_host
 from proxgpu.host import Host
@@ -123,7 +123,7 @@ def test_ansible_change_options_carry_trust_unsigned_and_the_action_timeout(
         change_options({}, check=False).rollback(live_host)
     # Trusted, the rollback gets as far as the action, which the 0.5 s timeout then stops.
     how = change_options({"trust_unsigned": True, "action_timeout": 0.5}, check=False)
-    with pytest.raises(CommandTimeoutError, match="within 0.5 s"):
+    with pytest.raises(CommandTimeoutError, match=r"within 0\.5 s"):
         how.rollback(live_host)
     assert change_options({"action_timeout": None}, check=False).action_timeout == ACTION_TIMEOUT
 
