@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from proxgpu.apply import ApplyOptions
+from proxgpu.apply.actions import ACTION_TIMEOUT
 from proxgpu.inspection import GpuFilter
 from proxgpu.planning import SplitPolicy, parse_lxc_specs, parse_vm_specs
 from proxgpu.rendering import RenderOptions
@@ -63,16 +64,20 @@ def split_request(params: dict[str, Any]) -> SplitRequest:
 
 def change_options(params: dict[str, Any], *, check: bool) -> ApplyOptions:
     """How the task's change runs, as the command line's options say it: check mode is a dry
-    run; ``live``, ``force`` and ``break_lock`` as the module takes them (a module without one:
-    off).
+    run; ``live``, ``force``, ``break_lock`` and ``trust_unsigned`` as the module takes them (a
+    module without one: off), and ``action_timeout`` (a module without one, or ``None``: the
+    command line's default).
 
-    >>> change_options({"live": True, "break_lock": False}, check=True)
+    >>> change_options({"live": True, "trust_unsigned": True, "action_timeout": 60}, check=True)
     ApplyOptions(dry_run=True, live=True, skip_guest_check=False, break_lock=False, force=False, \
-trust_unsigned=False, action_timeout=900.0, action_output=0)
+trust_unsigned=True, action_timeout=60.0, action_output=0, run_actions=True)
     """
+    timeout = params.get("action_timeout")
     return ApplyOptions(
         dry_run=check,
         live=bool(params.get("live")),
         break_lock=bool(params.get("break_lock")),
         force=bool(params.get("force")),
+        trust_unsigned=bool(params.get("trust_unsigned")),
+        action_timeout=ACTION_TIMEOUT if timeout is None else float(timeout),
     )

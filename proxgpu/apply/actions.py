@@ -146,7 +146,8 @@ class _Tail:
                 data, start = data[self.offset - start :], self.offset
             elif start > self.offset and b"\n" in data:
                 # The read began inside a line older than its tail: that line is not whole.
-                data, start = data[data.index(b"\n") + 1 :], start + data.index(b"\n") + 1
+                cut = data.index(b"\n") + 1
+                data, start = data[cut:], start + cut
             whole = len(data) if ended else data.rfind(b"\n") + 1
             self.offset = max(self.offset, start + whole)
             for line in data[:whole].decode("utf-8", "replace").splitlines()[-self.lines :]:

@@ -29,8 +29,9 @@ class ApplyOptions:
     too), ``break_lock`` (take over a lock left behind), ``action_timeout`` (seconds a follow-up
     action may run) and ``action_output`` (how many of a running action's last output lines
     are said as ``output`` steps; 0: none). An apply's: ``skip_guest_check`` (guests known to be
-    stopped). A rollback's: ``force`` (every backup back, even over entries changed since) and
-    ``trust_unsigned`` (a journal entry without this machine's signature).
+    stopped). A rollback's: ``force`` (every backup back, even over entries changed since),
+    ``trust_unsigned`` (a journal entry without this machine's signature) and ``run_actions``
+    (run the entry's follow-up actions again; off: the files alone go back).
 
     >>> from proxgpu.host import DirectoryHost
     >>> from proxgpu.pipeline import propose
@@ -49,6 +50,7 @@ class ApplyOptions:
     trust_unsigned: bool = False
     action_timeout: float = ACTION_TIMEOUT
     action_output: int = 0
+    run_actions: bool = True
 
     def apply(
         self,
@@ -82,6 +84,7 @@ class ApplyOptions:
         return rollback(
             host,
             to,
+            run_actions=self.run_actions,
             force=self.force,
             live=self.live,
             break_lock=self.break_lock,

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
+import io
 import logging
 import os
 import select
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -180,13 +183,28 @@ class _Config(paramiko.SSHConfig):
 
     _port: int | None = None
 
+    def __init__(self) -> None:
+        super().__init__()
+        # One parsed config serves every host of a fleet (see _read_config), each from its own
+        # thread: the port seeded for one lookup must not be another's.
+        self._lock = threading.Lock()
+
     def lookup_at(self, alias: str, port: int | None) -> paramiko.SSHConfigDict:
         """The options for ``alias``, with ``port`` (when given) as the port ``%p`` expands to."""
-        self._port = port
-        try:
-            return self.lookup(alias)
-        finally:
-            self._port = None
+        with self._lock:
+            self._port = port
+            try:
+                return self.lookup(alias)
+            finally:
+                self._port = None
+
+    def _does_match(self, match_list, *args):  # type: ignore[no-untyped-def]
+        # paramiko asks for the local user name at every Host block it passes, Match or not:
+        # without $USER (cron, systemd, a container) that is a passwd lookup per block, per
+        # lookup, per host. A block without Match criteria matches nothing here anyway.
+        if not match_list:
+            return []
+        return super()._does_match(match_list, *args)  # type: ignore[misc]
 
     def _lookup(  # type: ignore[no-untyped-def]
         self, hostname, options=None, canonical=False, final=False
@@ -202,7 +220,16 @@ def _read_config(path: str | None) -> _Config:
         if path:
             raise UsageError(f"{config_path}: no such SSH config file")
         return _Config()
-    return _Config.from_text(with_includes(config_path, depth=0))
+    return _parsed(with_includes(config_path, depth=0))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(text: str) -> _Config:
+    # Keyed on the text itself, includes and all: a fleet parses its ssh_config once, and an
+    # edited file is parsed again.
+    config = _Config()
+    config.parse(io.StringIO(text))
+    return config
 
 
 def _resolve(target: str, options: SSHOptions, config: _Config) -> _Resolved:
@@ -244,8 +271,9 @@ def resolved_options(target: str, options: SSHOptions) -> dict[str, list[str]]:
 
     Read with paramiko's parser: unlike ``ssh -G`` it costs no process on the way to the host.
     """
-    entry = _read_config(options.ssh_config).lookup_at(parse_target(target)[1], options.port)
-    dest = _resolve(target, options, _read_config(options.ssh_config))
+    config = _read_config(options.ssh_config)
+    entry = config.lookup_at(parse_target(target)[1], options.port)
+    dest = _resolve(target, options, config)
     values = {k: v if isinstance(v, list) else [str(v)] for k, v in entry.items()}
     values["identityfile"] = dest.identity_files
     values["userknownhostsfile"] = list(dest.known_hosts_files)

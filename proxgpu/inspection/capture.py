@@ -70,13 +70,17 @@ class Capture:
 
 
 def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Capture:
-    """Read everything inspection needs from ``host`` in one command; from a tree (a root other
-    than ``/``), or with ``modes`` (for a snapshot), one more checks where each file is (see
-    :func:`check_files`).
+    """Read everything inspection needs from ``host`` in one command. From a tree (a root other
+    than ``/``), or with ``modes`` (for a snapshot), the same command also says where each file
+    is, and a file read through a link out of the tree is dropped (see :func:`check_files`).
 
     :raises HostUnreachableError: when the host cannot run the gather script.
     """
-    output = run_script(host, "gather", host.root, timeout=timeout, check=False)
+    checked = bool(modes or host.root.rstrip("/"))
+    # This machine's tree is looked at directly; any other host's in the gather's own run.
+    remote_check = checked and not isinstance(host, LocalHost)
+    args = [host.root, "check"] if remote_check else [host.root]
+    output = run_script(host, "gather", *args, timeout=timeout, check=False)
     if not output.has("proxgpu-gather"):
         if output.has("error"):
             raise UsageError(f"{host.name}: {host.root}: no such directory to inspect")
@@ -88,8 +92,13 @@ def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Captur
         raise CommandError(host.name, [step], _status(failed), output.stderr)
     if not output.complete:
         raise HostUnreachableError(host.name, "inspection output was cut short")
+    if remote_check and not output.has("checked"):
+        step = "the gather step (looking where each file is)"
+        raise CommandError(host.name, [step], output.returncode, output.stderr)
     capture = parse_gather_output(output.stdout, host.name)
-    if modes or host.root.rstrip("/"):
+    if remote_check:
+        _apply_checks(capture, output.stdout)
+    elif checked and isinstance(host, LocalHost):
         check_files(host, capture)
     if log.isEnabledFor(logging.DEBUG):  # -vv: each file read, as the gather step read it
         for path in sorted({*capture.lines, *capture.raw}):
@@ -97,32 +106,51 @@ def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Captur
     return capture
 
 
-def check_files(host: Host, capture: Capture) -> None:
-    """Drop from ``capture`` every file of a tree that was read through a link out of it (its
-    directory or itself a symlink resolving outside the root), so that nothing outside the tree
-    is copied into a snapshot or printed, and note each other file's mode. A tree on this
-    machine is looked at directly; any other host's in one command (``scripts/inside.sh``).
+def check_files(host: LocalHost, capture: Capture) -> None:
+    """Drop from ``capture`` every file of a tree on this machine that was read through a link
+    out of it (its directory or itself a symlink resolving outside the root), so that nothing
+    outside the tree is copied into a snapshot or printed, and note each other file's mode.
+    (Another host's tree is checked by the gather script itself, in the same run.)
 
-    :raises CommandError: when the check cannot run to its end.
+    >>> cap = Capture(lines={"/etc/modules": ["vfio"]})
+    >>> from proxgpu.host import DirectoryHost
+    >>> check_files(DirectoryHost("examples/hosts/ct200"), cap)
+    >>> sorted(cap.modes), cap.outside
+    (['/etc/modules'], {})
     """
-    if isinstance(host, LocalHost):
-        _check_local_files(host.root, capture)
-        return
-    by_dir: dict[str, list[str]] = {}
+    real_root = os.path.realpath(host.root).rstrip("/")
     for path in _read_or_refused(capture):
-        directory, _, name = path.rpartition("/")
-        by_dir.setdefault(directory, []).append(name)
-    prefix = host.root.rstrip("/")
-    args = [a for d, names in by_dir.items() for a in (prefix + d, str(len(names)), *names)]
-    output = run_script(host, "inside", *args, check=False)
-    if not output.complete:
-        raise CommandError(host.name, ["the inside step"], output.returncode, output.stderr)
-    for record in output.of("outside"):
-        directory, name, target = record.fields
-        _drop_outside(capture, directory.removeprefix(prefix) + "/" + name, target)
-    for record in output.of("mode"):
-        directory, mode, name = record.fields
-        capture.modes[directory.removeprefix(prefix) + "/" + name] = int(mode, 8) & 0o777
+        real = os.path.realpath(real_root + path)
+        if not (real + "/").startswith(real_root + "/"):
+            _drop_outside(capture, path, real)
+            continue
+        try:
+            capture.modes[path] = os.stat(real).st_mode & 0o777
+        except OSError:
+            continue  # gone since it was read: the copy gets the private mode
+
+
+def _apply_checks(capture: Capture, stdout: bytes) -> None:
+    """The gather script's own check (``#outside`` and ``#mode`` records) applied to
+    ``capture``. Only files the capture holds are touched: the script looks at every file its
+    lists name. A file whose name holds a tab, which no record can carry, was not looked at, so
+    it is dropped as a name proxgpu cannot read."""
+    read = set(_read_or_refused(capture))
+    for name in [p for p in read if "\t" in p]:
+        capture.raw.pop(name, None)
+        capture.lines.pop(name, None)
+        if name in capture.unreadable:
+            capture.unreadable.remove(name)
+        capture.bad_names.append(name)
+    for line in stdout.split(b"\n"):
+        if line.startswith(b"#outside\t"):
+            path, _, target = line[len(b"#outside\t") :].partition(b"\t")
+            if (name := _abs(path)) in read:
+                _drop_outside(capture, name, target.decode("utf-8", "replace"))
+        elif line.startswith(b"#mode\t"):
+            mode, _, path = line[len(b"#mode\t") :].partition(b"\t")
+            if (name := _abs(path)) in read and name not in capture.outside and mode.isdigit():
+                capture.modes[name] = int(mode, 8) & 0o777
 
 
 def _status(record: Record) -> int:
@@ -325,19 +353,6 @@ def _drop_outside(capture: Capture, path: str, target: str) -> None:
     if path in capture.unreadable:
         capture.unreadable.remove(path)
     capture.outside[path] = target
-
-
-def _check_local_files(root: str, capture: Capture) -> None:
-    real_root = os.path.realpath(root).rstrip("/")
-    for path in _read_or_refused(capture):
-        real = os.path.realpath(real_root + path)
-        if not (real + "/").startswith(real_root + "/"):
-            _drop_outside(capture, path, real)
-            continue
-        try:
-            capture.modes[path] = os.stat(real).st_mode & 0o777
-        except OSError:
-            continue  # gone since it was read: the copy gets the private mode
 
 
 def _write_new(target: Path, content: bytes, mode: int) -> None:

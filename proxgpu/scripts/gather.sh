@@ -1,6 +1,7 @@
 # shellcheck shell=sh
 # proxgpu gather: print, in one pass, every file inspection reads.
-# Usage: gather.sh ROOT   (ROOT is the prefix the host's absolute paths live under, "/" for a live host)
+# Usage: gather.sh ROOT [check]   (ROOT is the prefix the host's absolute paths live under, "/"
+# for a live host; check: then say where each file read is, see check_names below)
 #
 # Plain POSIX sh plus coreutils, grep, find and awk, so it runs unchanged on a Proxmox VE host, over
 # SSH, and against a snapshot directory. Forks stay constant in the number of devices: one grep reads
@@ -17,6 +18,9 @@
 #                                          only needs to exist; sys/bus/pci/devices/ADDR links
 #                                          give each device's sysfs path, its parent chain)
 #   #section raw     PATH\0BASE64 of the exact bytes, or PATH\0!unreadable
+# With check, in the same run: "#outside\tPATH\tTARGET" for each file read (or refused) that is
+# reached only through a link out of the root, "#mode\tOCTAL\tPATH" for each other one (a
+# snapshot copies none wider than its source), then "#checked" once every file was looked at.
 LC_ALL=C
 export LC_ALL
 cd "$1" 2>/dev/null || { rec error "cannot enter $1"; exit 3; }
@@ -64,20 +68,41 @@ for d in sys/bus/pci/devices/*; do
     case $c in 0x03* | 0x12*) resources="$resources $d/resource" ;; esac
 done
 
-rec section lines
+# The files each step reads, listed once: for the reading, and for the check after it.
 # shellcheck disable=SC2086 # $resources: one word per file, no spaces in sysfs device names
-regular proc/sys/kernel/hostname proc/sys/kernel/osrelease proc/cmdline proc/devices \
-    proc/driver/nvidia/version proc/driver/nvidia/params proc/driver/nvidia/gpus/*/information \
-    sys/devices/system/node/node*/cpulist sys/devices/system/node/node*/meminfo \
-    sys/bus/pci/devices/*/class sys/bus/pci/devices/*/vendor sys/bus/pci/devices/*/device \
-    sys/bus/pci/devices/*/subsystem_vendor sys/bus/pci/devices/*/subsystem_device \
-    sys/bus/pci/devices/*/numa_node sys/bus/pci/devices/*/local_cpulist \
-    sys/bus/pci/devices/*/driver_override sys/bus/pci/devices/*/boot_vga \
-    sys/bus/pci/devices/*/mdev_supported_types/*/name \
-    sys/bus/pci/devices/*/mdev_supported_types/*/available_instances \
-    sys/bus/pci/devices/*/mdev_supported_types/*/device_api \
-    $resources usr/share/perl5/PVE/pvecfg.pm |
-    batched "reading the sysfs and procfs files" grep -H -s -Z -D skip ''
+line_files() {
+    regular proc/sys/kernel/hostname proc/sys/kernel/osrelease proc/cmdline proc/devices \
+        proc/driver/nvidia/version proc/driver/nvidia/params proc/driver/nvidia/gpus/*/information \
+        sys/devices/system/node/node*/cpulist sys/devices/system/node/node*/meminfo \
+        sys/bus/pci/devices/*/class sys/bus/pci/devices/*/vendor sys/bus/pci/devices/*/device \
+        sys/bus/pci/devices/*/subsystem_vendor sys/bus/pci/devices/*/subsystem_device \
+        sys/bus/pci/devices/*/numa_node sys/bus/pci/devices/*/local_cpulist \
+        sys/bus/pci/devices/*/driver_override sys/bus/pci/devices/*/boot_vga \
+        sys/bus/pci/devices/*/mdev_supported_types/*/name \
+        sys/bus/pci/devices/*/mdev_supported_types/*/available_instances \
+        sys/bus/pci/devices/*/mdev_supported_types/*/device_api \
+        $resources usr/share/perl5/PVE/pvecfg.pm
+}
+advice_files() {
+    regular proc/fb sys/bus/pci/devices/*/reset_method
+}
+caps='proc/driver/nvidia/capabilities/mig/config proc/driver/nvidia/capabilities/mig/monitor
+    proc/driver/nvidia/capabilities/fabric-imex-mgmt
+    proc/driver/nvidia/capabilities/gpu*/mig/gi*/access
+    proc/driver/nvidia/capabilities/gpu*/mig/gi*/ci*/access
+    proc/driver/nvidia-nvlink/capabilities/fabric-mgmt'
+configs='etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg
+    etc/modprobe.d/* run/modprobe.d/* usr/local/lib/modprobe.d/* usr/lib/modprobe.d/*
+    lib/modprobe.d/* lib/modules/*/modules.softdep
+    etc/modules etc/modules-load.d/* etc/initramfs-tools/modules
+    etc/default/grub etc/default/grub.d/*.cfg etc/kernel/cmdline etc/kernel/proxmox-boot-uuids
+    etc/driverctl.d/* etc/proxgpu/* etc/initramfs-tools/hooks/proxgpu* usr/local/sbin/proxgpu-*
+    etc/systemd/system/proxgpu-* etc/systemd/system/pve-guests.service.d/proxgpu*
+    etc/systemd/system/pve-ha-lrm.service.d/proxgpu*'
+secure_boot=sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
+
+rec section lines
+line_files | batched "reading the sysfs and procfs files" grep -H -s -Z -D skip ''
 grep -m 1 -H -s -Z -D skip '^vendor_id' proc/cpuinfo
 # Inside a container: LXC's mock boot id (LXC makes it with lxc.autodev, which pve-container
 # sets), or what systemd, as the container's init, writes from LXC's container=lxc.
@@ -86,8 +111,7 @@ grep -H -s -Z -D skip '' dev/.lxc-boot-id run/systemd/container
 # Passthrough advice: the first CPU's flags (pdpe1gb) and address bits, the framebuffers the
 # kernel registered, and every function's reset methods (sysfs hides the file when there is none).
 grep -m 2 -H -s -Z -D skip -E '^(flags|address sizes)[[:space:]]*:' proc/cpuinfo
-regular proc/fb sys/bus/pci/devices/*/reset_method |
-    batched "reading the reset methods" grep -H -s -Z -D skip ''
+advice_files | batched "reading the reset methods" grep -H -s -Z -D skip ''
 if [ -n "$pciids" ]; then
     # Only the vendor and device lines of devices present: the whole file is over a megabyte.
     # The ID pairs come on stdin, one a line: as one argument they could pass the kernel's limit.
@@ -125,11 +149,8 @@ fi
 # Each NVIDIA capability's /proc file names its /dev/nvidia-caps node's minor and mode (the boot
 # unit makes the node from it), and pve-container's version decides whether a container takes
 # devN entries: only its dpkg status paragraph's Package, Status and Version lines are read.
-grep -H -s -Z -D skip '' proc/driver/nvidia/capabilities/mig/config \
-    proc/driver/nvidia/capabilities/mig/monitor proc/driver/nvidia/capabilities/fabric-imex-mgmt \
-    proc/driver/nvidia/capabilities/gpu*/mig/gi*/access \
-    proc/driver/nvidia/capabilities/gpu*/mig/gi*/ci*/access \
-    proc/driver/nvidia-nvlink/capabilities/fabric-mgmt
+# shellcheck disable=SC2086 # $caps: globs, one word each
+grep -H -s -Z -D skip '' $caps
 [ -f var/lib/dpkg/status ] && awk -v path=var/lib/dpkg/status '
     /^Package: / { keep = ($2 == "pve-container") }
     keep && /^(Package|Status|Version): / { printf "%s%c%s\n", path, 0, $0 }
@@ -183,14 +204,8 @@ inside() {
 nl='
 '
 tab=$(printf '\t')
-for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
-    etc/modprobe.d/* run/modprobe.d/* usr/local/lib/modprobe.d/* usr/lib/modprobe.d/* \
-    lib/modprobe.d/* lib/modules/*/modules.softdep \
-    etc/modules etc/modules-load.d/* etc/initramfs-tools/modules \
-    etc/default/grub etc/default/grub.d/*.cfg etc/kernel/cmdline etc/kernel/proxmox-boot-uuids \
-    etc/driverctl.d/* etc/proxgpu/* etc/initramfs-tools/hooks/proxgpu* usr/local/sbin/proxgpu-* \
-    etc/systemd/system/proxgpu-* etc/systemd/system/pve-guests.service.d/proxgpu* \
-    etc/systemd/system/pve-ha-lrm.service.d/proxgpu*; do
+# shellcheck disable=SC2086 # $configs: globs, one word each
+for f in $configs; do
     [ -f "$f" ] || continue
     case $f in
     *"$nl"* | *"$tab"*) rec badname "$(printf '%s' "$f" | base64 -w0)"; continue ;;
@@ -205,10 +220,79 @@ for f in etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg \
     fi
 done
 # Secure Boot's UEFI variable: four attribute bytes, then 1 while it is on.
-f=sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
+f=$secure_boot
 if [ -f "$f" ] && [ -r "$f" ]; then
     printf '%s\0' "$f"
     base64 -w0 <"$f"
     echo
+fi
+
+# check_names: where each file named on stdin is (one a line, sorted, so that the files of a
+# directory come together, up to a line "#sorted"): "#outside" when its directory resolves out of
+# the root (the prelude's enter) or it is itself a symlink whose target does, else its "#mode".
+# One enter and one stat per directory, not per file: a tree holds thousands. A name with a tab
+# cannot be carried by a record: proxgpu drops such a file from what it read.
+check_names() {
+    cn_dir=
+    set --
+    while IFS= read -r cn_path; do
+        case $cn_path in
+        "#sorted")
+            [ $# -eq 0 ] || check_dir "$cn_dir" "$@"
+            rec checked
+            return
+            ;;
+        *"$tab"*) continue ;;
+        esac
+        if [ "${cn_path%/*}" != "$cn_dir" ]; then
+            [ $# -eq 0 ] || check_dir "$cn_dir" "$@"
+            cn_dir=${cn_path%/*}
+            set --
+        fi
+        set -- "$@" "${cn_path##*/}"
+    done
+}
+# check_dir DIR NAME...: check_names' records for DIR's files NAME...
+check_dir() {
+    cd_dir=$1
+    shift
+    enter "$proxgpu_prefix/$cd_dir" 2>/dev/null
+    cd_rc=$?
+    # Each name checked becomes ./NAME at the end of the positional list, those out of the root
+    # reported instead; then the names as given are shifted off.
+    cd_all=$#
+    for name; do
+        # shellcheck disable=SC2154 # en_now: the prelude's
+        if [ "$cd_rc" = 4 ]; then
+            rec outside "$cd_dir/$name" "$en_now"
+            continue
+        fi
+        [ "$cd_rc" = 0 ] || continue
+        if [ -L "./$name" ]; then
+            target=$(realpath -m -- "./$name") || target='?'
+            case $target/ in "$proxgpu_real"/*) ;; *) rec outside "$cd_dir/$name" "$target"; continue ;; esac
+        fi
+        set -- "$@" "./$name"
+    done
+    shift "$cd_all"
+    [ $# -gt 0 ] || return 0
+    stat -L -c '%a %n' -- "$@" 2>/dev/null | while IFS= read -r cd_line; do
+        cd_name=${cd_line#* }
+        rec mode "${cd_line%% *}" "$cd_dir/${cd_name#./}"
+    done
+}
+if [ "${2-}" = check ]; then
+    # The same lists the steps above read, looked at again after the reading: the names are the
+    # files the reading found (a file it refused is among them). sort's status says the list is
+    # whole.
+    # shellcheck disable=SC2086 # globs, one word each
+    {
+        {
+            line_files
+            advice_files
+            regular proc/cpuinfo dev/.lxc-boot-id run/systemd/container $pciids \
+                ${kernel:+"$initrd"} $caps var/lib/dpkg/status $configs $secure_boot
+        } | tr '\0' '\n' | sort -u && echo '#sorted'
+    } | check_names
 fi
 rec end

@@ -4,22 +4,24 @@ they run, only the tail of each read, through apply, rollback and the fleet engi
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
+from proxgpu.ansible.request import change_options
 from proxgpu.apply import ApplyOptions
-from proxgpu.apply.actions import run_followed
+from proxgpu.apply.actions import ACTION_TIMEOUT, run_followed
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.cli.change import ACTION_OUTPUT, apply_options
 from proxgpu.cli.parser import build_parser
 from proxgpu.cli.shown import Progress
-from proxgpu.errors import CommandError
+from proxgpu.errors import CommandError, CommandTimeoutError, JournalError
 from proxgpu.fleet import Event, Say, Target, each_host
 from proxgpu.host import Host
 from proxgpu.host.local import LocalHost
-from proxgpu.paths import OUTPUT_DIR
+from proxgpu.paths import JOURNAL_DIR, OUTPUT_DIR
 from proxgpu.planning import Plan
 from tests.support.trees import changeset
 
@@ -94,6 +96,36 @@ def test_an_apply_with_action_output_says_the_lines_as_output_steps(
     again = Heard()
     ApplyOptions(action_output=5).rollback(live_host, progress=again)
     assert again.lines() == heard.lines()
+
+
+def test_a_rollback_without_run_actions_restores_the_files_and_lists_the_actions(
+    root: Path, live_host: LocalHost
+) -> None:
+    marker = root / "ran"
+    touch = ["sh", "-c", f"echo again >> {marker}"]
+    apply_changes(live_host, changeset(root, actions=[touch]), plan=NO_PLAN)
+    assert marker.read_text() == "again\n"
+    result = ApplyOptions(run_actions=False).rollback(live_host)
+    assert result.files and result.actions_run == []
+    assert marker.read_text() == "again\n", "the action did not run again"
+    assert f"listed, not run: sh -c echo again >> {marker}" in result.messages
+
+
+def test_ansible_change_options_carry_trust_unsigned_and_the_action_timeout(
+    root: Path, live_host: LocalHost
+) -> None:
+    apply_changes(live_host, changeset(root, actions=[SLOW]), plan=NO_PLAN)
+    (entry,) = (root / JOURNAL_DIR.lstrip("/")).glob("*.json")
+    unsigned = json.loads(entry.read_text())
+    unsigned.pop("signature")
+    entry.write_text(json.dumps(unsigned))
+    with pytest.raises(JournalError, match="not signed"):
+        change_options({}, check=False).rollback(live_host)
+    # Trusted, the rollback gets as far as the action, which the 0.5 s timeout then stops.
+    how = change_options({"trust_unsigned": True, "action_timeout": 0.5}, check=False)
+    with pytest.raises(CommandTimeoutError, match=r"within 0\.5 s"):
+        how.rollback(live_host)
+    assert change_options({"action_timeout": None}, check=False).action_timeout == ACTION_TIMEOUT
 
 
 def test_without_action_output_nothing_is_followed(root: Path, live_host: LocalHost) -> None:

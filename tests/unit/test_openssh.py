@@ -11,6 +11,7 @@ from pytest_mock import MockerFixture
 
 from proxgpu.host import openssh
 from proxgpu.host.openssh import OpenSSHHost
+from proxgpu.host.sshclient import why_openssh
 from proxgpu.host.sshcommon import known_hosts_files
 
 
@@ -48,3 +49,20 @@ def test_input_a_command_stops_reading_midway_does_not_hold_it_past_the_deadline
             openssh._collect(proc, b"x" * 5_000_000, started + 1, 1 << 20)
         assert time.monotonic() - started < 3
         proc.kill()
+
+
+@pytest.mark.skipif(openssh.ssh_binary() is None, reason="needs OpenSSH's ssh for ssh -G")
+def test_an_identity_file_with_a_blank_set_only_in_ssh_config_stays_whole(tmp_path: Path) -> None:
+    # ssh -G prints IdentityFile one file a line, unquoted (readconf.c's dump_cfg_strarray):
+    # the line is the name. Its -cert.pub beside it is found only under the whole name.
+    keys = tmp_path / "my keys"
+    keys.mkdir()
+    (keys / "id").write_text("")
+    (keys / "id-cert.pub").write_text("")
+    config = tmp_path / "ssh_config"
+    text = f'Host pve1\n  IdentityFile "{keys}/id"\n  IdentityFile /elsewhere/id2\n'
+    config.write_text(text)
+    resolved = openssh.resolved_config(["ssh", "-F", str(config), "pve1"], "pve1")
+    assert resolved["identityfile"][:2] == [f"{keys}/id", "/elsewhere/id2"]
+    reason = why_openssh(resolved, "pve1", text)
+    assert reason == "a user certificate (IdentityFile's -cert.pub)"

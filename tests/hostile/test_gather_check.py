@@ -1,0 +1,139 @@
+"""A tree on another host is checked by the gather script itself, in the same run: every file
+read through a link out of the tree is dropped and named, every other one keeps its mode, just
+as this machine's own check finds (issue 22, point 6: one round trip per tree).
+
+The other host is a :class:`~proxgpu.host.CommandHost` whose connection is a real ``sh`` on this
+machine: the scripts run as they run over SSH, and each command is counted."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from proxgpu.errors import CommandError
+from proxgpu.host import DirectoryHost
+from proxgpu.host.command import CommandHost
+from proxgpu.inspection.capture import Capture, gather
+from tests.support.hostile import Scene, scene
+
+VM = "etc/pve/qemu-server/300.conf"
+MODULES = "etc/modules"
+#: What the gather script runs, sort aside.
+TOOLS = (
+    "sh",
+    "grep",
+    "find",
+    "awk",
+    "xargs",
+    "tr",
+    "base64",
+    "stat",
+    "realpath",
+    "id",
+    "dd",
+    "cat",
+    "timeout",
+    "head",
+    "pwd",
+)
+
+
+class Shell:
+    """Runs each command line with ``sh -c`` here, counting them."""
+
+    def __init__(self) -> None:
+        self.commands = 0
+
+    def __call__(self, command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
+        self.commands += 1
+        done = subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+
+def both(hostile: Scene, *, modes: bool = False) -> tuple[Capture, Capture, int]:
+    """The tree gathered through the script's check and through this machine's, and how many
+    commands the first took."""
+    shell = Shell()
+    remote = gather(CommandHost("pve1", shell, root=str(hostile.tree)), modes=modes)
+    local = gather(DirectoryHost(str(hostile.tree)), modes=modes)
+    return remote, local, shell.commands
+
+
+def test_a_tree_with_links_out_is_checked_in_the_gathers_own_run(tmp_path: Path) -> None:
+    hostile = scene(tmp_path)
+    victim = hostile.victim("shadow", b"root:$6$outside-hash:19000::::::\n")
+    (hostile.tree / VM).unlink()
+    (hostile.tree / VM).symlink_to(victim)
+    target = hostile.link_out("etc/modprobe.d")
+    (target / "evil.conf").write_text("options secret-from-outside 1\n")
+    (hostile.tree / "etc/pve/lxc/200.conf").chmod(0o640)
+    hostile.settle()
+    remote, local, commands = both(hostile)
+    assert commands == 1, "gather and check are one round trip"
+    assert remote.outside.keys() == local.outside.keys()
+    assert remote.outside[f"/{VM}"] == str(victim)
+    # A file in a directory linked out is named by where the directory leads.
+    assert remote.outside["/etc/modprobe.d/evil.conf"] == str(target)
+    assert f"/{VM}" not in remote.raw and "/etc/modprobe.d/evil.conf" not in remote.raw
+    assert remote.modes == local.modes
+    assert remote.modes["/etc/pve/lxc/200.conf"] == 0o640
+    assert remote.raw == local.raw and remote.lines == local.lines
+    hostile.assert_outside_unchanged()
+
+
+def test_a_sysfs_file_linked_out_of_the_tree_is_dropped_not_read(tmp_path: Path) -> None:
+    hostile = scene(tmp_path)
+    victim = hostile.victim("cmdline", b"secret-from-outside\n", mode=0o644)
+    (hostile.tree / "proc/cmdline").unlink()
+    (hostile.tree / "proc/cmdline").symlink_to(victim)
+    remote, local, _ = both(hostile, modes=True)
+    assert "/proc/cmdline" not in remote.lines
+    assert remote.outside == local.outside == {"/proc/cmdline": str(victim)}
+    assert "/proc/cmdline" not in remote.modes
+    assert remote.modes == local.modes
+    hostile.assert_outside_unchanged()
+
+
+def test_a_file_whose_name_holds_a_tab_is_dropped_as_a_bad_name(tmp_path: Path) -> None:
+    hostile = scene(tmp_path)
+    node = hostile.tree / "sys/devices/system/node"
+    (node / "node\tx").mkdir()
+    (node / "node\tx/cpulist").write_text("0-3\n")
+    remote, local, _ = both(hostile)
+    name = "/sys/devices/system/node/node\tx/cpulist"
+    assert name in local.lines, "this machine's check can look at it"
+    assert name not in remote.lines and name in remote.bad_names
+    hostile.assert_outside_unchanged()
+
+
+def test_a_check_cut_short_is_an_error_not_a_tree_taken_as_inside(tmp_path: Path) -> None:
+    hostile = scene(tmp_path)
+
+    # A PATH with every tool the gather uses but sort: the list of names to check is never whole.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in TOOLS:
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (bin_dir / tool).symlink_to(found)
+
+    def no_sort(command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
+        env = {"PATH": str(bin_dir)}
+        done = subprocess.run(
+            ["sh", "-c", command], input=stdin, capture_output=True, env=env, check=False
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    with pytest.raises(CommandError, match="looking where each file is"):
+        gather(CommandHost("pve1", no_sort, root=str(hostile.tree)))
+
+
+def test_a_snapshot_copy_keeps_the_modes_the_script_found(tmp_path: Path) -> None:
+    hostile = scene(tmp_path)
+    (hostile.tree / MODULES).chmod(0o600)
+    remote, _, _ = both(hostile, modes=True)
+    assert stat.S_IMODE((hostile.tree / MODULES).stat().st_mode) == remote.modes[f"/{MODULES}"]
