@@ -237,3 +237,50 @@ def test_the_cli_and_ansible_spell_counts_alike(
     assert [g["guest"]["vmid"] for g in groups if g["role"] == "host"] == [200, 201]
     policy = split_request({**ANSIBLE_PARAMS, "lxc": [200, "201:2"]}).policy
     assert (policy.lxc, policy.lxc_subsets) == (200, [(201, 2)])
+
+
+# --- --lxc VMID@NODE: a container per kept NUMA node ---------------------------------------------
+
+
+def test_containers_bound_to_nodes_get_each_nodes_gpus_and_its_pinning_in_their_configs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    (root / "etc/pve/lxc/201.conf").write_text(gpuless(201))
+    argv = ["plan", "--root", str(root), "--host-node", "0", "--host-node", "1"]
+    assert main([*argv, "--lxc", "200@0", "--lxc", "201@1", "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    assert [(g["guest"]["vmid"], g["numa_node"], g["cpus"]) for g in groups] == [
+        (200, 0, NODE_0_CPUS),
+        (201, 1, NODE_1_CPUS),
+    ]
+    inventory = with_containers(201)
+    policy = SplitPolicy(lxc_nodes=[(200, 0, None), (201, 1, None)], **BOTH_NODES_KEPT)
+    after = {f.path: f.after or "" for f in render(inventory, plan_split(inventory, policy)).files}
+    for vmid, own, other in ((200, "/dev/nvidia0", "/dev/nvidia4"), (201, "/dev/nvidia4", None)):
+        config = GuestConfig.parse(after[CT.format(vmid)])
+        values = [value for _, value in config.entries()]
+        assert config.get("lxc.cgroup2.cpuset.mems") == str(vmid - 200), vmid
+        assert any(own in value for value in values), vmid
+        assert other is None or not any(other in value for value in values), vmid
+
+
+def test_a_node_keeping_none_is_refused_on_the_command_line_with_the_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    (root / "etc/pve/lxc/201.conf").write_text(gpuless(201))
+    assert main(["plan", "--root", str(root), "--lxc", "200@0", "--lxc", "201@1"]) != 0
+    err = capsys.readouterr().err
+    assert "CT 201 asks for node 1's host GPUs, but node 1 keeps none" in err
+    assert "(kept: node 0: 4)" in err and "--host-node 1" in err
+
+
+def test_ansible_and_a_cluster_node_take_node_bound_containers() -> None:
+    policy = split_request({**ANSIBLE_PARAMS, "lxc": ["200@0", "150:1@1", 201]}).policy
+    assert (policy.lxc, policy.lxc_nodes) == (201, [(200, 0, None), (150, 1, 1)])
+    pve3 = inspect_example("cluster-3/pve3")
+    assert node_policy(policy, pve3).model_dump(include={"lxc", "lxc_nodes"}) == {
+        "lxc": None,
+        "lxc_nodes": [(150, 1, 1)],
+    }
