@@ -255,17 +255,40 @@ class TensorParallelAdvice(FrozenModel):
     (``CUDA_VISIBLE_DEVICES`` for NVIDIA, ``HIP_VISIBLE_DEVICES`` for AMD, ``ZE_AFFINITY_MASK``
     for Intel: see :mod:`~proxgpu.planning.runtimes`).
 
-    The numbers are the indexes the runtime gives the host group's GPUs after the split, in the
-    container and on the host alike: the position of each GPU among the group's GPUs on that
-    runtime's driver (nvidia for CUDA), sorted by PCI address.
+    The advice is for one host group: the containers in ``guests`` (none: a group no container
+    gets), each seeing exactly the group's GPUs. The numbers are the indexes the runtime gives
+    them there: the position of each GPU among the group's GPUs on that runtime's driver (nvidia
+    for CUDA), sorted by PCI address. ``gpu_sets`` are the same sets as PCI addresses.
 
-    >>> TensorParallelAdvice(size=2, device_sets=["0,1", "2,3"]).device_sets[1]
-    '2,3'
+    >>> advice = TensorParallelAdvice(size=2, device_sets=["0,1", "2,3"],
+    ...                               gpu_sets=[["0000:01:00.0", "0000:11:00.0"],
+    ...                                         ["0000:61:00.0", "0000:71:00.0"]],
+    ...                               guests=[{"type": "lxc", "vmid": 201}])
+    >>> advice.device_sets[1], advice.gpu_sets[1][0], advice.for_whom
+    ('2,3', '0000:61:00.0', 'CT 201')
     """
 
     size: int
     device_sets: list[str]
     variable: str = "CUDA_VISIBLE_DEVICES"
+    gpu_sets: list[list[str]] = Field(default_factory=list)
+    guests: list[GuestRef] = Field(default_factory=list)
+
+    @property
+    def for_whom(self) -> str:
+        """The containers the numbering is theirs, as the plan text names them.
+
+        >>> TensorParallelAdvice(size=1, device_sets=["0"]).for_whom
+        'the host group'
+        """
+        if not self.guests:
+            return "the host group"
+        labels = [guest.label for guest in self.guests]
+        return (
+            " and ".join(labels)
+            if len(labels) < 3
+            else f"{', '.join(labels[:-1])} and {labels[-1]}"
+        )
 
     @property
     def ordering(self) -> str:
@@ -278,7 +301,7 @@ class TensorParallelAdvice(FrozenModel):
 
 
 class Plan(FrozenModel):
-    """The planned split: groups, warnings, tensor-parallel advice for the host group.
+    """The planned split: groups, warnings, tensor-parallel advice for each host group.
 
     ``enable_iommu`` is true when the plan relies on turning the IOMMU on at the next boot.
 

@@ -104,3 +104,31 @@ def test_node_specs_parse_apart_from_counts() -> None:
 def test_a_node_spec_that_cannot_be_is_a_usage_error(spec: str) -> None:
     with pytest.raises(UsageError, match=r"container '.*'"):
         parse_lxc_specs([spec])
+
+
+# --- tensor-parallel advice for every host group ------------------------------------------------
+
+
+def test_every_host_group_gets_its_own_tp_sets_numbered_from_zero_with_its_gpus() -> None:
+    policy = SplitPolicy(lxc_nodes=[(200, 0, None), (201, 1, None)], **KEEP_0_1)
+    advice = plan_split(four_nodes(), policy).tensor_parallel
+    assert [(a.for_whom, a.size, a.device_sets, a.gpu_sets) for a in advice] == [
+        ("CT 200", 1, ["0", "1"], [["0000:01:00.0"], ["0000:02:00.0"]]),
+        ("CT 200", 2, ["0,1"], [["0000:01:00.0", "0000:02:00.0"]]),
+        ("CT 201", 1, ["0", "1"], [["0000:11:00.0"], ["0000:12:00.0"]]),
+        ("CT 201", 2, ["0,1"], [["0000:11:00.0", "0000:12:00.0"]]),
+    ]
+
+
+def test_a_shared_group_spanning_nodes_has_one_set_per_node_naming_both_containers() -> None:
+    policy = SplitPolicy(lxc=200, shared_lxc=[201], **KEEP_0_1)
+    advice = plan_split(four_nodes(), policy).tensor_parallel
+    pairs = [a for a in advice if a.size == 2]
+    assert [(a.for_whom, a.device_sets, a.gpu_sets) for a in pairs] == [
+        (
+            "CT 200 and CT 201",
+            ["0,1", "2,3"],
+            [["0000:01:00.0", "0000:02:00.0"], ["0000:11:00.0", "0000:12:00.0"]],
+        )
+    ]
+    assert not [a for a in advice if a.size == 4], "no node holds 4: no NUMA-local set of 4"

@@ -143,7 +143,9 @@ plan:
       type: list
       elements: str
     tensor_parallel:
-      description: The NUMA-local C(CUDA_VISIBLE_DEVICES) sets for each tensor-parallel size.
+      description: >-
+        The NUMA-local C(CUDA_VISIBLE_DEVICES) sets for each tensor-parallel size of each host
+        group, with the containers they are numbered for (C(guests)) and their GPUs (C(gpu_sets)).
       type: list
       elements: dict
     changes:
