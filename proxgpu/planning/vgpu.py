@@ -99,9 +99,11 @@ _PVE_UUID = re.compile(r"[0-9]{8}-0000-0000-0000-[0-9]{12}")
 
 def _warn_about_overcommit(ctx: Context, uses: dict[str, list[VgpuUse]]) -> None:
     """Warn where the VMs' configs already ask a GPU for more vGPUs of a type than it has left:
-    the VM started last fails to start."""
+    the VM started last fails to start. Only types the GPU offers: a type it lacks is another
+    matter (no host driver for vGPUs, or a capture without ``mdev_supported_types/``)."""
     for gpu in ctx.index.gpus:
-        for mdev_type in sorted({u.mdev_type for u in uses.get(gpu.address, [])}):
+        offered = {t.id for t in gpu.mdev_types}
+        for mdev_type in sorted({u.mdev_type for u in uses.get(gpu.address, [])} & offered):
             waiting = _waiting(gpu, mdev_type, uses)
             if len(waiting) > _free(gpu, mdev_type):
                 vms = wording.join(f"VM {vmid}" for vmid in waiting)
