@@ -100,6 +100,30 @@ def guest_of(path: str) -> tuple[GuestKind, int] | None:
     return ("lxc" if match[1] == "lxc" else "vm"), int(match[2])
 
 
+def guest_label(path: str) -> str | None:
+    """The guest ``path`` is the config of, as messages name it (``CT 201``, ``VM 300``), or
+    ``None`` when it is no guest config.
+
+    >>> guest_label("/etc/pve/lxc/201.conf"), guest_label("/etc/modules")
+    ('CT 201', None)
+    """
+    guest = guest_of(path)
+    if guest is None:
+        return None
+    kind, vmid = guest
+    return f"{'CT' if kind == 'lxc' else 'VM'} {vmid}"
+
+
+def with_guest(path: str) -> str:
+    """``path``, followed by the guest it is the config of.
+
+    >>> with_guest("/etc/pve/qemu-server/300.conf"), with_guest("/etc/modules")
+    ('/etc/pve/qemu-server/300.conf (VM 300)', '/etc/modules')
+    """
+    label = guest_label(path)
+    return path if label is None else f"{path} ({label})"
+
+
 def is_vm_config(path: str) -> bool:
     """Whether ``path`` is a VM's config (``/etc/pve/qemu-server/N.conf``)."""
     guest = guest_of(path)

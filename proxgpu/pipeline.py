@@ -124,9 +124,11 @@ def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:
     containers = [vmid for vmid in policy.containers if guest_config("lxc", vmid) in held]
     vms = [(vmid, n) for vmid, n in policy.vms if guest_config("vm", vmid) in held]
     subsets = [(vmid, n) for vmid, n in policy.lxc_subsets if guest_config("lxc", vmid) in held]
-    shared = [vmid for vmid in containers if vmid not in dict(subsets)]
+    on_nodes = [ct for ct in policy.lxc_nodes if guest_config("lxc", ct[0]) in held]
+    own = {vmid for vmid, _ in subsets} | {vmid for vmid, _, _ in on_nodes}
+    shared = [vmid for vmid in containers if vmid not in own]
     update = {"lxc": shared[0] if shared else None, "shared_lxc": shared[1:], "vms": vms}
-    return policy.model_copy(update={**update, "lxc_subsets": subsets})
+    return policy.model_copy(update={**update, "lxc_subsets": subsets, "lxc_nodes": on_nodes})
 
 
 def pool_mapping(

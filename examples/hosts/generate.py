@@ -386,7 +386,7 @@ sockets: 1
 
 #: mdev_supported_types of an L40S under NVIDIA's vGPU host driver (synthetic ids and counts,
 #: in the kernel's mdev sysfs ABI): a GPU runs one type at a time, so once VM 310's 8Q instance
-#: exists on 0000:81:00.0 its other types offer none.
+#: exists on 0000:81:00.0 (VM 310 runs: its type's devices/ lists it) its other types offer none.
 VGPU_TYPES = (("nvidia-1155", "NVIDIA L40S-8Q", 6), ("nvidia-1158", "NVIDIA L40S-48Q", 1))
 
 
@@ -425,8 +425,16 @@ def vgpu_host() -> HostSpec:
         devices.append(root_port(port, node, port_group))
         devices += gpu_pair(address, node, group, l40s, None, ("10de", "1851"), parent=port)
         files.update(vgpu_files(address, used=1 if address == "0000:81:00.0" else 0))
+    # qemu-server names VM 310's hostpci0 mdev by its index and VMID (generate_mdev_uuid).
+    running = "00000000-0000-0000-0000-000000000310"
+    links = {
+        f"/sys/bus/pci/devices/0000:81:00.0/mdev_supported_types/nvidia-1155/devices/{running}": (
+            f"../../../{running}"
+        )
+    }
     return HostSpec(
         name="vgpu",
+        links=links,
         cpu_vendor="GenuineIntel",
         address_bits=(46, 57),
         kernel="6.8.12-11-pve",

@@ -46,6 +46,8 @@ class HostSpec:
     nvidia_minors: dict[str, int] = field(default_factory=dict)
     model: str = ""
     files: dict[str, str] = field(default_factory=dict)
+    #: Symlinks to write after the files: path -> target, as the kernel makes them.
+    links: dict[str, str] = field(default_factory=dict)
     pci_ids: str = ""
     char_devices: str = ""
     cpu_vendor: str = "AuthenticAMD"
@@ -253,3 +255,5 @@ def write_host(spec: HostSpec) -> None:
     mark_dir(root, "/etc/pve")
     for path, text in spec.files.items():
         write(root, path, text)
+    for path, target in spec.links.items():
+        link(root, path, target)

@@ -24,7 +24,8 @@ options:
   lxc:
     description: >-
       Containers that get the GPUs kept on the host driver, as VMID (they share them) or
-      VMID:N (N GPUs of their own on one NUMA node).
+      VMID:N (N GPUs of their own on one NUMA node), either one with @NODE to take them from
+      that NUMA node, pinned to it (VMID@NODE: every GPU the node keeps).
     type: list
     elements: raw
   vms:

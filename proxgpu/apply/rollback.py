@@ -42,7 +42,7 @@ from proxgpu.apply.trust import check_trusted
 from proxgpu.errors import FileChangedError, RollbackError
 from proxgpu.host.base import Host
 from proxgpu.model import FrozenModel
-from proxgpu.paths import PCI_MAPPING
+from proxgpu.paths import PCI_MAPPING, guest_label, with_guest
 from proxgpu.rendering.changes import ChangeSet, FileChange
 
 
@@ -195,10 +195,12 @@ def _decoded(host: Host, entry: JournalEntry, path: str, data: bytes | None) -> 
 
 def _changed_since(host: Host, entry: JournalEntry, path: str, what: str) -> FileChangedError:
     detail = f": {what}" if what else ""
+    label = guest_label(path)
+    subject = "changed" if label is None else f"{label}'s config changed"
     return FileChangedError(
         host.name,
         path,
-        f"changed since apply {entry.id} wrote it{detail}; look at it, then roll back with "
+        f"{subject} since apply {entry.id} wrote it{detail}; look at it, then roll back with "
         "--force (force=True in Python) to overwrite it with the backup",
     )
 
@@ -366,7 +368,8 @@ class _Rollback:
             messages=[
                 f"{len(restored)} files restored from journal entry {self.entry.id}",
                 *[
-                    f"{path}: only the apply's entries were undone; what changed since is kept"
+                    f"{with_guest(path)}: only the apply's entries were undone; what changed "
+                    "since is kept"
                     for path in self.merged
                 ],
                 *messages,

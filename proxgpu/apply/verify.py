@@ -20,7 +20,7 @@ from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.model import FrozenModel
-from proxgpu.paths import MODPROBE_CONF
+from proxgpu.paths import MODPROBE_CONF, with_guest
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning.model import Plan
 from proxgpu.rendering.binding import binding_conflicts, stale_softdeps
@@ -149,31 +149,34 @@ def _file_drift(host: Host, entry: JournalEntry) -> tuple[list[str], str | None]
     compare: dict[int, tuple[str, str]] = {}  # position -> (the text left, the other one)
     for n, (f, state) in enumerate(zip(entry.files, states, strict=True)):
         want = f.sha256_after if wrote else f.sha256_before
+        # A guest config's lines name the guest: with several containers, which one drifted.
+        name = with_guest(f.path)
         change = planned.get(f.path)
         lines.append([])
         if state.sha256 == want and state.kind != "other":
             continue
         if want is None:
-            lines[n].append(f"{f.path}: exists, but {who} left it absent")
+            lines[n].append(f"{name}: exists, but {who} left it absent")
         elif state.kind == "absent":
-            lines[n].append(f"{f.path}: missing, but {who} left it in place")
+            lines[n].append(f"{name}: missing, but {who} left it in place")
         elif state.kind == "file" and change is not None and partly_ours(f.path):
             left, other = (change.after, change.before) if wrote else (change.before, change.after)
             if left is not None:
                 compare[n] = (left, other or "")
                 continue
-            lines[n].append(f"{f.path}: differs from what {who} left there")
+            lines[n].append(f"{name}: differs from what {who} left there")
         else:
-            lines[n].append(f"{f.path}: differs from what {who} left there")
+            lines[n].append(f"{name}: differs from what {who} left there")
     if compare:
         texts = read_files(host, [paths[n] for n in compare])
         for (n, (left, other)), data in zip(compare.items(), texts, strict=True):
-            path = entry.files[n].path
+            path = with_guest(entry.files[n].path)
             if data is None:  # replaced by something else than a file since the probe
                 lines[n].append(f"{path}: differs from what {who} left there")
                 continue
             now = data.decode("utf-8", "replace")
-            lines[n] += [f"{path}: {line}" for line in entry_drift(path, left, other, now, who)]
+            drifted = entry_drift(entry.files[n].path, left, other, now, who)
+            lines[n] += [f"{path}: {line}" for line in drifted]
     return [line for per_file in lines for line in per_file], found.boot_id
 
 

@@ -153,9 +153,9 @@ def plan_options(parser: argparse.ArgumentParser) -> None:
         "--lxc",
         action="append",
         default=[],
-        metavar="VMID[:N]",
-        help="container that gets the host group, or N GPUs of it on one NUMA node (repeatable: "
-        "the containers without N share what is left)",
+        metavar="VMID[:N][@NODE]",
+        help="container that gets the host group, or N GPUs of it on one NUMA node, @NODE: of "
+        "that node, pinned to it (repeatable: the containers without N share what is left)",
     )
     split.add_argument(
         "--vm",

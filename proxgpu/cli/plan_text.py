@@ -30,18 +30,33 @@ def render_plan(plan: Plan, inv: Inventory) -> str:
             gpu = inv.gpu(address)
             rows.append([address, gpu.model or "?", gpu.driver or "-", str(len(gpu.functions))])
         lines.append(table(rows, indent="    "))
-    if plan.tensor_parallel:
-        first = plan.tensor_parallel[0]
-        lines.append(
-            f"  NUMA-local {first.variable} for the host group, numbered as the container will "
-            f"see them ({first.ordering}):"
-        )
-    for advice in plan.tensor_parallel:
-        lines.append(f"    TP={advice.size}: " + " | ".join(advice.device_sets))
+    lines += _tensor_parallel_lines(plan)
     if plan.enable_iommu:
         lines.append("  The kernel command line gets the IOMMU turned on.")
     lines += [f"  warning: {w}" for w in plan.warnings]
     return "\n".join(lines)
+
+
+def _tensor_parallel_lines(plan: Plan) -> list[str]:
+    """Each host group's NUMA-local sets under a heading naming its containers, each set with
+    the GPUs that form it (the numbers are the container's own, so they differ between groups)."""
+    lines: list[str] = []
+    heading = None
+    for advice in plan.tensor_parallel:
+        if advice.for_whom != heading:
+            heading = advice.for_whom
+            lines.append(
+                f"  NUMA-local {advice.variable} for {heading}, numbered as the container will "
+                f"see them ({advice.ordering}):"
+            )
+        # A plan recorded before gpu_sets existed (an older journal entry) has numbers only.
+        gpu_sets = advice.gpu_sets or [[] for _ in advice.device_sets]
+        sets = [
+            f"{numbers} ({', '.join(gpus)})" if gpus else numbers
+            for numbers, gpus in zip(advice.device_sets, gpu_sets, strict=True)
+        ]
+        lines.append(f"    TP={advice.size}: " + " | ".join(sets))
+    return lines
 
 
 def render_changes(changes: ChangeSet, color: bool = False) -> str:

@@ -109,6 +109,11 @@ def mdev_types(capture: Capture, address: str) -> list[MdevType]:
                 name=capture.first_line(base + "name"),
                 available=int(available) if available.isdigit() else 0,
                 device_api=capture.first_line(base + "device_api"),
+                instances=sorted(
+                    path.rsplit("/", 1)[1]
+                    for path in capture.links
+                    if path.startswith(base + "devices/")
+                ),
             )
         )
     return types

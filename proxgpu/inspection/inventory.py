@@ -39,7 +39,9 @@ class NumaNode(FrozenModel):
 class MdevType(FrozenModel):
     """A mediated device type a GPU offers (``mdev_supported_types/TYPE/``: NVIDIA vGPU on the
     host driver, Intel GVT-g): ``id`` is the directory's name, which a VM's ``hostpciN``
-    ``mdev=`` names; ``available`` how many more instances the driver can create now.
+    ``mdev=`` names; ``available`` how many more instances the driver can create now;
+    ``instances`` the UUIDs of those that exist (``devices/``), as qemu-server names a VM's
+    (``00000000-0000-0000-0000-000000000310``: hostpci index, then VMID) while it runs.
 
     >>> MdevType(id="nvidia-1072", name="GRID RTX6000-4Q", available=6, device_api="vfio-pci").id
     'nvidia-1072'
@@ -49,6 +51,7 @@ class MdevType(FrozenModel):
     name: str | None = None
     available: int = 0
     device_api: str | None = None
+    instances: list[str] = Field(default_factory=list)
 
 
 class PciFunction(FrozenModel):

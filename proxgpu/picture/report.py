@@ -25,7 +25,7 @@ from proxgpu.picture.layout import lay_out_parts
 from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import plan_inventory, shown
-from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy
+from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy, TensorParallelAdvice
 from proxgpu.planning.wording import join, vgpu_list
 from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions
@@ -150,13 +150,33 @@ def _section(host: HostReport) -> dict[str, Any]:
         "refusals": [Refusal(redact_secrets(r.what), redact_secrets(r.fix)) for r in host.refusals],
         "error": None if host.error is None else redact_secrets(host.error),
         "warnings": list(dict.fromkeys(redact_secrets(w) for w in warnings)),
-        "tensor_parallel": host.plan.tensor_parallel if host.plan else [],
+        "tensor_parallel": _advice_by_group(host.plan.tensor_parallel if host.plan else []),
         "enable_iommu": bool(host.plan and host.plan.enable_iommu),
         "diffs": _diffs(changes) if changes is not None else [],
         "actions": changes.actions if changes is not None else [],
         "reboot": bool(changes and changes.reboot_required),
         "changed": bool(changes and changes.changed),
     }
+
+
+def _advice_by_group(
+    advice: list[TensorParallelAdvice],
+) -> list[tuple[str, list[TensorParallelAdvice]]]:
+    """The tensor-parallel advice as (containers, their sets), one entry per host group, in plan
+    order: each container numbers its own GPUs.
+
+    >>> [(whom, len(sets)) for whom, sets in _advice_by_group([
+    ...     TensorParallelAdvice(size=1, device_sets=["0"], guests=[{"type": "lxc", "vmid": 200}]),
+    ...     TensorParallelAdvice(size=1, device_sets=["0"], guests=[{"type": "lxc", "vmid": 201}]),
+    ... ])]
+    [('CT 200', 1), ('CT 201', 1)]
+    """
+    groups: list[tuple[str, list[TensorParallelAdvice]]] = []
+    for item in advice:
+        if not groups or groups[-1][0] != item.for_whom:
+            groups.append((item.for_whom, []))
+        groups[-1][1].append(item)
+    return groups
 
 
 def _group_sentence(group: PlanGroup) -> str:

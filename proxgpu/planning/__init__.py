@@ -108,11 +108,10 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     ctx.raise_problems()
     warn_about_shape(ctx, groups)
     advise_passthrough(ctx, groups)
-    host = next((group for group in groups if group.role is Role.HOST), None)
     return Plan(
         groups=groups,
         warnings=ctx.warnings,
-        tensor_parallel=tensor_parallel(ctx, host),
+        tensor_parallel=tensor_parallel(ctx, groups),
         enable_iommu=enable_iommu,
     )
 

@@ -14,6 +14,7 @@ from proxgpu.planning.model import (
     GpuPlacement,
     GpuSetCheck,
     PlanGroup,
+    Role,
     TensorParallelAdvice,
 )
 from proxgpu.planning.runtimes import (
@@ -137,26 +138,38 @@ def _warn_about_locality(ctx: Context, group: PlanGroup) -> None:
         )
 
 
-def tensor_parallel(ctx: Context, host: PlanGroup | None) -> list[TensorParallelAdvice]:
-    """NUMA-local device sets of the host group, numbered as its runtime will number them after
-    the split: the group's GPUs on the runtime's driver (those nvidia will drive, for CUDA), in PCI
-    order, in the container (which gets exactly their device nodes) as on the host (where the
-    others are on vfio-pci). The runtime is the one most of the group's GPUs belong to."""
-    if host is None:
-        return []
-    gpus = [ctx.index.get(address) for address in host.gpus]
+def tensor_parallel(ctx: Context, groups: list[PlanGroup]) -> list[TensorParallelAdvice]:
+    """NUMA-local device sets of each host group, in plan order (see :func:`group_sets`)."""
+    return [
+        advice for group in groups if group.role is Role.HOST for advice in group_sets(ctx, group)
+    ]
+
+
+def group_sets(ctx: Context, group: PlanGroup) -> list[TensorParallelAdvice]:
+    """NUMA-local device sets of one host group, numbered as its runtime will number them after
+    the split in its containers (each gets exactly the group's device nodes): the group's GPUs
+    on the runtime's driver (those nvidia will drive, for CUDA), in PCI order. The runtime is the
+    one most of the group's GPUs belong to."""
+    gpus = [ctx.index.get(address) for address in group.gpus]
     counted = {
         runtime: sorted((gpu for gpu in gpus if runtime.counts(gpu.host_driver)), key=pci_order)
         for runtime in RUNTIMES
     }
     # max keeps the first of equals: CUDA before ROCm before Level Zero.
     runtime = max(RUNTIMES, key=lambda r: len(counted[r]))
+    numbered_gpus = counted[runtime]
     advice = []
     for size in TP_SIZES:
-        sets = [",".join(map(str, chunk)) for chunk in _local_sets(counted[runtime], size)]
-        if sets:
+        chunks = _local_sets(numbered_gpus, size)
+        if chunks:
             advice.append(
-                TensorParallelAdvice(size=size, device_sets=sets, variable=runtime.variable)
+                TensorParallelAdvice(
+                    size=size,
+                    device_sets=[",".join(map(str, chunk)) for chunk in chunks],
+                    variable=runtime.variable,
+                    gpu_sets=[[numbered_gpus[i].address for i in chunk] for chunk in chunks],
+                    guests=group.guests,
+                )
             )
     return advice
 

@@ -100,7 +100,10 @@ class SplitPolicy(FrozenModel):
     :func:`normalize_pci_address` takes) and win over node rules. ``lxc`` receives the host group,
     and the containers in ``shared_lxc`` share it with ``lxc`` (``--lxc 200 --lxc 201``);
     ``lxc_subsets`` are ``(vmid, count)``: each such container gets ``count`` host GPUs of its
-    own on one NUMA node (``--lxc 200:2``), and ``lxc``/``shared_lxc`` share what is left;
+    own on one NUMA node (``--lxc 200:2``); ``lxc_nodes`` are ``(vmid, node, count)``: each
+    such container gets ``count`` host GPUs of that node, or when ``count`` is ``None`` every host
+    GPU of it the counted ones leave, shared with the other containers naming that node
+    (``--lxc 200@0``, ``--lxc 201:2@1``); ``lxc``/``shared_lxc`` share what is left;
     ``vms`` share the vfio GPUs as ``(vmid, count)``, a count of ``None`` meaning "the rest".
     ``enable_iommu`` says the kernel command line change that turns the IOMMU on will be planned.
     ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
@@ -128,6 +131,7 @@ class SplitPolicy(FrozenModel):
     lxc: int | None = None
     shared_lxc: list[int] = Field(default_factory=list)
     lxc_subsets: list[tuple[int, int]] = Field(default_factory=list)
+    lxc_nodes: list[tuple[int, int, int | None]] = Field(default_factory=list)
     vms: list[tuple[int, int | None]] = Field(default_factory=list)
     vgpus: list[tuple[int, str]] = Field(default_factory=list)
     enable_iommu: bool = False
@@ -149,13 +153,14 @@ class SplitPolicy(FrozenModel):
 
     @property
     def containers(self) -> list[int]:
-        """Every container that gets host GPUs: ``lxc``, ``shared_lxc``, then ``lxc_subsets``.
+        """Every container that gets host GPUs: ``lxc``, ``shared_lxc``, ``lxc_subsets``, then
+        ``lxc_nodes``.
 
-        >>> SplitPolicy(lxc=202, lxc_subsets=[(200, 2)]).containers
-        [202, 200]
+        >>> SplitPolicy(lxc=202, lxc_subsets=[(200, 2)], lxc_nodes=[(203, 1, None)]).containers
+        [202, 200, 203]
         """
         shared = [] if self.lxc is None else [self.lxc, *self.shared_lxc]
-        return shared + [vmid for vmid, _ in self.lxc_subsets]
+        return shared + [vmid for vmid, _ in self.lxc_subsets] + [c[0] for c in self.lxc_nodes]
 
     @model_validator(mode="wrap")
     @classmethod
@@ -250,17 +255,40 @@ class TensorParallelAdvice(FrozenModel):
     (``CUDA_VISIBLE_DEVICES`` for NVIDIA, ``HIP_VISIBLE_DEVICES`` for AMD, ``ZE_AFFINITY_MASK``
     for Intel: see :mod:`~proxgpu.planning.runtimes`).
 
-    The numbers are the indexes the runtime gives the host group's GPUs after the split, in the
-    container and on the host alike: the position of each GPU among the group's GPUs on that
-    runtime's driver (nvidia for CUDA), sorted by PCI address.
+    The advice is for one host group: the containers in ``guests`` (none: a group no container
+    gets), each seeing exactly the group's GPUs. The numbers are the indexes the runtime gives
+    them there: the position of each GPU among the group's GPUs on that runtime's driver (nvidia
+    for CUDA), sorted by PCI address. ``gpu_sets`` are the same sets as PCI addresses.
 
-    >>> TensorParallelAdvice(size=2, device_sets=["0,1", "2,3"]).device_sets[1]
-    '2,3'
+    >>> advice = TensorParallelAdvice(size=2, device_sets=["0,1", "2,3"],
+    ...                               gpu_sets=[["0000:01:00.0", "0000:11:00.0"],
+    ...                                         ["0000:61:00.0", "0000:71:00.0"]],
+    ...                               guests=[{"type": "lxc", "vmid": 201}])
+    >>> advice.device_sets[1], advice.gpu_sets[1][0], advice.for_whom
+    ('2,3', '0000:61:00.0', 'CT 201')
     """
 
     size: int
     device_sets: list[str]
     variable: str = "CUDA_VISIBLE_DEVICES"
+    gpu_sets: list[list[str]] = Field(default_factory=list)
+    guests: list[GuestRef] = Field(default_factory=list)
+
+    @property
+    def for_whom(self) -> str:
+        """The containers the numbering is theirs, as the plan text names them.
+
+        >>> TensorParallelAdvice(size=1, device_sets=["0"]).for_whom
+        'the host group'
+        """
+        if not self.guests:
+            return "the host group"
+        labels = [guest.label for guest in self.guests]
+        return (
+            " and ".join(labels)
+            if len(labels) < 3
+            else f"{', '.join(labels[:-1])} and {labels[-1]}"
+        )
 
     @property
     def ordering(self) -> str:
@@ -273,7 +301,7 @@ class TensorParallelAdvice(FrozenModel):
 
 
 class Plan(FrozenModel):
-    """The planned split: groups, warnings, tensor-parallel advice for the host group.
+    """The planned split: groups, warnings, tensor-parallel advice for each host group.
 
     ``enable_iommu`` is true when the plan relies on turning the IOMMU on at the next boot.
 
@@ -332,33 +360,57 @@ def parse_vm_spec(spec: str) -> tuple[int, int | None]:
 
 
 class LxcSpecs(NamedTuple):
-    """``--lxc`` values sorted into containers sharing the host group and containers with a
-    count of GPUs of their own, as :class:`SplitPolicy` takes them (``lxc`` is the first of
-    ``shared``)."""
+    """``--lxc`` values sorted into containers sharing the host group, containers with a
+    count of GPUs of their own, and containers bound to a NUMA node, as :class:`SplitPolicy`
+    takes them (``lxc`` is the first of ``shared``; ``on_nodes`` are its ``lxc_nodes``)."""
 
     shared: list[int]
     subsets: list[tuple[int, int]]
+    on_nodes: list[tuple[int, int, int | None]]
 
 
 def parse_lxc_specs(specs: list[str]) -> LxcSpecs:
     """``VMID`` (the container shares the host group) or ``VMID:N`` (N GPUs of the host group
-    on one NUMA node, its own) for each container.
+    on one NUMA node, its own) for each container, either one ending in ``@NODE`` to take them
+    from that NUMA node (every host GPU of it without ``:N``).
 
-    >>> parse_lxc_specs(["200", "201", "202:2"])
-    LxcSpecs(shared=[200, 201], subsets=[(202, 2)])
+    >>> parse_lxc_specs(["200", "201", "202:2", "203@1", "204:1@0"])
+    LxcSpecs(shared=[200, 201], subsets=[(202, 2)], on_nodes=[(203, 1, None), (204, 0, 1)])
 
-    :raises UsageError: for a spec that is neither, or a count of 0.
+    :raises UsageError: for a spec that is none of them, or a count of 0.
     """
-    shared, subsets = [], []
+    shared, subsets, on_nodes = [], [], []
     for spec in specs:
-        vmid, colon, count = str(spec).partition(":")
+        rest, node = split_lxc_node(str(spec))
+        vmid, colon, count = rest.partition(":")
         if not vmid.isdigit() or not (not colon or (count.isdigit() and int(count) > 0)):
-            raise UsageError(f"container {spec!r}: expected VMID or VMID:N (N GPUs, at least 1)")
-        if count:
+            raise UsageError(
+                f"container {spec!r}: expected VMID or VMID:N (N GPUs, at least 1), "
+                "either one with @NODE"
+            )
+        if node is not None:
+            on_nodes.append((int(vmid), node, int(count) if count else None))
+        elif count:
             subsets.append((int(vmid), int(count)))
         else:
             shared.append(int(vmid))
-    return LxcSpecs(shared, subsets)
+    return LxcSpecs(shared, subsets, on_nodes)
+
+
+def split_lxc_node(spec: str) -> tuple[str, int | None]:
+    """``spec`` without its ``@NODE`` suffix, and that NUMA node (``None`` without one).
+
+    >>> split_lxc_node("201:2@1"), split_lxc_node("200")
+    (('201:2', 1), ('200', None))
+
+    :raises UsageError: when what follows ``@`` is not a node number.
+    """
+    rest, at, node = spec.rpartition("@")
+    if not at:
+        return spec, None
+    if not node.isdigit():
+        raise UsageError(f"container {spec!r}: expected a NUMA node number after @ (VMID@NODE)")
+    return rest, int(node)
 
 
 class VmSpecs(NamedTuple):

@@ -47,7 +47,7 @@ def _host_groups(ctx: Context, kept: list[Gpu]) -> list[PlanGroup]:
     what is left for the containers that share it (``--lxc 200``), else for none."""
     policy = ctx.policy
     free = _bundles_by_node(kept)
-    groups = []
+    groups = _node_groups(ctx, free)
     # Largest first, as for VMs: big containers still find a whole node.
     for vmid, count in sorted(policy.lxc_subsets, key=lambda ct: -ct[1]):
         gpus = _take_from_one_node(free, count)
@@ -62,7 +62,15 @@ def _host_groups(ctx: Context, kept: list[Gpu]) -> list[PlanGroup]:
     if left and shared:
         group = _make_group(ctx, Role.HOST, sorted(left, key=wording.address), shared[0])
         groups.append(group.model_copy(update={"shared_with": shared[1:]}))
-    elif left and policy.lxc_subsets:
+    elif shared and (policy.lxc_subsets or policy.lxc_nodes):
+        ctx.problem(
+            "no-fit",
+            f"{wording.join(c.label for c in shared)} should share the host GPUs the other "
+            "containers leave, but they leave none",
+            "give it GPUs of its own (--lxc VMID:N or VMID@NODE), or keep more GPUs on the "
+            "host driver",
+        )
+    elif left and (policy.lxc_subsets or policy.lxc_nodes):
         ctx.warnings.append(
             f"{wording.count(len(left), 'GPU')} on the host driver go to no container: "
             f"{wording.join(wording.addresses(sorted(left, key=wording.address)))}"
@@ -70,6 +78,61 @@ def _host_groups(ctx: Context, kept: list[Gpu]) -> list[PlanGroup]:
     if left and not shared:
         groups.append(_make_group(ctx, Role.HOST, sorted(left, key=wording.address), None))
     return sorted(groups, key=lambda group: group.gpus)
+
+
+def _node_groups(ctx: Context, free: dict[int | None, list[list[Gpu]]]) -> list[PlanGroup]:
+    """The groups of the containers bound to a node (``--lxc 200@0``, ``--lxc 201:2@1``),
+    taken out of ``free``: counted ones first, largest first; then each node's containers
+    without a count share what is left of it."""
+    kept = _counts(free)
+    groups = []
+    counted = [(v, node, n) for v, node, n in ctx.policy.lxc_nodes if n is not None]
+    for vmid, node, count in sorted(counted, key=lambda ct: -ct[2]):
+        on_node: dict[int | None, list[list[Gpu]]] = {node: free.get(node, [])}
+        gpus = _take_from_one_node(on_node, count) if kept.get(node) else None
+        if gpus is None:
+            _report_node_short(ctx, (vmid, node, count), kept, _counts(free).get(node, 0))
+            continue
+        free[node] = on_node[node]
+        guest = GuestRef(type=Role.HOST.serves, vmid=vmid)
+        groups.append(_make_group(ctx, Role.HOST, sorted(gpus, key=wording.address), guest))
+    whole: dict[int, list[GuestRef]] = defaultdict(list)
+    for vmid, node, n in ctx.policy.lxc_nodes:
+        if n is None:
+            whole[node].append(GuestRef(type=Role.HOST.serves, vmid=vmid))
+    for node, guests in whole.items():
+        gpus = [gpu for bundle in free.get(node, []) for gpu in bundle]
+        if not gpus:
+            _report_node_short(ctx, (guests[0].vmid, node, None), kept, 0)
+            continue
+        free[node] = []
+        group = _make_group(ctx, Role.HOST, sorted(gpus, key=wording.address), guests[0])
+        groups.append(group.model_copy(update={"shared_with": guests[1:]}))
+    return groups
+
+
+def _counts(free: dict[int | None, list[list[Gpu]]]) -> dict[int | None, int]:
+    return {node: sum(map(len, bundles)) for node, bundles in free.items()}
+
+
+def _report_node_short(
+    ctx: Context, spec: tuple[int, int, int | None], kept: dict[int | None, int], left: int
+) -> None:
+    """The container of ``spec`` (``lxc_nodes``' ``(vmid, node, count)``) asked for GPUs of its
+    node that it cannot have: the node keeps none, or ``left`` are left of its ``kept`` GPUs."""
+    vmid, node, count = spec
+    asked = f"node {node}'s host GPUs"
+    if count is not None:
+        asked = f"{wording.count(count, 'host GPU')} of node {node}"
+    shown = ", ".join(f"node {'?' if n is None else n}: {k}" for n, k in kept.items())
+    if not kept.get(node):
+        why = f"node {node} keeps none on the host driver (kept: {shown})"
+        fix = f"name a node that keeps GPUs, or keep node {node} on the host (--host-node {node})"
+    else:
+        share = f"only {left}" if left else "none"
+        why = f"{share} of node {node}'s {kept[node]} host GPUs are left for it"
+        fix = "lower the container GPU counts on that node (--lxc VMID:N@NODE)"
+    ctx.problem("no-fit", f"CT {vmid} asks for {asked}, but {why}", fix)
 
 
 def _report_no_local_fit(

@@ -13,7 +13,7 @@ from proxgpu.paths import (
     guest_of,
 )
 from proxgpu.rendering.changes import Action, ChangeSet
-from proxgpu.rendering.context import RenderContext
+from proxgpu.rendering.context import RenderContext, containers_named
 from proxgpu.rendering.nodes import (
     GUESTS_DROPIN,
     HA_DROPIN,
@@ -64,7 +64,7 @@ def with_actions(ctx: RenderContext) -> ChangeSet:
         actions.append(
             Action(
                 argv=["systemctl", "restart", NODES_UNIT_NAME],
-                why="make the container's NVIDIA device nodes now",
+                why=f"make the NVIDIA device nodes of {containers_named(ctx)} now",
             )
         )
     guests = sorted(p for p in changed if guest_of(p) is not None)

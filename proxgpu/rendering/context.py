@@ -53,6 +53,32 @@ class RenderContext:
         self.files.append(FileChange(path=path, before=before, after=after, mode=mode, why=why))
 
 
+def containers_named(ctx: RenderContext) -> str:
+    """Every container the plan gives GPUs, as messages name them (``CT 200 and CT 201``).
+
+    >>> from proxgpu.inspection import Inventory
+    >>> from proxgpu.planning.model import PlanGroup
+    >>> group = PlanGroup(role="host", numa_node=0, gpus=[], functions=[], cpus="0-3",
+    ...                   memory_nodes=[0], driver="nvidia", guest={"type": "lxc", "vmid": 200},
+    ...                   shared_with=[{"type": "lxc", "vmid": 201}])
+    >>> containers_named(RenderContext(Inventory(source="t", hostname="t"),
+    ...                                Plan(groups=[group], warnings=[], tensor_parallel=[]),
+    ...                                RenderOptions()))
+    'CT 200 and CT 201'
+    """
+    labels = list(
+        dict.fromkeys(
+            guest.label
+            for group in ctx.plan.groups
+            for guest in group.guests
+            if guest.type == "lxc"
+        )
+    )
+    if len(labels) < 3:
+        return " and ".join(labels) or "no container"
+    return f"{', '.join(labels[:-1])} and {labels[-1]}"
+
+
 def role_functions(ctx: RenderContext, *, to_vfio: bool) -> list[PciFunction]:
     """Every function the plan moves to vfio-pci (``to_vfio``) or keeps on its host driver
     (bridges never move), in address order."""

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from proxgpu.inspection.inventory import Gpu, Inventory
-from proxgpu.rendering.context import RenderContext
+from proxgpu.rendering.context import RenderContext, containers_named
 
 #: The DRM character major (fixed in the kernel, ``DRM_MAJOR``).
 DRM_MAJOR = 226
@@ -70,7 +70,7 @@ def _kfd(ctx: RenderContext) -> list[DeviceNode]:
     if present and KFD not in present:
         ctx.warnings.append(
             f"{KFD} is missing on the host (amdgpu makes it when the kernel has HSA support), "
-            "so ROCm in the container will find no GPU"
+            f"so ROCm in {containers_named(ctx)} will find no GPU"
         )
         return []
     return [DeviceNode(KFD, ctx.inventory.char_majors.get("kfd"), 0)]

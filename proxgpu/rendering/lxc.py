@@ -12,7 +12,7 @@ from proxgpu.planning.model import PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
 from proxgpu.pve.config import GuestConfig, format_property_string, parse_property_string
 from proxgpu.pve.versions import dev_entries
-from proxgpu.rendering.context import RenderContext, guest_config_of
+from proxgpu.rendering.context import RenderContext, containers_named, guest_config_of
 from proxgpu.rendering.dri import KFD, DeviceNode, dri_nodes, drm_device_nodes, managed_dri_paths
 from proxgpu.rendering.nodes import NODES_INCLUDE, capability, render_nodes_unit
 from proxgpu.rendering.templating import render_template
@@ -53,7 +53,7 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
         ctx.warnings.append(
             "the nvidia driver numbers its GPUs anew at the next boot: "
             + ", ".join(f"{a} becomes /dev/nvidia{ranks[a]}" for a in moved)
-            + "; start the container only after the reboot"
+            + f"; start {containers_named(ctx)} only after the reboot"
         )
     return ranks
 
@@ -72,7 +72,7 @@ def _probe_order(addresses: list[str], minors: dict[str, int | None]) -> list[st
     return sorted(addresses, key=lambda a: (minors[a], a))
 
 
-def _control_nodes(ctx: RenderContext) -> list[DeviceNode]:
+def _control_nodes(ctx: RenderContext, vmid: int) -> list[DeviceNode]:
     uvm = ctx.inventory.char_majors.get("nvidia-uvm")
     nodes = [
         DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
@@ -83,19 +83,19 @@ def _control_nodes(ctx: RenderContext) -> list[DeviceNode]:
     present = set(ctx.inventory.device_nodes)
     if not present:
         return nodes  # the capture did not look at /dev: offer them all
-    nodes += _capability_nodes(ctx, present)
+    nodes += _capability_nodes(ctx, present, vmid)
     present |= _MADE_AT_BOOT if ctx.options.nvidia_nodes_unit else set()
     missing = [n.path for n in nodes if n.path not in present]
     if missing:
         # Proxmox refuses to start a container whose devN node is missing.
         ctx.warnings.append(
-            f"{', '.join(missing)} missing on the host, so not given to the container (nvidia-uvm "
+            f"{', '.join(missing)} missing on the host, so not given to CT {vmid} (nvidia-uvm "
             "appears once loaded, e.g. nvidia-modprobe -u -c0; nvidia-modeset with nvidia_modeset)"
         )
     return [n for n in nodes if n.path in present]
 
 
-def _capability_nodes(ctx: RenderContext, present: set[str]) -> list[DeviceNode]:
+def _capability_nodes(ctx: RenderContext, present: set[str], vmid: int) -> list[DeviceNode]:
     """The NVIDIA capability nodes the host has (``/dev/nvidia-caps/nvidia-capN``, minor N) that
     the boot unit can make again: those whose /proc file says how."""
     major = ctx.inventory.char_majors.get("nvidia-caps")
@@ -104,7 +104,7 @@ def _capability_nodes(ctx: RenderContext, present: set[str]) -> list[DeviceNode]
     unknown = [path for path, cap in caps.items() if cap is None]
     if unknown:
         ctx.warnings.append(
-            f"{', '.join(unknown)}: not given to the container, since the capture holds no "
+            f"{', '.join(unknown)}: not given to CT {vmid}, since the capture holds no "
             "/proc/driver/nvidia/capabilities file saying how to make them again at boot; "
             "inspect the host again"
         )
@@ -112,7 +112,7 @@ def _capability_nodes(ctx: RenderContext, present: set[str]) -> list[DeviceNode]
     if instances:
         ctx.warnings.append(
             f"{', '.join(instances)}: a MIG instance's capability exists only while the instance "
-            "does; create the instances again before the guests start at boot, or the container "
+            f"does; create the instances again before the guests start at boot, or CT {vmid} "
             "will not start"
         )
     return [DeviceNode(path, major, cap.minor) for path, cap in caps.items() if cap]
@@ -140,7 +140,7 @@ def _every_containers_nvidia_nodes(ctx: RenderContext, own: list[str]) -> list[s
     return gpu_nodes + [path for path in own if not re.fullmatch(r"/dev/nvidia\d+", path)]
 
 
-def _device_nodes(ctx: RenderContext, gpus: list[Gpu]) -> list[DeviceNode]:
+def _device_nodes(ctx: RenderContext, gpus: list[Gpu], vmid: int) -> list[DeviceNode]:
     nvidia = [g for g in gpus if g.host_driver == "nvidia"]
     minors = _nvidia_minors(ctx) if nvidia else {}
     nodes = [
@@ -148,7 +148,7 @@ def _device_nodes(ctx: RenderContext, gpus: list[Gpu]) -> list[DeviceNode]:
         for g in nvidia
     ]
     if nvidia:
-        nodes += _control_nodes(ctx)
+        nodes += _control_nodes(ctx, vmid)
     others = [gpu for gpu in gpus if gpu not in nvidia]
     return nodes + (dri_nodes(ctx, others) if others else [])
 
@@ -237,7 +237,7 @@ def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> No
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
     group = _local_pinning(ctx, group, vmid)
     dev_mode = dev_entries(ctx.inventory.pve_container_version, ctx.inventory.pve_version)
-    nodes = _device_nodes(ctx, gpus)
+    nodes = _device_nodes(ctx, gpus, vmid)
     nvidia = [node.path for node in nodes if node.path.startswith("/dev/nvidia")]
     unit = ctx.options.nvidia_nodes_unit
     include = NODES_INCLUDE if unit and nvidia and not dev_mode else None
@@ -311,7 +311,7 @@ def _driver_modes(ctx: RenderContext, paths: list[str], vmid: int) -> dict[str, 
         ctx.warnings.append(
             f"CT {vmid}: the host's nvidia device files are mode {mode & 0o777:04o}, group {gid} "
             f"(NVreg_DeviceFileMode/GID): its entries get that mode; add gid={gid} to them (or "
-            "the container's users to that group) for those users to reach the GPUs"
+            "its users to that group) for those users to reach the GPUs"
         )
     return {path: mode & 0o777 for path in paths if re.fullmatch(r"/dev/nvidia(\d+|ctl)", path)}
 

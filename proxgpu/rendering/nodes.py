@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from proxgpu.inspection.inventory import Inventory, NvidiaCap
-from proxgpu.rendering.context import RenderContext
+from proxgpu.rendering.context import RenderContext, containers_named
 from proxgpu.rendering.templating import render_template
 
 NODES_UNIT_NAME = "proxgpu-nvidia-nodes.service"
@@ -108,7 +108,11 @@ def render_nodes_unit(ctx: RenderContext, paths: list[str], include: str | None)
             files[dropin] = render_template(
                 "pve-guests-nvidia-nodes.conf.j2", unit=NODES_UNIT_NAME, service=service, what=what
             )
-    ctx.file(NODES_UNIT, files[NODES_UNIT], "make the container's NVIDIA device nodes at boot")
+    ctx.file(
+        NODES_UNIT,
+        files[NODES_UNIT],
+        f"make the NVIDIA device nodes of {containers_named(ctx)} at boot",
+    )
     ctx.file(NODES_SCRIPT, files[NODES_SCRIPT], "the nodes that unit makes, and how", mode=0o755)
     ctx.file(GUESTS_DROPIN, files[GUESTS_DROPIN], "start the guests after those nodes exist")
     ctx.file(HA_DROPIN, files[HA_DROPIN], "start the HA-managed guests after them too")

@@ -172,6 +172,13 @@ directories sys/bus/pci/devices/*/ | batched "reading the devices' links" sh -c 
 directories sys/bus/pci/devices/*/drm/ | batched "reading the DRM nodes" sh -c 'find "$@" -mindepth 1 \
     -maxdepth 1 \( -name "card*" -o -name "renderD*" \) -printf "%y\0%p\0%l\n" 2>/dev/null
     exit 0' sh
+# The mediated devices that exist now, each a link in its type's devices/ (mdev sysfs ABI): a
+# running VM's vGPU; a stopped VM's mdev= entry takes an instance only at its start.
+# shellcheck disable=SC2016
+directories sys/bus/pci/devices/*/mdev_supported_types/*/devices/ |
+    batched "reading the mediated devices" sh -c 'find "$@" -mindepth 1 -maxdepth 1 \
+    -printf "%y\0%p\0%l\n" 2>/dev/null
+    exit 0' sh
 # Driver names are not module names (bochs-drm lives in bochs.ko); the module link tells.
 # shellcheck disable=SC2016
 directories sys/bus/pci/drivers/*/ | batched "reading the drivers' modules" sh -c 'find "$@" \

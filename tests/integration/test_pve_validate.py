@@ -127,6 +127,11 @@ def _second_container(root: Path) -> None:
             SplitPolicy(lxc_subsets=[(200, 4), (201, 4)], host_nodes=[0, 1]),
             RenderOptions(),
         ),
+        (
+            _second_container,
+            SplitPolicy(lxc_nodes=[(200, 0, None), (201, 1, 2)], host_nodes=[0, 1]),
+            RenderOptions(),
+        ),
     ],
     ids=[
         "two-vms-one-mapping",
@@ -134,6 +139,7 @@ def _second_container(root: Path) -> None:
         "dev-entries",
         "two-containers",
         "a-node-per-container",
+        "containers-bound-to-nodes",
     ],
 )
 def test_guests_proxgpu_wrote_start_on_proxmox(

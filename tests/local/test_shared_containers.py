@@ -15,13 +15,17 @@ from typing import Any
 import pytest
 
 from proxgpu.ansible.request import split_request
+from proxgpu.apply.rollback import rollback
+from proxgpu.apply.verify import verify
 from proxgpu.cli import main
-from proxgpu.errors import PlanRefusedError, UsageError
+from proxgpu.errors import FileChangedError, PlanRefusedError, UsageError
+from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.pipeline import node_policy
+from proxgpu.pipeline import node_policy, split_host
 from proxgpu.planning import SplitPolicy, parse_lxc_specs, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
+from proxgpu.rendering.nodes import NODES_UNIT
 from tests.support.trees import copy_example, inspect_example
 
 CT = "/etc/pve/lxc/{}.conf"
@@ -237,3 +241,107 @@ def test_the_cli_and_ansible_spell_counts_alike(
     assert [g["guest"]["vmid"] for g in groups if g["role"] == "host"] == [200, 201]
     policy = split_request({**ANSIBLE_PARAMS, "lxc": [200, "201:2"]}).policy
     assert (policy.lxc, policy.lxc_subsets) == (200, [(201, 2)])
+
+
+# --- --lxc VMID@NODE: a container per kept NUMA node ---------------------------------------------
+
+
+def test_containers_bound_to_nodes_get_each_nodes_gpus_and_its_pinning_in_their_configs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    (root / "etc/pve/lxc/201.conf").write_text(gpuless(201))
+    argv = ["plan", "--root", str(root), "--host-node", "0", "--host-node", "1"]
+    assert main([*argv, "--lxc", "200@0", "--lxc", "201@1", "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    assert [(g["guest"]["vmid"], g["numa_node"], g["cpus"]) for g in groups] == [
+        (200, 0, NODE_0_CPUS),
+        (201, 1, NODE_1_CPUS),
+    ]
+    inventory = with_containers(201)
+    policy = SplitPolicy(lxc_nodes=[(200, 0, None), (201, 1, None)], **BOTH_NODES_KEPT)
+    after = {f.path: f.after or "" for f in render(inventory, plan_split(inventory, policy)).files}
+    for vmid, own, other in ((200, "/dev/nvidia0", "/dev/nvidia4"), (201, "/dev/nvidia4", None)):
+        config = GuestConfig.parse(after[CT.format(vmid)])
+        values = [value for _, value in config.entries()]
+        assert config.get("lxc.cgroup2.cpuset.mems") == str(vmid - 200), vmid
+        assert any(own in value for value in values), vmid
+        assert other is None or not any(other in value for value in values), vmid
+
+
+def test_a_node_keeping_none_is_refused_on_the_command_line_with_the_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    (root / "etc/pve/lxc/201.conf").write_text(gpuless(201))
+    assert main(["plan", "--root", str(root), "--lxc", "200@0", "--lxc", "201@1"]) != 0
+    err = capsys.readouterr().err
+    assert "CT 201 asks for node 1's host GPUs, but node 1 keeps none" in err
+    assert "(kept: node 0: 4)" in err and "--host-node 1" in err
+
+
+def test_ansible_and_a_cluster_node_take_node_bound_containers() -> None:
+    policy = split_request({**ANSIBLE_PARAMS, "lxc": ["200@0", "150:1@1", 201]}).policy
+    assert (policy.lxc, policy.lxc_nodes) == (201, [(200, 0, None), (150, 1, 1)])
+    pve3 = inspect_example("cluster-3/pve3")
+    assert node_policy(policy, pve3).model_dump(include={"lxc", "lxc_nodes"}) == {
+        "lxc": None,
+        "lxc_nodes": [(150, 1, 1)],
+    }
+
+
+def test_the_plan_text_gives_each_container_its_own_tp_sets_with_their_gpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    (root / "etc/pve/lxc/201.conf").write_text(gpuless(201))
+    assert main(["plan", "--root", str(root), "--lxc", "200:2", "--lxc", "201:2"]) == 0
+    out = capsys.readouterr().out
+    heading = "  NUMA-local CUDA_VISIBLE_DEVICES for CT {}, numbered as the container will see"
+    first, second = out.index(heading.format(200)), out.index(heading.format(201))
+    assert first < second
+    assert "    TP=2: 0,1 (0000:01:00.0, 0000:11:00.0)\n" in out[first:second]
+    assert "    TP=2: 0,1 (0000:61:00.0, 0000:71:00.0)\n" in out[second:]
+
+
+# --- verify and rollback name the container --------------------------------------------------
+
+
+def two_containers_applied(tmp_path: Path) -> tuple[Path, DirectoryHost]:
+    """ct200 with CT 201, split for CT 200 on node 0 and CT 201 on node 1, applied."""
+    root = copy_example(tmp_path)
+    (root / "etc/pve/lxc/201.conf").write_text(gpuless(201))
+    host = DirectoryHost(str(root))
+    policy = SplitPolicy(lxc_nodes=[(200, 0, None), (201, 1, None)], **BOTH_NODES_KEPT)
+    assert split_host(host, policy, check=False).changed
+    return root, host
+
+
+def test_verify_checks_each_containers_entries_and_names_the_one_that_drifted(
+    tmp_path: Path,
+) -> None:
+    root, host = two_containers_applied(tmp_path)
+    assert not [line for line in verify(host).drift if line.startswith("/")]
+    ct201 = root / "etc/pve/lxc/201.conf"
+    lines = ct201.read_text().splitlines()
+    cpuset = next(line for line in lines if line.startswith("lxc.cgroup2.cpuset.cpus"))
+    ct201.write_text("\n".join(line for line in lines if line != cpuset) + "\n")
+    drift = [line for line in verify(host).drift if line.startswith("/")]
+    assert drift and all(line.startswith(f"{CT.format(201)} (CT 201): ") for line in drift)
+    assert any("lxc.cgroup2.cpuset.cpus" in line for line in drift)
+
+
+def test_rollback_names_the_container_whose_config_changed_since(tmp_path: Path) -> None:
+    root, host = two_containers_applied(tmp_path)
+    ct201 = root / "etc/pve/lxc/201.conf"
+    ct201.write_bytes(b"\xff not UTF-8\n")
+    with pytest.raises(FileChangedError, match="CT 201's config changed since apply"):
+        rollback(host)
+
+
+def test_the_nodes_unit_says_whose_nodes_it_makes() -> None:
+    inventory = with_containers(201)
+    policy = SplitPolicy(lxc_nodes=[(200, 0, None), (201, 1, None)], **BOTH_NODES_KEPT)
+    changes = render(inventory, plan_split(inventory, policy))
+    [unit] = [f for f in changes.files if f.path == NODES_UNIT]
+    assert unit.why == "make the NVIDIA device nodes of CT 200 and CT 201 at boot"

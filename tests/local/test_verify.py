@@ -33,6 +33,8 @@ from tests.support.trees import (
 PCI_CFG = "/etc/pve/mapping/pci.cfg"
 CMDLINE = "/etc/kernel/cmdline"
 GRUB = "/etc/default/grub"
+# Verify names the guest of each config it reports drift in.
+CT_200, VM_300 = f"{LXC} (CT 200)", f"{VM} (VM 300)"
 OUR_MAP = "map id=10de:2bb5,iommugroup=60,node=ct200,path=0000:81:00.0"
 
 
@@ -115,12 +117,13 @@ def test_verify_names_the_entry_and_the_file_when_what_the_apply_set_changed(roo
     edit(root, VM, "hostpci0: 0000:81:00,pcie=1\n", "hostpci0: 0000:91:00,pcie=1\n")
     edit(root, LXC, "lxc.cgroup2.cpuset.cpus: 0-31\n", "")
     assert verify(host, entry).drift == [
-        f'{LXC}: "lxc.cgroup2.cpuset.cpus: 0-31" is gone, but apply {entry.id} put it there',
-        f'{VM}: hostpci0 is now "0000:91:00,pcie=1", but apply {entry.id} set "0000:81:00,pcie=1"',
+        f'{CT_200}: "lxc.cgroup2.cpuset.cpus: 0-31" is gone, but apply {entry.id} put it there',
+        f'{VM_300}: hostpci0 is now "0000:91:00,pcie=1", but apply {entry.id} set '
+        '"0000:81:00,pcie=1"',
     ]
     edit(root, VM, "hostpci0: 0000:91:00,pcie=1\n", "")
     assert verify(host, entry).drift[1] == (
-        f'{VM}: "hostpci0: 0000:81:00,pcie=1" is gone, but apply {entry.id} put it there'
+        f'{VM_300}: "hostpci0: 0000:81:00,pcie=1" is gone, but apply {entry.id} put it there'
     )
 
 
@@ -137,8 +140,9 @@ def test_verify_checks_the_entries_an_apply_removed_stay_removed(root: Path) -> 
     host, entry = applied(root, cs)
     edit(root, LXC, "swap: 0\n", f"swap: 0\nonboot: 0\n{gone}")
     assert verify(host, entry).drift == [
-        f'{LXC}: "lxc.cgroup2.devices.allow: c 195:* rwm" is back, but apply {entry.id} removed it',
-        f'{LXC}: "onboot: 0" is back, but apply {entry.id} removed it',
+        f'{CT_200}: "lxc.cgroup2.devices.allow: c 195:* rwm" is back, but apply {entry.id} '
+        "removed it",
+        f'{CT_200}: "onboot: 0" is back, but apply {entry.id} removed it',
     ]
 
 
@@ -151,7 +155,8 @@ def test_verify_after_rollback_checks_only_what_the_rollback_put_back(root: Path
     assert verify(host, entry).drift == []
     edit(root, VM, "memory: 131072\n", "memory: 131072\nhostpci0: 0000:81:00,pcie=1\n")
     assert verify(host, entry).drift == [
-        f'{VM}: "hostpci0: 0000:81:00,pcie=1" is back, but the rollback of {entry.id} removed it'
+        f'{VM_300}: "hostpci0: 0000:81:00,pcie=1" is back, but the rollback of {entry.id} '
+        "removed it"
     ]
 
 

@@ -5,6 +5,7 @@ checked by Proxmox's own parser (pve-check)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.cli import main
 from proxgpu.errors import PlanRefusedError, UsageError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
@@ -26,6 +28,8 @@ from tests.support.pvevalidate import assert_all_ok, validate_tree, write_tree
 ROOT = Path(__file__).resolve().parents[2] / "examples" / "hosts" / "vgpu"
 VM_310 = "/etc/pve/qemu-server/310.conf"
 VM_400 = "/etc/pve/qemu-server/400.conf"
+#: VM 310's running vGPU, as qemu-server names it (hostpci index 0, VMID 310).
+RUNNING_310 = "00000000-0000-0000-0000-000000000310"
 
 
 @cache
@@ -40,7 +44,13 @@ def vgpu_group(plan: Plan) -> list[tuple[str, int | None, list[VgpuUse]]]:
 def test_inspection_reads_the_mdev_types_each_gpu_offers() -> None:
     gpu = vgpu_host().gpu("0000:81:00.0")
     assert gpu.mdev_types == [
-        MdevType(id="nvidia-1155", name="NVIDIA L40S-8Q", available=5, device_api="vfio-pci"),
+        MdevType(
+            id="nvidia-1155",
+            name="NVIDIA L40S-8Q",
+            available=5,
+            device_api="vfio-pci",
+            instances=[RUNNING_310],
+        ),
         MdevType(id="nvidia-1158", name="NVIDIA L40S-48Q", available=0, device_api="vfio-pci"),
     ]
     assert [t.available for t in vgpu_host().gpu("0000:91:00.0").mdev_types] == [6, 1]
@@ -170,3 +180,85 @@ def test_the_picture_colours_the_vgpu_gpu_and_badges_its_vms() -> None:
     texts = ["".join(e.itertext()) for e in root.iter() if e.tag.endswith("text")]
     assert "vGPU: VM 310, VM 400" in texts
     assert any(t.startswith("stays on the host driver for vGPU VMs") for t in texts)
+
+
+# --- vGPUs configured in stopped VMs count against what is left --------------------------------
+
+INSTANCE_LINK = (
+    "sys/bus/pci/devices/0000:81:00.0/mdev_supported_types/nvidia-1155/devices/" + RUNNING_310
+)
+
+
+def one_gpu_tree(tmp_path: Path, free: int, *, stopped: list[int], running: bool) -> Path:
+    """The vgpu tree with only 0000:81:00.0 offering nvidia-1155 (``free`` of it left now), VM
+    310 running its vGPU there or not, and VMs ``stopped`` configured with one there too."""
+    root = tmp_path / "vgpu"
+    shutil.copytree(ROOT, root, symlinks=True)
+    types = root / "sys/bus/pci/devices"
+    for gpu in ("0000:01:00.0", "0000:11:00.0", "0000:91:00.0"):
+        shutil.rmtree(types / gpu / "mdev_supported_types/nvidia-1155")
+    (types / "0000:81:00.0/mdev_supported_types/nvidia-1155/available_instances").write_text(
+        f"{free}\n"
+    )
+    if not running:
+        (root / INSTANCE_LINK).unlink()
+    vm_310 = (root / VM_310.lstrip("/")).read_text()
+    for vmid in stopped:
+        text = vm_310.replace("name: cad", f"name: vm{vmid}")
+        (root / f"etc/pve/qemu-server/{vmid}.conf").write_text(text)
+    return root
+
+
+def refusal_of(root: Path, policy: SplitPolicy) -> str:
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(inspect(DirectoryHost(str(root))), policy)
+    (problem,) = caught.value.problems
+    return problem.what
+
+
+WANT_400 = SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1155")])
+
+
+def test_a_stopped_vms_vgpu_takes_an_instance_the_new_one_cannot_have(tmp_path: Path) -> None:
+    root = one_gpu_tree(tmp_path, 2, stopped=[311, 312], running=True)
+    assert refusal_of(root, WANT_400) == (
+        "VM 400 asks for a vGPU of type nvidia-1155, but no instance is left (available_instances "
+        "after the plan: 0000:81:00.0 0 (2 free now, promised to stopped VM 311 and VM 312))"
+    )
+    fewer = one_gpu_tree(tmp_path / "fewer", 2, stopped=[311], running=True)
+    plan = plan_split(inspect(DirectoryHost(str(fewer))), WANT_400)
+    [(_, _, uses)] = vgpu_group(plan)
+    assert [(u.vmid, u.added) for u in uses] == [(310, False), (311, False), (400, True)]
+
+
+def test_a_running_vms_vgpu_is_counted_once_and_a_stopped_ones_at_its_start(
+    tmp_path: Path,
+) -> None:
+    running = one_gpu_tree(tmp_path, 1, stopped=[], running=True)
+    assert vgpu_group(plan_split(inspect(DirectoryHost(str(running))), WANT_400))
+    stopped = one_gpu_tree(tmp_path / "stopped", 1, stopped=[], running=False)
+    assert refusal_of(stopped, WANT_400).endswith(
+        "(available_instances after the plan: 0000:81:00.0 0 (1 free now, promised to stopped "
+        "VM 310))"
+    )
+
+
+def test_configs_that_already_ask_for_more_than_is_left_are_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = one_gpu_tree(tmp_path, 1, stopped=[311, 312], running=True)
+    assert main(["plan", "--root", str(root), "--lxc", "200"]) == 0
+    assert (
+        "warning: 0000:81:00.0: VM 311 and VM 312 (stopped) each need a nvidia-1155 vGPU at "
+        "start, but only 1 can be made now (available_instances): a VM started without one "
+        "fails to start; move one to another GPU or type"
+    ) in capsys.readouterr().out
+
+
+def test_the_cli_refuses_the_vgpu_a_stopped_vm_is_promised(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = one_gpu_tree(tmp_path, 1, stopped=[311], running=True)
+    argv = ["plan", "--root", str(root), "--lxc", "200", "--vm", "400:vgpu=nvidia-1155"]
+    assert main(argv) != 0
+    assert "promised to stopped VM 311" in capsys.readouterr().err

@@ -26,7 +26,8 @@ options:
   lxc:
     description: >-
       Containers that get the GPUs kept on the host driver, as VMID (they share them) or
-      VMID:N (N GPUs of their own on one NUMA node).
+      VMID:N (N GPUs of their own on one NUMA node), either one with @NODE to take them from
+      that NUMA node, pinned to it (VMID@NODE: every GPU the node keeps).
     type: list
     elements: raw
   vms:
@@ -142,7 +143,9 @@ plan:
       type: list
       elements: str
     tensor_parallel:
-      description: The NUMA-local C(CUDA_VISIBLE_DEVICES) sets for each tensor-parallel size.
+      description: >-
+        The NUMA-local C(CUDA_VISIBLE_DEVICES) sets for each tensor-parallel size of each host
+        group, with the containers they are numbered for (C(guests)) and their GPUs (C(gpu_sets)).
       type: list
       elements: dict
     changes:
