@@ -45,8 +45,11 @@ def _tensor_parallel_lines(plan: Plan) -> list[str]:
     for advice in plan.tensor_parallel:
         if advice.for_whom != heading:
             heading = advice.for_whom
+            # With no container named, the numbers are those a container given the group's
+            # GPUs would see: say so rather than speak of a container that is not there.
+            seen_by = "the container will" if advice.guests else "a container given them would"
             lines.append(
-                f"  NUMA-local {advice.variable} for {heading}, numbered as the container will "
+                f"  NUMA-local {advice.variable} for {heading}, numbered as {seen_by} "
                 f"see them ({advice.ordering}):"
             )
         # A plan recorded before gpu_sets existed (an older journal entry) has numbers only.

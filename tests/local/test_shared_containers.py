@@ -26,7 +26,7 @@ from proxgpu.planning import SplitPolicy, parse_lxc_specs, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
 from proxgpu.rendering.nodes import NODES_UNIT
-from tests.support.trees import copy_example, inspect_example
+from tests.support.trees import EXAMPLES, copy_example, inspect_example
 
 CT = "/etc/pve/lxc/{}.conf"
 NODE_0_CPUS = "0-31"  # ct200's node 0, where its kept GPUs sit
@@ -302,6 +302,18 @@ def test_the_plan_text_gives_each_container_its_own_tp_sets_with_their_gpus(
     assert first < second
     assert "    TP=2: 0,1 (0000:01:00.0, 0000:11:00.0)\n" in out[first:second]
     assert "    TP=2: 0,1 (0000:61:00.0, 0000:71:00.0)\n" in out[second:]
+
+
+def test_a_host_group_no_container_gets_is_numbered_for_one_that_would(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--root", str(EXAMPLES / "vgpu")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  NUMA-local CUDA_VISIBLE_DEVICES for the host group, numbered as a container given "
+        "them would see them"
+    ) in out
+    assert "the container will see" not in out
 
 
 # --- verify and rollback name the container --------------------------------------------------

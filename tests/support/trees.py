@@ -123,7 +123,11 @@ def changeset(root: Path, actions: Sequence[list[str]] = ()) -> ChangeSet:
             FileChange(path=BLACKLIST, before=text(root, BLACKLIST), after=None),
             FileChange(path=DRIVERCTL, before=None, after="vfio-pci\n"),
             FileChange(
-                path=VFIO_CONF, before=None, after="softdep nvidia pre: vfio-pci\n", mode=0o600
+                path=VFIO_CONF,
+                before=None,
+                # As proxgpu writes it for ct200: NVIDIA's own softdeps kept (verify checks).
+                after="softdep nvidia pre: vfio-pci ecdh_generic,ecdsa_generic\n",
+                mode=0o600,
             ),
         ],
         actions=[Action(argv=list(argv)) for argv in actions],
