@@ -49,6 +49,7 @@ def split_request(params: dict[str, Any]) -> SplitRequest:
         lxc=containers.shared[0] if containers.shared else None,
         shared_lxc=containers.shared[1:],
         lxc_subsets=containers.subsets,
+        lxc_mig=containers.mig,
         vms=specs.vms,
         vgpus=specs.vgpus,
         host_nodes=params["host_nodes"],

@@ -153,9 +153,10 @@ def plan_options(parser: argparse.ArgumentParser) -> None:
         "--lxc",
         action="append",
         default=[],
-        metavar="VMID[:N]",
-        help="container that gets the host group, or N GPUs of it on one NUMA node (repeatable: "
-        "the containers without N share what is left)",
+        metavar="VMID[:N|:mig=GPU/GI[/CI]]",
+        help="container that gets the host group, or N GPUs of it on one NUMA node, or one MIG "
+        "instance of GPU (CUDA index or address; GI/CI as nvidia-smi mig -lgi/-lci print them) "
+        "(repeatable: the containers without N share what is left)",
     )
     split.add_argument(
         "--vm",

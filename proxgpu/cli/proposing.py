@@ -34,6 +34,7 @@ def split_policy(args: argparse.Namespace) -> SplitPolicy:
         lxc=containers.shared[0] if containers.shared else None,
         shared_lxc=containers.shared[1:],
         lxc_subsets=containers.subsets,
+        lxc_mig=containers.mig,
         vms=specs.vms,
         vgpus=specs.vgpus,
         enable_iommu=args.enable_iommu,
