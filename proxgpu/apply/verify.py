@@ -21,6 +21,7 @@ from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.model import FrozenModel
 from proxgpu.pci import VFIO_DRIVER
+from proxgpu.planning.mig import mig_drift
 from proxgpu.planning.model import Plan
 from proxgpu.rendering.binding import binding_conflicts
 
@@ -107,6 +108,7 @@ proxgpu history)
             f"{line} (remove it: proxgpu binds to vfio-pci by PCI address)"
             for line in binding_conflicts(inventory, plan)
         ]
+        drift += mig_drift(inventory, plan)
         drivers = driver_drift(inventory, plan, explain=not awaiting_reboot)
         if awaiting_reboot:
             pending = [f"{line} (at the next boot)" for line in drivers]

@@ -33,12 +33,13 @@ def plan_mig(
         if gpu is None:
             continue
         instance = _instance(ctx, spec, gpu)
-        if instance is None or not _free(ctx, spec, gpu, roles, uses):
+        if instance is None or gpu.nvidia_minor is None or not _free(ctx, spec, gpu, roles, uses):
             continue
         roles[gpu.address] = Role.MIG
         uses[gpu.address].append(
             MigUse(
                 vmid=spec.vmid,
+                gpu_minor=gpu.nvidia_minor,
                 gi=instance.gi,
                 ci=instance.ci,
                 gi_minor=instance.gi_cap.minor,
@@ -87,7 +88,7 @@ def _instance(ctx: Context, spec: MigSpec, gpu: Gpu) -> MigInstance | None:
         fix = f"name one it has: {wording.join(i.label for i in of_gi)}"
     elif not chosen:
         what = f"has no GPU instance {spec.gi}"
-        fix = f"name one it has: {wording.join(sorted({i.label for i in gpu.mig_instances}))}"
+        fix = f"name one it has: GI {wording.join(sorted({i.gi for i in gpu.mig_instances}))}"
     else:
         what = f"GPU instance {spec.gi} holds {len(chosen)} compute instances"
         fix = f"name one as {spec.gpu}/{spec.gi}/CI: {wording.join(i.label for i in chosen)}"

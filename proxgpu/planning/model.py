@@ -221,11 +221,18 @@ class MigUse(FrozenModel):
     the host's, since recreated instances may get other minors), and the MIG device's UUID
     (``None``: unknown to inspection; ``nvidia-smi -L`` on the host prints it).
 
-    >>> MigUse(vmid=200, gi=1, ci=0, gi_minor=12, ci_minor=13).cuda_visible_devices
-    'MIG-<uuid of GI 1 CI 0, from nvidia-smi -L>'
+    ``gpu_minor`` is the GPU's nvidia minor, the N of the instance's
+    ``/proc/driver/nvidia/capabilities/gpuN/`` files.
+
+    >>> use = MigUse(vmid=200, gpu_minor=0, gi=1, ci=0, gi_minor=12, ci_minor=13)
+    >>> use.cuda_visible_devices is None, use.cap_nodes
+    (True, ['/dev/nvidia-caps/nvidia-cap12', '/dev/nvidia-caps/nvidia-cap13'])
+    >>> use.proc_files[1]
+    '/proc/driver/nvidia/capabilities/gpu0/mig/gi1/ci0/access'
     """
 
     vmid: int
+    gpu_minor: int
     gi: int
     ci: int
     gi_minor: int
@@ -233,11 +240,24 @@ class MigUse(FrozenModel):
     uuid: str | None = None
 
     @property
-    def cuda_visible_devices(self) -> str:
-        """The ``CUDA_VISIBLE_DEVICES`` value that selects the instance in the container."""
+    def cuda_visible_devices(self) -> str | None:
+        """The ``CUDA_VISIBLE_DEVICES`` value that selects the instance in the container
+        (``MIG-`` and the UUID), ``None`` while the UUID is unknown."""
         if self.uuid is None:
-            return f"MIG-<uuid of GI {self.gi} CI {self.ci}, from nvidia-smi -L>"
+            return None
         return self.uuid if self.uuid.startswith("MIG-") else f"MIG-{self.uuid}"
+
+    @property
+    def cap_nodes(self) -> list[str]:
+        """The instance's two capability nodes: its GPU instance's, then its compute
+        instance's."""
+        return [f"/dev/nvidia-caps/nvidia-cap{m}" for m in (self.gi_minor, self.ci_minor)]
+
+    @property
+    def proc_files(self) -> list[str]:
+        """The /proc files that describe the two capabilities, in the same order."""
+        gi = f"/proc/driver/nvidia/capabilities/gpu{self.gpu_minor}/mig/gi{self.gi}"
+        return [f"{gi}/access", f"{gi}/ci{self.ci}/access"]
 
 
 class Problem(FrozenModel):

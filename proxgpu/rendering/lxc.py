@@ -166,7 +166,7 @@ def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
     ``access``: what CUDA opens to run on it); never ``mig/config`` or ``mig/monitor``, which no
     CUDA program needs (``nvidia-smi`` then lists no MIG device, but CUDA runs)."""
     major = ctx.inventory.char_majors.get("nvidia-caps")
-    paths = [f"/dev/nvidia-caps/nvidia-cap{minor}" for minor in (use.gi_minor, use.ci_minor)]
+    paths = use.cap_nodes
     ctx.warnings.append(
         f"CT {vmid}: MIG GI {use.gi} CI {use.ci} ({', '.join(paths)}) exists only while the "
         "instance does: make it again before the guests start at boot (nvidia-smi mig -cgi ... "
