@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import xml.etree.ElementTree as ET
 from functools import cache
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from proxgpu.errors import PlanRefusedError, PreflightError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
+from proxgpu.picture import assignments, inventory_svg, render_report
+from proxgpu.picture.layout import svg_id
+from proxgpu.picture.report import plan_report
 from proxgpu.pipeline import load_plan, save_plan
 from proxgpu.planning import MigSpec, MigUse, Role, SplitPolicy, plan_split
 from proxgpu.rendering import render
@@ -238,3 +242,17 @@ def test_verify_reports_an_instance_gone_since_the_apply(tmp_path: Path) -> None
     (root / CAPS / "gi2/ci0/access").unlink()
     drift = verify(host, plan).drift
     assert "0000:18:00.0 GI 2 CI 0 (CT 200): gone from the host; make it again" in drift[0]
+
+
+def test_the_picture_colours_the_mig_gpu_and_badges_its_containers() -> None:
+    plan = plan_split(mig_host(), TWO)
+    root = ET.fromstring(inventory_svg(mig_host(), assignments(plan)))
+    boxes = {e.attrib.get("id"): e.attrib.get("class") for e in root.iter() if "id" in e.attrib}
+    assert boxes[svg_id("gpu", "0000:18:00.0")] == "pg-gpu-mig"
+    texts = ["".join(e.itertext()) for e in root.iter() if e.tag.endswith("text")]
+    assert "MIG: CT 200, CT 201" in texts
+
+
+def test_the_report_says_which_container_has_which_instance() -> None:
+    html = render_report([plan_report(mig_host(), TWO)])
+    assert "for MIG instances of it: CT 200 (GI 2 CI 0), CT 201 (GI 9 CI 0)" in html
