@@ -172,6 +172,13 @@ def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
         "instance does: make it again before the guests start at boot (nvidia-smi mig -cgi ... "
         "-C), or the container will not start"
     )
+    gpu = next(g for g in ctx.inventory.gpus if g.nvidia_minor == use.gpu_minor)
+    if _nvidia_minors(ctx).get(gpu.address, use.gpu_minor) != use.gpu_minor:
+        # The driver names the instance's /proc files and minors after the GPU's own minor.
+        ctx.warnings.append(
+            f"CT {vmid}: {gpu.address} gets another nvidia minor at the next boot, and its MIG "
+            "instances other capability minors with it: plan again after the reboot"
+        )
     present = set(ctx.inventory.device_nodes)
     missing = [p for p in paths if present and p not in present]
     if missing and not ctx.options.nvidia_nodes_unit:

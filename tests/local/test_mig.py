@@ -256,3 +256,22 @@ def test_the_picture_colours_the_mig_gpu_and_badges_its_containers() -> None:
 def test_the_report_says_which_container_has_which_instance() -> None:
     html = render_report([plan_report(mig_host(), TWO)])
     assert "for MIG instances of it: CT 200 (GI 2 CI 0), CT 201 (GI 9 CI 0)" in html
+
+
+def test_a_mig_gpu_the_next_boot_numbers_anew_is_said_to_need_a_new_plan() -> None:
+    # As if 0000:ab:00.0 (nvidia3) were the MIG GPU: 0000:9a:00.0 goes to vfio-pci, and at the
+    # next boot nvidia numbers 0000:ab:00.0 2, which renames its instances' files and minors.
+    inventory = mig_host()
+    instances = inventory.gpu("0000:18:00.0").mig_instances
+    gpus = [
+        g.model_copy(update={"mig_instances": instances if g.address == "0000:ab:00.0" else []})
+        for g in inventory.gpus
+    ]
+    moved = inventory.model_copy(update={"gpus": gpus})
+    plan = plan_split(moved, SplitPolicy(lxc_mig=[MigSpec(vmid=200, gpu="ab:00.0", gi=2)]))
+    warnings = render(moved, plan).warnings
+    assert (
+        "CT 200: 0000:ab:00.0 gets another nvidia minor at the next boot, and its MIG instances "
+        "other capability minors with it: plan again after the reboot"
+    ) in warnings
+    assert not [w for w in render(mig_host(), plan_split(mig_host(), TWO)).warnings if "minor" in w]

@@ -25,8 +25,9 @@ options:
     type: str
   lxc:
     description: >-
-      Containers that get the GPUs kept on the host driver, as VMID (they share them) or
-      VMID:N (N GPUs of their own on one NUMA node).
+      Containers that get the GPUs kept on the host driver, as VMID (they share them),
+      VMID:N (N GPUs of their own on one NUMA node) or VMID:mig=GPU/GI[/CI] (one MIG instance
+      of GPU, a CUDA index or PCI address).
     type: list
     elements: raw
   vms:
