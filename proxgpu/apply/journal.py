@@ -19,7 +19,7 @@ import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, ValidationError
@@ -105,6 +105,9 @@ class JournalEntry(FrozenModel):
     root: str | None = None
     #: The entry before this one when it was written (see :mod:`proxgpu.apply.trust`).
     previous: str | None = None
+    #: The id of the lock the apply held, when it is not ``id``: the apply's clock was behind
+    #: the journal's newest entry, so its id moved past that one after the lock was taken.
+    lock: str | None = None
     #: The HMAC of the admin's key over the rest (see :mod:`proxgpu.apply.signing`).
     signature: str | None = None
 
@@ -123,7 +126,7 @@ def entry_json(entry: JournalEntry, key: bytes | None = None) -> bytes:
 
 #: Fields added since proxgpu first signed its journal: left out of what is signed while unset,
 #: so that an entry the earlier release signed still checks.
-_LATER = ("root", "previous")
+_LATER = ("root", "previous", "lock")
 
 
 def signed_form(entry: JournalEntry) -> dict[str, object]:
@@ -140,13 +143,36 @@ def signed_form(entry: JournalEntry) -> dict[str, object]:
     return {k: v for k, v in document.items() if not (k in _LATER and v is None)}
 
 
-def new_journal_id(now: datetime | None = None) -> str:
+def new_journal_id(now: datetime | None = None, after: str | None = None) -> str:
     """A journal id that sorts by time: UTC time to the microsecond, four random hex digits.
 
-    Applies are serialised by the lock, so ids of one host never share a microsecond.
+    Applies are serialised by the lock, so ids of one host never share a microsecond. ``after``
+    is the journal's newest id: an id made on a machine whose clock is behind the one that made
+    ``after`` would sort before it, and the journal's order (the rollback's "latest", the
+    chain's) is the ids' order, so the new id then takes the microsecond after it instead.
+
+    >>> behind = datetime(2026, 11, 30, 1, 15, tzinfo=UTC)
+    >>> new_journal_id(behind, after="20261130T020000.500000Z-ab12")  # doctest: +ELLIPSIS
+    '20261130T020000.500001Z-...'
     """
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S.%fZ")
-    return f"{stamp}-{secrets.token_hex(2)}"
+    stamp = now or datetime.now(UTC)
+    newest = _stamp_of(after) if after else None
+    if newest is not None and newest >= stamp:
+        stamp = newest + timedelta(microseconds=1)
+    return f"{stamp.strftime(_STAMP)}-{secrets.token_hex(2)}"
+
+
+_STAMP = "%Y%m%dT%H%M%S.%fZ"
+
+
+def _stamp_of(journal_id: str) -> datetime | None:
+    """The time in ``journal_id``; ``None`` for an id no release made (it is left to the chain
+    check), or one at the end of time."""
+    try:
+        stamp = datetime.strptime(journal_id.partition("-")[0], _STAMP).replace(tzinfo=UTC)
+        return stamp if stamp < datetime.max.replace(tzinfo=UTC) - timedelta(seconds=1) else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

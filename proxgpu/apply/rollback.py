@@ -110,7 +110,7 @@ def rollback(
         return _preview(host, entry, force=force)
     options = _Options(run_actions, force, live, break_lock, action_timeout, action_output)
     run = _Rollback(host, entry, progress or quiet, options)
-    known = {e.id for e in journal.entries}
+    known = {e.id for e in journal.entries} | {e.lock for e in journal.entries if e.lock}
     known |= {path.rsplit("/", 1)[1].removesuffix(".json") for path in journal.unreadable}
     with lock.holding(run.lock_id):
         return run.locked_run(explicit=to is not None, known=known)
@@ -220,7 +220,8 @@ def _kept_note(lock_path: str, entry: JournalEntry, broken: dict[str, str] | Non
 
 def _wrote_nothing(owner: dict[str, str], known: set[str]) -> bool:
     """Whether the lock's owner was an apply cut off before it wrote its journal entry (and so
-    before it wrote any file); a rollback's lock has an id of its own, never an entry's."""
+    before it wrote any file); a rollback's lock has an id of its own, never an entry's (nor an
+    entry's ``lock``)."""
     return owner.get("op", "apply") == "apply" and owner.get("id") not in known
 
 

@@ -156,7 +156,10 @@ class _Apply:
         self.action_timeout = action_timeout
         #: How many lines of a running action's output to say (0: none).
         self.action_output = 0
-        self.id = new_journal_id()
+        #: The lock's id, fixed before the journal is read; the entry's id (``id``) may then
+        #: move past the journal's newest (see :meth:`_follow`).
+        self.lock_id = new_journal_id()
+        self.id = self.lock_id
         self.layout = Layout.of(host)
         self.where = [where(self.layout, c.path, self.id, host.is_live) for c in self.changes]
         self.locked = False
@@ -175,7 +178,7 @@ class _Apply:
         self, dry_run: bool, live: bool, inventory: Inventory | None, skip_guest_check: bool
     ) -> ApplyResult:
         self.say("preflight", f"checking {len(self.changes)} files on {self.host.name}")
-        with lock.holding(self.id):
+        with lock.holding(self.lock_id):
             try:
                 paths = [w.path for w in self.where]
                 if dry_run:
@@ -188,7 +191,7 @@ class _Apply:
                         self.host,
                         self.layout,
                         paths,
-                        self.id,
+                        self.lock_id,
                         op="apply",
                         break_lock=self.break_lock,
                     )
@@ -203,7 +206,7 @@ class _Apply:
                 return self._transaction(todo, found, live)
             finally:
                 if self.locked:
-                    release_quietly(self.host, self.layout, self.id)
+                    release_quietly(self.host, self.layout, self.lock_id)
 
     def _preflight(
         self, probe: Probe, live: bool, inventory: Inventory | None, skip_guest_check: bool
@@ -249,6 +252,7 @@ class _Apply:
         )
 
     def _transaction(self, todo: list[int], probe: Probe, live: bool) -> ApplyResult:
+        self._follow(probe)
         try:
             self._stage(todo, probe)
             self._commit(todo)
@@ -274,6 +278,20 @@ class _Apply:
                 *self.vm_api.warnings(),
                 *self.notes,
             ],
+        )
+
+    def _follow(self, probe: Probe) -> None:
+        """Give the entry an id after the journal's newest: the journal's order is its ids'
+        order, and an id made by a clock behind the newest entry's would sort before it (a
+        rollback would then take the newest for the latest apply)."""
+        newest = probe.last_entry[0] if probe.last_entry else None
+        if newest is None or newest < self.id:
+            return
+        self.id = new_journal_id(after=newest)
+        self.where = [where(self.layout, c.path, self.id, self.host.is_live) for c in self.changes]
+        self.notes.append(
+            f"this machine's clock is behind {newest}, the newest entry of the journal of "
+            f"{self.host.name}: entry {self.id} follows it (check both machines' clocks)"
         )
 
     def _stage(self, todo: list[int], probe: Probe) -> None:
@@ -302,6 +320,7 @@ class _Apply:
             host=self.host.name,
             root=self.host.root,
             previous=link_after(probe.last_entry),
+            lock=self.lock_id if self.lock_id != self.id else None,
             client=f"{getpass.getuser()}@{socket.gethostname()}",
             started=now(),
             boot_id=probe.boot_id,
@@ -451,7 +470,7 @@ class _Apply:
         )
         # The entry is recorded before the lock is released, and a release that fails never
         # undoes what the entry records: the next apply or rollback breaks the lock.
-        problem = finish(self.host, self.layout, self.id, self.entry, release=True)
+        problem = finish(self.host, self.layout, self.lock_id, self.entry, release=True)
         self.locked = False
         if problem is not None:
             self.notes.append(

@@ -20,10 +20,11 @@ from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.model import FrozenModel
+from proxgpu.paths import MODPROBE_CONF
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning.mig import mig_drift
 from proxgpu.planning.model import Plan
-from proxgpu.rendering.binding import binding_conflicts
+from proxgpu.rendering.binding import binding_conflicts, stale_softdeps
 
 
 class VerifyReport(FrozenModel):
@@ -81,7 +82,8 @@ proxgpu history)
     proxgpu owns byte for byte; in the files it only edits (guest configs, the PCI mapping file,
     the kernel command line) only what it changed, so that an edit of anything else is no drift.
     A setting anywhere that would take the kept GPUs from their driver at the next boot (vfio-pci
-    ``ids=`` naming their IDs, a blacklist of their module) is drift too.
+    ``ids=`` naming their IDs, a blacklist of their module) is drift too, and so is a softdep
+    line of proxgpu's that no longer keeps what its module declares (after an upgrade).
 
     :raises HostUnreachableError: when the host cannot be read.
     """
@@ -107,6 +109,12 @@ proxgpu history)
         drift += [
             f"{line} (remove it: proxgpu binds to vfio-pci by PCI address)"
             for line in binding_conflicts(inventory, plan)
+        ]
+        drift += [
+            f"{MODPROBE_CONF}: `{old}` no longer keeps the modules' own softdeps (a kernel or "
+            f"driver upgrade changed them), so kmod loads {old.split()[1]} without them: "
+            f"proxgpu would write `{new}` now; run `proxgpu plan` and apply again"
+            for old, new in stale_softdeps(inventory, plan)
         ]
         drift += mig_drift(inventory, plan)
         drivers = driver_drift(inventory, plan, explain=not awaiting_reboot)

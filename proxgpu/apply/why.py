@@ -5,8 +5,8 @@ The modprobe binding works when kmod, loading the driver, first loads vfio-pci t
 proxgpu's ``install`` hook, which writes each function's ``driver_override``. So a function on
 the wrong driver says which link of that chain failed: proxgpu's file is gone, another
 ``softdep`` line for the driver is the one kmod uses, another ``install vfio-pci`` runs instead
-of the hook, or the driver is built into the kernel; with the chain whole, the driver loaded
-where the files were not yet (an initramfs built before them).
+of the hook, or the driver is built into the kernel; with the chain whole, an initramfs that
+lacks the files (or, when it could not be read, that it may).
 
 >>> from proxgpu.inspection import Inventory, PciFunction
 >>> fn = PciFunction(address="0000:81:00.0", vendor_id="10de", device_id="2bb1",
@@ -75,7 +75,10 @@ def _broken_link(inventory: Inventory, driver: str) -> str:
             f"the files are in place and {where}: `journalctl -b -k | grep -i vfio` says why "
             "vfio-pci did not take it"
         )
+    # Unread, the initramfs is the likeliest place, but only a likelihood: say so.
     return (
-        f"the files are in place, so {module} loaded where they were not: an initramfs built "
-        "before them (update-initramfs -u -k all, then reboot)"
+        f"the files are in place, and the initramfs of {inventory.kernel or 'this kernel'} "
+        f"could not be read, so whether {module} loaded from one built before them is not "
+        "known: rebuild it (update-initramfs -u -k all) and reboot, or see "
+        "`journalctl -b -k | grep -i vfio`"
     )

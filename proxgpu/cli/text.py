@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.kmod import KmodConfig, module_of
 from proxgpu.paths import MODPROBE_CONF_NAME
+from proxgpu.pci import host_modules
 
 
 def table(rows: Sequence[Sequence[str]], indent: str = "") -> str:
@@ -75,17 +76,25 @@ def _size(size: int) -> str:
 
 
 def _boot_loading(inv: Inventory) -> list[str]:
-    """What decides which driver takes a GPU at boot: the softdep line kmod uses for each GPU
-    driver's module, and what the running kernel's initramfs holds."""
+    """What decides which driver takes a GPU at boot: for each module that drives one of its
+    functions or would claim one by its IDs (nouveau for an NVIDIA GPU, snd_hda_intel for its
+    audio), the softdep line kmod uses, any ``install`` command and blacklist line for it; and
+    what the running kernel's initramfs holds."""
     config = KmodConfig.of(inv.host_files, inv.kernel)
-    modules = sorted(
-        {inv.driver_modules[g.driver] for g in inv.gpus if g.driver in inv.driver_modules}
-    )
+    modules = _claiming_modules(inv)
     lines = []
     for module in modules:
         line = config.softdep(module)
         used = f"{line.where}: {line.text}" if line else "none"
         lines.append(f"softdep kmod uses for {module}: {used}")
+        install = config.install(module)
+        if install is not None:
+            lines.append(f"install command for {module}: {install.where}: {install.text}")
+        lines += [
+            f"blacklisted {module}: {found.where}"
+            for found in config.lines("blacklist")
+            if found.matches(module)
+        ]
     if inv.initramfs_files is None:
         lines.append(f"initramfs of {inv.kernel or '?'}: not read")
     else:
@@ -96,6 +105,15 @@ def _boot_loading(inv: Inventory) -> list[str]:
             f"proxgpu's binding {'in it' if ours else 'not in it'}"
         )
     return lines
+
+
+def _claiming_modules(inv: Inventory) -> list[str]:
+    modules: set[str] = set()
+    for function in (f for gpu in inv.gpus for f in gpu.function_info):
+        if function.driver in inv.driver_modules:
+            modules.add(inv.driver_modules[function.driver])
+        modules.update(host_modules(function.vendor_id, function.class_code))
+    return sorted(modules)
 
 
 def render_inventory(inv: Inventory) -> str:

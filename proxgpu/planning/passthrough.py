@@ -71,8 +71,9 @@ def _advise_reset(ctx: Context, gpus: list[Gpu]) -> None:
     if blackwell:
         ctx.warnings.append(
             f"{wording.join(wording.addresses(blackwell))}: a Blackwell GPU (an RTX 5070 Ti, host "
-            "kernel 6.14, driver 570.144) has been reported once to fail its reset on vfio-pci "
-            "when its VM stopped (the GPU hung and the host froze; a later try reset fine), and "
+            "kernel 6.14, the reporter's NVIDIA driver 570.144) has been reported once to fail "
+            "its reset on vfio-pci when its VM stopped (the GPU hung and the host froze; a later "
+            "try reset fine), and "
             "no host setting is known to prevent it: stop and start each VM once on this host "
             "before you rely on it, and keep a way to reboot the host remotely (IPMI)"
         )

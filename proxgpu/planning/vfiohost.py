@@ -19,6 +19,11 @@ from proxgpu.planning.model import PlanGroup
 _REMOVES_FRAMEBUFFERS = (6, 0)
 #: The names firmware framebuffers register in /proc/fb: efifb, vesafb, simplefb, simpledrm.
 _FIRMWARE_FB = re.compile(r"^(EFI VGA|VESA VGA|simple.*)$")
+#: The command-line word that keeps the kernel from making any firmware framebuffer at boot.
+_NO_SYSFB = re.compile(r"^initcall_blacklist=(.*,)?sysfb_init(,.*)?$")
+#: What turns off the firmware framebuffer of each kind /proc/fb may name: efifb and vesafb
+#: have their own switch, and the simple framebuffers come only from sysfb_init.
+_FB_OFF = {"EFI VGA": "video=efifb:off", "VESA VGA": "video=vesafb:off"}
 #: The reset methods that reset a function's whole bus, not the function alone.
 _BUS_RESETS = {"bus", "cxl_bus"}
 
@@ -45,26 +50,54 @@ def _boot_framebuffer(ctx: Context, moved: list[Gpu]) -> None:
     """The boot GPU carries the firmware's framebuffer (the kernel's vga default device is the
     one whose memory holds it). From Linux 6.0 vfio-pci removes such a framebuffer when it
     binds a VGA device; before, the framebuffer keeps that memory busy, so QEMU cannot map the
-    BAR (the commit's own account)."""
-    names = [n for n in ctx.inventory.framebuffers if _FIRMWARE_FB.match(n)]
-    if not names:
-        return
+    BAR (the commit's own account).
+
+    Today's ``/proc/fb`` is not the whole story: a DRM driver (nvidia-drm with ``fbdev=1``,
+    amdgpu) replaces the firmware's framebuffer with its own once it binds the GPU, so the list
+    then shows only the driver's. After the move that driver no longer binds the GPU, and the
+    firmware's framebuffer, made again at every boot by the kernel's ``sysfb_init``, stays on
+    it until vfio-pci binds. Only ``initcall_blacklist=sysfb_init`` keeps every kind of it from
+    being made (``video=efifb:off`` stops efifb alone, not simplefb or simpledrm). An empty
+    list says the host makes no framebuffer at all."""
+    for gpu in (gpu for gpu in moved if gpu.boot_vga):
+        found = _framebuffer_on(ctx, gpu)
+        if found:
+            ctx.warnings.append(_framebuffer_warning(ctx, *found))
+
+
+def _framebuffer_on(ctx: Context, gpu: Gpu) -> tuple[str, str | None] | None:
+    """Where the warning says the boot GPU's framebuffer comes from, and its name in /proc/fb
+    when it is listed now; ``None`` when the GPU has none at the next boot."""
+    listed = ctx.inventory.framebuffers
+    firmware = [n for n in listed if _FIRMWARE_FB.match(n)]
+    if firmware:
+        name = firmware[0]
+        return f"{gpu.address} holds the host's boot framebuffer ({name} in /proc/fb)", name
+    words = (ctx.inventory.kernel_cmdline or "").split()
+    if not listed or any(_NO_SYSFB.match(w) for w in words):
+        return None
+    where = (
+        f"{gpu.address} is the host's boot GPU: /proc/fb lists no firmware framebuffer now "
+        f"(only {', '.join(listed)}: a DRM driver replaced it), but the kernel makes it again "
+        "at every boot, on this GPU"
+    )
+    return where, None
+
+
+def _framebuffer_warning(ctx: Context, where: str, name: str | None) -> str:
     kernel = kernel_version(ctx.inventory.kernel)
     release = ctx.inventory.kernel or "unknown"
-    for gpu in (gpu for gpu in moved if gpu.boot_vga):
-        where = f"{gpu.address} holds the host's boot framebuffer ({names[0]} in /proc/fb)"
-        if kernel is None or kernel >= _REMOVES_FRAMEBUFFERS:
-            ctx.warnings.append(
-                f"{where}: vfio-pci removes that framebuffer when it binds the GPU (Linux 6.0 "
-                f"and later; the kernel is {release}), so the host's console there freezes: "
-                "keep another way in (serial console, the BMC, SSH)"
-            )
-        else:
-            ctx.warnings.append(
-                f"{where}: kernel {release} (before 6.0) keeps it on the GPU's memory after "
-                "vfio-pci binds the GPU, so QEMU cannot map that BAR and the VM fails to start: "
-                "boot the host with video=efifb:off"
-            )
+    if kernel is None or kernel >= _REMOVES_FRAMEBUFFERS:
+        return (
+            f"{where}: vfio-pci removes that framebuffer when it binds the GPU (Linux 6.0 "
+            f"and later; the kernel is {release}), so the host's console there freezes: "
+            "keep another way in (serial console, the BMC, SSH)"
+        )
+    return (
+        f"{where}: kernel {release} (before 6.0) keeps it on the GPU's memory after "
+        "vfio-pci binds the GPU, so QEMU cannot map that BAR and the VM fails to start: "
+        f"boot the host with {_FB_OFF.get(name or '', 'initcall_blacklist=sysfb_init')}"
+    )
 
 
 def _legacy_vga(ctx: Context, moved: list[Gpu]) -> None:

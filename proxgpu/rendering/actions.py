@@ -77,5 +77,7 @@ def with_actions(ctx: RenderContext) -> ChangeSet:
         files=ctx.files,
         actions=actions,
         reboot_required=boot,
-        warnings=ctx.warnings,
+        # Each container (and the boot unit serving them) asks the same questions of the host:
+        # a fact is said once.
+        warnings=list(dict.fromkeys(ctx.warnings)),
     )

@@ -22,7 +22,12 @@ from proxgpu.paths import (
 )
 from proxgpu.pci import host_modules, returning_driver
 from proxgpu.planning.model import Plan
-from proxgpu.rendering.context import RenderContext, functions_by_address, role_functions
+from proxgpu.rendering.context import (
+    RenderContext,
+    RenderOptions,
+    functions_by_address,
+    role_functions,
+)
 from proxgpu.rendering.templating import render_template
 
 
@@ -260,6 +265,36 @@ def _softdep_modules(ctx: RenderContext, functions: list[PciFunction]) -> list[s
     return sorted(modules)
 
 
+def stale_softdeps(inventory: Inventory, plan: Plan) -> list[tuple[str, str]]:
+    """The softdep lines of proxgpu's modprobe.d file that no longer keep what the modules
+    declare now, each with the line proxgpu would write today: a kernel or driver upgrade that
+    changed a module's own softdeps (its ``modules.softdep``) leaves proxgpu's line, which kmod
+    uses instead, without them.
+
+    >>> from proxgpu.host.local import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> from proxgpu.planning import SplitPolicy, plan_split
+    >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
+    >>> stale_softdeps(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
+    []
+    """
+    written = inventory.host_files.get(MODPROBE_CONF)
+    if not written:
+        return []
+    ctx = RenderContext(inventory, plan, RenderOptions())
+    functions = role_functions(ctx, to_vfio=True)
+    try:
+        wanted = _softdep_lines(ctx, _softdep_modules(ctx, functions))
+    except RenderError:
+        return []  # what refuses the plan now is told by binding_conflicts
+    now = {line.split()[1]: line for line in written.splitlines() if line.startswith("softdep ")}
+    return [
+        (now[line.split()[1]], line)
+        for line in wanted
+        if line.split()[1] in now and now[line.split()[1]] != line
+    ]
+
+
 def initramfs_lacks_binding(inventory: Inventory) -> bool:
     """Whether the running kernel's initramfs (as inspection listed it) lacks proxgpu's
     modprobe.d file or bind script."""
@@ -396,6 +431,8 @@ def kept_overrides(ctx: RenderContext) -> list[tuple[str, str]]:
 def _render_driverctl(ctx: RenderContext, addresses: list[str]) -> None:
     if addresses and "driverctl" not in ctx.inventory.commands:
         ctx.warnings.append("driverctl is not installed on the host: apt install driverctl")
+    if addresses:
+        _tell_unmarked_twins(ctx)
     ours = render_template("driverctl-override.j2", driver="vfio-pci")
     stale = [
         path[len(DRIVERCTL_DIR) + 4 :]
@@ -406,6 +443,25 @@ def _render_driverctl(ctx: RenderContext, addresses: list[str]) -> None:
     for address in sorted(set(addresses) | {a for a in stale if a in known}):
         wanted = ours if address in addresses else None
         ctx.file(f"{DRIVERCTL_DIR}pci-{address}", wanted, "driverctl override for vfio-pci")
+
+
+def _tell_unmarked_twins(ctx: RenderContext) -> None:
+    """driverctl marks only the functions it moves: a kept function with the ID of a moved one
+    keeps an empty ``driver_override``, so when its driver fails to load (a kernel upgrade
+    without a matching module) a VM start's ``new_id`` write gives it to vfio-pci too (see
+    :func:`kept_overrides`, which the modprobe binding's bind script writes)."""
+    moved = {(f.vendor_id, f.device_id) for f in role_functions(ctx, to_vfio=True)}
+    twins = [
+        f.address for f in role_functions(ctx, to_vfio=False) if (f.vendor_id, f.device_id) in moved
+    ]
+    if twins:
+        ctx.warnings.append(
+            f"{', '.join(twins)} {'stays' if len(twins) == 1 else 'stay'} on the host with the "
+            "ID of a GPU that moves, and driverctl marks only the moved ones: should the host's "
+            "driver fail to load (a kernel upgrade without a matching module), a VM start's "
+            "new_id write (qemu-server) gives them to vfio-pci too; the modprobe binding "
+            "(--bind-method modprobe) writes their driver_override at every boot"
+        )
 
 
 def _vfio_modules(kernel: str | None) -> list[str]:

@@ -108,3 +108,9 @@ def test_driverctl_binding_writes_no_kept_override(tmp_path: Path) -> None:
     written = {f.path: f.after for f in changes.files if f.after is not None}
     assert BIND_SCRIPT not in written
     assert [p for p in written if p.startswith("/etc/driverctl.d/pci-0000:01:00")] == []
+    # So nothing keeps new_id away from the kept twins of the moved GPUs, and the plan says so.
+    (said,) = [w for w in changes.warnings if "driverctl marks only the moved ones" in w]
+    assert said.startswith("0000:01:00.0, 0000:01:00.1, 0000:11:00.0"), said
+    assert "--bind-method modprobe" in said
+    modprobe = render(inventory, plan, RenderOptions(bind_method="modprobe"))
+    assert not [w for w in modprobe.warnings if "driverctl marks" in w]

@@ -103,3 +103,22 @@ def test_inspect_says_what_decides_the_boot(
     out = capsys.readouterr().out
     assert f"softdep kmod uses for nvidia: /lib/modules/{KERNEL}/modules.softdep:3" in out
     assert f"initramfs of {KERNEL}: GPU drivers nvidia; proxgpu's binding not in it" in out
+
+
+def test_inspect_names_every_module_that_could_claim_a_gpu_with_its_install_and_blacklist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """nouveau would claim the NVIDIA GPUs and snd_hda_intel drives their audio: what kmod does
+    for each decides the boot as much as nvidia's own line."""
+    root = copy_example(tmp_path)
+    local = root / "etc/modprobe.d/local.conf"
+    local.write_text("blacklist nouveau\ninstall snd_hda_intel /bin/true\n")
+    assert main(["inspect", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "softdep kmod uses for nouveau: none" in out
+    assert "blacklisted nouveau: /etc/modprobe.d/local.conf:1" in out
+    assert (
+        "install command for snd_hda_intel: /etc/modprobe.d/local.conf:2: "
+        "install snd_hda_intel /bin/true"
+    ) in out
+    assert "blacklisted nvidia" not in out and "install command for nvidia" not in out

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from proxgpu.apply.journal import JournalEntry, history
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.apply.verify import verify
+from proxgpu.cli import main
+from proxgpu.errors import DriftError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
+from proxgpu.paths import MODPROBE_CONF
 from proxgpu.rendering.changes import ChangeSet, FileChange
 from tests.support.trees import (
     DRIVERCTL,
@@ -19,6 +24,7 @@ from tests.support.trees import (
     VFIO_CONF,
     VM,
     changeset,
+    copy_example,
     ct200_plan,
     edit,
     text,
@@ -250,3 +256,28 @@ def test_verify_finds_a_vfio_ids_option_left_by_hand_for_the_kept_gpus(root: Pat
     ]
     hand.unlink()
     assert not verify(host, entry).drifted
+
+
+def test_verify_finds_the_softdep_line_an_upgrade_left_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new NVIDIA module declares another softdep (depmod writes it to modules.softdep at the
+    upgrade): proxgpu's line, which kmod uses instead, still lists only the old ones."""
+    tree = copy_example(tmp_path)
+    assert main(["apply", "--root", str(tree), "--lxc", "200", "--yes"]) == 0
+    softdep = tree / "lib/modules/6.8.12-11-pve/modules.softdep"
+    upgraded = "softdep nvidia pre: ecdh_generic,ecdsa_generic post: nvidia_new"
+    softdep.write_text(
+        softdep.read_text().replace("softdep nvidia pre: ecdh_generic,ecdsa_generic", upgraded)
+    )
+    capsys.readouterr()
+    assert main(["verify", "--root", str(tree)]) == DriftError.exit_code
+    out = capsys.readouterr().out
+    written = "softdep nvidia pre: vfio-pci ecdh_generic,ecdsa_generic"
+    assert (
+        f"{MODPROBE_CONF}: `{written}` no longer keeps the modules' own softdeps (a kernel or "
+        "driver upgrade changed them), so kmod loads nvidia without them: proxgpu would write "
+        f"`{written} post: nvidia_new` now; run `proxgpu plan` and apply again"
+    ) in out, out
+    assert main(["apply", "--root", str(tree), "--lxc", "200", "--yes"]) == 0
+    assert main(["verify", "--root", str(tree)]) == 0, "applied again, the line keeps them"

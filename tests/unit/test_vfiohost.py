@@ -49,9 +49,44 @@ def test_before_linux_6_the_framebuffer_keeps_the_bar_busy() -> None:
     assert "QEMU cannot map that BAR" in warning and "video=efifb:off" in warning
 
 
-@pytest.mark.parametrize("framebuffers", [[], ["nvidia-drmdrmfb"], ["astdrmfb"]])
-def test_no_firmware_framebuffer_no_warning(framebuffers: list[str]) -> None:
-    assert warnings(booted("6.8.12-11-pve", framebuffers), "framebuffer") == []
+@pytest.mark.parametrize(
+    ("name", "way_out"),
+    [("EFI VGA", "video=efifb:off"), ("simple", "initcall_blacklist=sysfb_init")],
+)
+def test_before_linux_6_the_advice_turns_off_the_framebuffer_there_is(
+    name: str, way_out: str
+) -> None:
+    """efifb has its own switch; simplefb is made only by sysfb_init, which efifb:off leaves."""
+    (warning,) = warnings(booted("5.15.158-2-pve", [name]), "framebuffer")
+    assert warning.endswith(f"boot the host with {way_out}"), warning
+
+
+def test_a_host_without_any_framebuffer_gets_no_warning() -> None:
+    assert warnings(booted("6.8.12-11-pve", []), "framebuffer") == []
+
+
+@pytest.mark.parametrize("drm", ["nvidia-drmdrmfb", "amdgpudrmfb"])
+def test_a_drm_driver_s_framebuffer_today_hides_the_firmware_s_of_the_next_boot(drm: str) -> None:
+    """The GPU's DRM driver replaced the firmware's framebuffer on this boot; after the move no
+    such driver binds the GPU, so the next boot's firmware framebuffer stays on it."""
+    (warning,) = warnings(booted("6.8.12-11-pve", [drm]), "framebuffer")
+    assert warning.startswith(f"{MOVED} is the host's boot GPU: /proc/fb lists no firmware"), (
+        warning
+    )
+    assert f"(only {drm}: a DRM driver replaced it)" in warning and "serial console" in warning
+    (old,) = warnings(booted("5.15.158-2-pve", [drm]), "framebuffer")
+    assert old.endswith("boot the host with initcall_blacklist=sysfb_init"), old
+
+
+def test_a_command_line_without_sysfb_makes_no_framebuffer_to_warn_about() -> None:
+    inventory = booted("6.8.12-11-pve", ["nvidia-drmdrmfb"])
+    quiet = inventory.model_copy(
+        update={"kernel_cmdline": "quiet initcall_blacklist=acpi_cpufreq_init,sysfb_init"}
+    )
+    assert warnings(quiet, "framebuffer") == []
+    # efifb:off leaves simplefb and simpledrm, which sysfb_init makes: the warning stays.
+    efifb_off = inventory.model_copy(update={"kernel_cmdline": "quiet video=efifb:off"})
+    assert len(warnings(efifb_off, "framebuffer")) == 1
 
 
 def test_a_kept_boot_gpu_keeps_its_framebuffer() -> None:
