@@ -7,6 +7,7 @@ python examples/split_host.py examples/hosts/uneven-5-3 --lxc 150 --vm none --en
 python examples/split_host.py examples/hosts/shared-iommu-group --lxc none --vm none
 python examples/split_host.py examples/hosts/h200-vm --lxc none --vm none \\
     --host-gpus 0000:00:06.0
+python examples/split_host.py examples/hosts/mig --lxc none --vm 300   # whole GPUs only
 python examples/split_host.py examples/hosts/cluster-3/pve2 --lxc none --vm 310   # a cluster node
 python examples/split_host.py examples/hosts/cluster-3/pve3 --lxc 150 --vm 320
 python examples/split_host.py --host root@pve1 --apply             # for real, over SSH

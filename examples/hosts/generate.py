@@ -452,8 +452,91 @@ def vgpu_host() -> HostSpec:
     )
 
 
+MIG_CT = """\
+#Notebook%3A one MIG instance
+arch: amd64
+cores: 8
+hostname: {name}
+memory: 32768
+net0: name=eth0,bridge=vmbr0,firewall=1,hwaddr=BC:24:11:4E:{mac}:0A,ip=dhcp,type=veth
+ostype: debian
+rootfs: local-zfs:subvol-{vmid}-disk-0,size=64G
+swap: 0
+unprivileged: 1
+"""
+
+#: The MIG layout the admin made on GPU 0 (nvidia-smi mig -cgi 9,14,19 -C, then a second
+#: compute instance in GPU instance 3): (GPU instance id, compute instance ids).
+MIG_LAYOUT = ((2, (0,)), (3, (0, 1)), (9, (0,)))
+
+
+def mig_cap_minor(gpu: int, gi: int, ci: int | None = None) -> int:
+    """The minor NVIDIA's table gives a MIG capability (nv-caps.c: mig/config 1, mig/monitor 2,
+    then per GPU 15 GPU instances of one access file and 8 compute instances each)."""
+    return 3 + gpu * 135 + gi * 9 + (0 if ci is None else 1 + ci)
+
+
+def mig_files(gpu: int) -> dict[str, str]:
+    """The /proc access files of GPU ``gpu``'s MIG instances and the nodes nvidia-modprobe made
+    of them, with mig/config and mig/monitor (modes as the driver gives them: 0400 and 0444)."""
+    base = "/proc/driver/nvidia/capabilities"
+    caps = {f"{base}/mig/config": (1, 0o400), f"{base}/mig/monitor": (2, 0o444)}
+    for gi, cis in MIG_LAYOUT:
+        caps[f"{base}/gpu{gpu}/mig/gi{gi}/access"] = (mig_cap_minor(gpu, gi), 0o444)
+        for ci in cis:
+            caps[f"{base}/gpu{gpu}/mig/gi{gi}/ci{ci}/access"] = (mig_cap_minor(gpu, gi, ci), 0o444)
+    files = {
+        path: f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
+        for path, (minor, mode) in caps.items()
+    }
+    files.update({f"/dev/nvidia-caps/nvidia-cap{minor}": "" for minor, _ in caps.values()})
+    return files
+
+
+def mig_host() -> HostSpec:
+    h200 = ("10de", "2335", "030200")
+    devices: list[Dev] = []
+    layout = [
+        ("0000:18:00.0", 0, 12, "0000:17:01.1", 11),
+        ("0000:2a:00.0", 0, 20, "0000:29:01.1", 19),
+        ("0000:9a:00.0", 1, 60, "0000:99:01.1", 59),
+        ("0000:ab:00.0", 1, 68, "0000:aa:01.1", 67),
+    ]
+    for address, node, group, port, port_group in layout:
+        devices.append(root_port(port, node, port_group))
+        devices += gpu_pair(address, node, group, h200, None, ("10de", "18be"), parent=port)
+    files = {
+        "/etc/pve/lxc/200.conf": MIG_CT.format(name="notebook-a", mac="10", vmid=200),
+        "/etc/pve/lxc/201.conf": MIG_CT.format(name="notebook-b", mac="11", vmid=201),
+        "/etc/pve/qemu-server/300.conf": CT200_VM,
+        "/etc/modprobe.d/pve-blacklist.conf": PVE_BLACKLIST,
+        "/etc/modules": ETC_MODULES,
+        "/etc/kernel/cmdline": "root=ZFS=rpool/ROOT/pve-1 boot=zfs iommu=pt\n",
+        "/etc/kernel/proxmox-boot-uuids": "6C3E-4D91\n",
+    }
+    files.update(mig_files(gpu=0))
+    return HostSpec(
+        name="mig",
+        headless=True,
+        address_bits=(52, 57),
+        kernel="6.8.12-11-pve",
+        pve="8.4.1",
+        cmdline="initrd=\\EFI\\proxmox\\6.8.12-11-pve\\initrd.img-6.8.12-11-pve "
+        "root=ZFS=rpool/ROOT/pve-1 boot=zfs iommu=pt",
+        nodes={0: ("0-47", 528166912), 1: ("48-95", 528476160)},
+        devices=devices,
+        efi=True,
+        nvidia_minors={address: i for i, (address, *_rest) in enumerate(layout)},
+        model="NVIDIA H200",
+        bar1_gib=256,
+        char_devices=NVIDIA_CHARS,
+        pci_ids=PCI_IDS_COMMON + "10de  NVIDIA Corporation\n\t2335  GH100 [H200 SXM 141GB]\n",
+        files=files,
+    )
+
+
 def main() -> None:
-    for spec in (ct200(), single_socket(), uneven(), shared_group(), vgpu_host()):
+    for spec in (ct200(), single_socket(), uneven(), shared_group(), vgpu_host(), mig_host()):
         write_host(spec)
         print(f"wrote {HERE / spec.name}")
 

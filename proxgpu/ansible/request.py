@@ -51,6 +51,7 @@ def split_request(params: dict[str, Any]) -> SplitRequest:
         shared_lxc=containers.shared[1:],
         lxc_subsets=containers.subsets,
         lxc_nodes=containers.on_nodes,
+        lxc_mig=containers.mig,
         vms=specs.vms,
         vgpus=specs.vgpus,
         host_nodes=params["host_nodes"],

@@ -21,6 +21,7 @@ from proxgpu.apply.remote import FileState, read_files, sha
 from proxgpu.errors import FileChangedError, PreflightError, PveApiError
 from proxgpu.host.base import Host
 from proxgpu.paths import guest_of, is_vm_config
+from proxgpu.planning.model import Plan
 from proxgpu.pve.api import PveResource, guest_status, same_config
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering.changes import FileChange
@@ -143,3 +144,42 @@ def cas_failed(host: Host, path: str) -> FileChangedError:
         path,
         "changed since it was read (compare-and-swap failed); inspect and plan again",
     )
+
+
+def check_mig_instances(host: Host, layout: Layout, plan: Plan) -> None:
+    """Refuse when a MIG instance the plan gives a container is gone from the host, or was made
+    again with other capability minors (the container's ``devN`` entries would then name
+    another instance's nodes or none): each instance's /proc ``access`` files, read now, must
+    say the minors the plan recorded. A plan without MIG instances reads nothing.
+
+    :raises PreflightError: naming the instance and what to do.
+    """
+    uses = [use for group in plan.groups for use in group.mig]
+    if not uses:
+        return
+    found = read_files(host, [layout.on_host(path) for use in uses for path in use.proc_files])
+    for i, use in enumerate(uses):
+        texts = found[2 * i : 2 * i + 2]
+        minors = [_cap_minor(text) for text in texts]
+        if minors == [use.gi_minor, use.ci_minor]:
+            continue
+        where = f"MIG GI {use.gi} CI {use.ci} of GPU {use.gpu_minor} (CT {use.vmid})"
+        if None in minors:
+            what = f"is gone ({use.proc_files[minors.index(None)]} is missing)"
+        else:
+            now, planned = ",".join(map(str, minors)), f"{use.gi_minor},{use.ci_minor}"
+            what = f"has capability minors {now}, the plan {planned}"
+        raise PreflightError(
+            host.name,
+            f"{where} {what}: the MIG layout changed since the plan; make the instance again "
+            "(nvidia-smi mig -cgi ... -C) or plan again",
+        )
+
+
+def _cap_minor(data: bytes | None) -> int | None:
+    """``DeviceFileMinor`` of an NVIDIA capability's /proc file."""
+    for line in (data or b"").decode(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
+            return int(value.strip())
+    return None

@@ -33,7 +33,12 @@ from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.journal import JournalEntry, Status, entry_json, new_journal_id
 from proxgpu.apply.layout import Layout, where
 from proxgpu.apply.mapapi import undo_mapping
-from proxgpu.apply.preflight import check_guests, files_to_write, refuse_locked_guests
+from proxgpu.apply.preflight import (
+    check_guests,
+    check_mig_instances,
+    files_to_write,
+    refuse_locked_guests,
+)
 from proxgpu.apply.rebind import Binding, bind_to_vfio, restore_drivers, vfio_functions
 from proxgpu.apply.remote import (
     CommitItem,
@@ -214,6 +219,8 @@ class _Apply:
                 f"run `proxgpu rollback --to {other}` first",
             )
         todo = files_to_write(self.host, self.changes, probe.files)
+        if self.plan is not None:
+            check_mig_instances(self.host, self.layout, self.plan)
         # inventory, when given, must agree that pvesh is there (a tree may lack it).
         has_pvesh = probe.pvesh and (inventory is None or "pvesh" in inventory.commands)
         if todo and self.host.is_live:

@@ -22,6 +22,7 @@ from proxgpu.inspection.inventory import Inventory
 from proxgpu.model import FrozenModel
 from proxgpu.paths import MODPROBE_CONF, with_guest
 from proxgpu.pci import VFIO_DRIVER
+from proxgpu.planning.mig import mig_drift
 from proxgpu.planning.model import Plan
 from proxgpu.rendering.binding import binding_conflicts, stale_softdeps
 
@@ -115,6 +116,7 @@ proxgpu history)
             f"proxgpu would write `{new}` now; run `proxgpu plan` and apply again"
             for old, new in stale_softdeps(inventory, plan)
         ]
+        drift += mig_drift(inventory, plan)
         drivers = driver_drift(inventory, plan, explain=not awaiting_reboot)
         if awaiting_reboot:
             pending = [f"{line} (at the next boot)" for line in drivers]

@@ -153,9 +153,11 @@ def plan_options(parser: argparse.ArgumentParser) -> None:
         "--lxc",
         action="append",
         default=[],
-        metavar="VMID[:N][@NODE]",
+        metavar="VMID[:N][@NODE]|VMID:mig=GPU/GI[/CI]",
         help="container that gets the host group, or N GPUs of it on one NUMA node, @NODE: of "
-        "that node, pinned to it (repeatable: the containers without N share what is left)",
+        "that node, pinned to it, or one MIG instance of GPU (CUDA index or address; GI/CI as "
+        "nvidia-smi mig -lgi/-lci print them) (repeatable: the containers without N share what "
+        "is left)",
     )
     split.add_argument(
         "--vm",

@@ -17,6 +17,25 @@ def _group_title(group: PlanGroup) -> str:
     return f"{node} -> {group.driver} ({group.role.action}), for {target}; CPUs {group.cpus}"
 
 
+def mig_lines(group: PlanGroup, inv: Inventory) -> list[str]:
+    """Each container's MIG instance of the group's GPU, and how it selects it in CUDA."""
+    lines = []
+    minor = inv.gpu(group.gpus[0]).nvidia_minor if group.mig else None
+    for use in group.mig:
+        nodes = ", ".join(path.rsplit("/", 1)[1] for path in use.cap_nodes)
+        lines.append(f"CT {use.vmid}: MIG GI {use.gi} CI {use.ci} ({nodes})")
+        value = use.cuda_visible_devices
+        if value is not None:
+            lines.append(f"  in it: CUDA_VISIBLE_DEVICES={value}")
+        else:
+            lines.append(
+                "  in it: CUDA_VISIBLE_DEVICES=MIG-<UUID>; the UUID is unknown to inspection: "
+                f"nvidia-smi -L on the host lists it as the MIG Device of GPU {minor} that "
+                f"nvidia-smi's MIG devices table shows for GI {use.gi} CI {use.ci}"
+            )
+    return lines
+
+
 def render_plan(plan: Plan, inv: Inventory) -> str:
     """The split as a sysadmin reviews it: each group, its GPUs, pinning and target."""
     lines = [f"Plan for {inv.hostname}:"]
@@ -30,6 +49,7 @@ def render_plan(plan: Plan, inv: Inventory) -> str:
             gpu = inv.gpu(address)
             rows.append([address, gpu.model or "?", gpu.driver or "-", str(len(gpu.functions))])
         lines.append(table(rows, indent="    "))
+        lines += [f"    {line}" for line in mig_lines(group, inv)]
     lines += _tensor_parallel_lines(plan)
     if plan.enable_iommu:
         lines.append("  The kernel command line gets the IOMMU turned on.")

@@ -35,6 +35,7 @@ def split_policy(args: argparse.Namespace) -> SplitPolicy:
         shared_lxc=containers.shared[1:],
         lxc_subsets=containers.subsets,
         lxc_nodes=containers.on_nodes,
+        lxc_mig=containers.mig,
         vms=specs.vms,
         vgpus=specs.vgpus,
         enable_iommu=args.enable_iommu,

@@ -37,6 +37,7 @@ from proxgpu.inspection.inventory import (
     NvidiaCap,
     PciFunction,
 )
+from proxgpu.inspection.mig import mig_instances
 from proxgpu.inspection.names import check_names
 from proxgpu.inspection.validate import validate
 from proxgpu.paths import GUEST_FILE_PREFIXES, NVIDIA_GPUS, PCI_DEVICES, PCI_IDS
@@ -314,7 +315,7 @@ def _gpu(
         functions=[f.address for f in ordered],
         function_info=ordered,
         iommu_group_peers=peers,
-        nvidia_minor=_int_or_none(info.get("Device Minor")),
+        nvidia_minor=(minor := _int_or_none(info.get("Device Minor"))),
         nvidia_uuid=info.get("GPU UUID"),
         pci_path=main.pci_path,
         bar_bytes=gpu_bars(capture, main.address),
@@ -322,6 +323,7 @@ def _gpu(
         bmc_display=is_bmc_display(main.vendor_id, main.device_id),
         bar64_bytes=gpu_bars64(capture, main.address),
         mdev_types=mdev_types(capture, main.address),
+        mig_instances=mig_instances(_nvidia_caps(capture), minor),
     )
 
 

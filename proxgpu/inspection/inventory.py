@@ -86,6 +86,44 @@ class PciFunction(FrozenModel):
         return self.address.rsplit(".", 1)[0]
 
 
+class NvidiaCap(FrozenModel):
+    """One NVIDIA capability (MIG's ``config`` and ``monitor`` rights, a MIG instance's
+    ``access``): the /proc file that describes it, and the minor and mode (``0o400``) that its
+    ``/dev/nvidia-caps/nvidia-capN`` node takes, as that file's ``DeviceFileMinor`` and
+    ``DeviceFileMode`` say (``nvidia-modprobe -f FILE`` makes the node from them)."""
+
+    proc_path: str
+    minor: int
+    mode: int
+
+
+class MigInstance(FrozenModel):
+    """One MIG compute instance of a GPU in MIG mode, as NVIDIA's driver describes it in /proc:
+    ``gi`` is its GPU instance's id and ``ci`` the compute instance's id within it (the ids
+    ``nvidia-smi mig -lgi``/``-lci`` print), ``gi_cap`` and ``ci_cap`` the two ``access``
+    capabilities a process needs to run CUDA on it (the files
+    ``/proc/driver/nvidia/capabilities/gpuN/mig/giG/access`` and ``.../giG/ciC/access``, N the
+    GPU's nvidia minor). ``uuid`` is the MIG device's ``MIG-...`` UUID, known only to NVML
+    (``nvidia-smi -L``): ``None`` when inspection could not read it.
+
+    >>> cap = NvidiaCap(proc_path="/proc/driver/nvidia/capabilities/gpu0/mig/gi1/access",
+    ...                 minor=12, mode=0o444)
+    >>> MigInstance(gi=1, ci=0, gi_cap=cap, ci_cap=cap).label
+    'GI 1 CI 0'
+    """
+
+    gi: int
+    ci: int
+    gi_cap: NvidiaCap
+    ci_cap: NvidiaCap
+    uuid: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``GI 1 CI 0``, as the plan text names the instance."""
+        return f"GI {self.gi} CI {self.ci}"
+
+
 class Gpu(FrozenModel):
     """A GPU: a display-class PCI function plus every function of its slot.
 
@@ -96,7 +134,8 @@ class Gpu(FrozenModel):
     ``/dev/dri`` nodes (``card1``, ``renderD129``), and ``bmc_display`` marks a server BMC's
     display controller (its remote console), which is never planned unless named by address.
     ``bar64_bytes`` are the sizes of its 64-bit prefetchable BARs, the ones a VM's UEFI places
-    above 4 GiB.
+    above 4 GiB. ``mig_instances`` are its MIG compute instances (empty: not in MIG mode, or no
+    instance made yet), by GPU instance then compute instance id.
     """
 
     address: str
@@ -123,6 +162,7 @@ class Gpu(FrozenModel):
     bmc_display: bool = False
     bar64_bytes: list[int] = Field(default_factory=list)
     mdev_types: list[MdevType] = Field(default_factory=list)
+    mig_instances: list[MigInstance] = Field(default_factory=list)
 
     @property
     def host_driver(self) -> str | None:
@@ -134,17 +174,6 @@ class Gpu(FrozenModel):
     def slot(self) -> str:
         """The address without its function number (``0000:81:00``)."""
         return self.address.rsplit(".", 1)[0]
-
-
-class NvidiaCap(FrozenModel):
-    """One NVIDIA capability (MIG's ``config`` and ``monitor`` rights, a MIG instance's
-    ``access``): the /proc file that describes it, and the minor and mode (``0o400``) that its
-    ``/dev/nvidia-caps/nvidia-capN`` node takes, as that file's ``DeviceFileMinor`` and
-    ``DeviceFileMode`` say (``nvidia-modprobe -f FILE`` makes the node from them)."""
-
-    proc_path: str
-    minor: int
-    mode: int
 
 
 class Inventory(FrozenModel):

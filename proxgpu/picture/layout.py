@@ -39,7 +39,12 @@ MIN_WIDTH = 720
 #: Room around a column drawn alone, for its border.
 EDGE = 2
 #: The badge of a GPU whose group has no guest yet.
-_NO_GUEST = {Role.HOST: "host", Role.VFIO: "vfio, no guest", Role.VGPU: "vGPU, no VM"}
+_NO_GUEST = {
+    Role.HOST: "host",
+    Role.VFIO: "vfio, no guest",
+    Role.VGPU: "vGPU, no VM",
+    Role.MIG: "MIG, no container",
+}
 
 
 @dataclass

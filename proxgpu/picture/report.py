@@ -26,7 +26,7 @@ from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import plan_inventory, shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy, TensorParallelAdvice
-from proxgpu.planning.wording import join, vgpu_list
+from proxgpu.planning.wording import join, mig_list, vgpu_list
 from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import ChangeSet, FileChange, unified_diff
@@ -196,6 +196,8 @@ def _group_sentence(group: PlanGroup) -> str:
         action = f"{'stays' if one else 'stay'} on {group.driver}"
     if group.vgpus:
         target = f"for vGPUs of {vgpu_list(group.vgpus)}"
+    elif group.mig:
+        target = f"for MIG instances of it: {mig_list(group.mig)}"
     elif group.guest is None:
         target = "for no guest yet"
     else:

@@ -94,6 +94,8 @@ def assignments(plan: Plan) -> dict[str, Assignment]:
         guest = ", ".join(g.label for g in group.guests) or None
         if group.vgpus:
             guest = "vGPU: " + ", ".join(f"VM {use.vmid}" for use in group.vgpus)
+        if group.mig:
+            guest = "MIG: " + ", ".join(f"CT {use.vmid}" for use in group.mig)
         for address in group.gpus:
             found[address] = Assignment(role=group.role, driver=group.driver, guest=guest)
     return found

@@ -38,9 +38,12 @@ from proxgpu.planning.checks import (
 )
 from proxgpu.planning.context import Context
 from proxgpu.planning.memory import check_memory_fit
+from proxgpu.planning.mig import mig_drift, plan_mig
 from proxgpu.planning.model import (
     GpuPlacement,
     GpuSetCheck,
+    MigSpec,
+    MigUse,
     Plan,
     PlanGroup,
     Problem,
@@ -49,6 +52,7 @@ from proxgpu.planning.model import (
     TensorParallelAdvice,
     VgpuUse,
     VmSpecs,
+    parse_lxc_mig_spec,
     parse_lxc_specs,
     parse_vm_spec,
     parse_vm_specs,
@@ -85,6 +89,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
         )
     ctx.raise_problems()
     roles, vgpus = plan_vgpus(ctx, assign_roles(ctx))
+    roles, mig = plan_mig(ctx, roles)
     ctx.raise_problems()
     container = kept_group_container(ctx, roles)
     if container is not None:
@@ -96,7 +101,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
             f"given: the host group is for CT {container} (name another with --lxc)"
         )
         return plan.model_copy(update={"warnings": [inferred, *plan.warnings]})
-    groups = build_groups(ctx, roles, vgpus)
+    groups = build_groups(ctx, roles, vgpus, mig)
     check_slots(ctx, roles)
     check_iommu_groups(ctx, roles)
     check_fabric(ctx, roles)
@@ -119,6 +124,8 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
 __all__ = [
     "GpuPlacement",
     "GpuSetCheck",
+    "MigSpec",
+    "MigUse",
     "Plan",
     "PlanGroup",
     "Problem",
@@ -128,6 +135,8 @@ __all__ = [
     "VgpuUse",
     "VmSpecs",
     "check_gpu_set",
+    "mig_drift",
+    "parse_lxc_mig_spec",
     "parse_lxc_specs",
     "parse_vm_spec",
     "parse_vm_specs",

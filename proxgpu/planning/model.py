@@ -30,10 +30,12 @@ class Role(StrEnum):
     ``HOST`` keeps the GPU on its host driver for the container; ``VFIO`` binds it to vfio-pci
     for a VM; ``VGPU`` keeps it on its host driver for VMs using mediated devices (``mdev=``) of
     it, which qemu-server creates through that driver (``prepare_pci_device`` in
-    PVE/QemuServer/PCI.pm), so it never moves and no container gets it.
+    PVE/QemuServer/PCI.pm), so it never moves and no container gets it. ``MIG`` keeps a GPU in
+    MIG mode on nvidia for containers that each get one of its MIG instances
+    (``--lxc 200:mig=0/1``): its node and that instance's capability nodes, nothing wider.
 
     >>> [(r.value, r.moves_to_vfio, r.serves) for r in Role]
-    [('host', False, 'lxc'), ('vfio', True, 'vm'), ('vgpu', False, 'vm')]
+    [('host', False, 'lxc'), ('vfio', True, 'vm'), ('vgpu', False, 'vm'), ('mig', False, 'lxc')]
     >>> Role.VGPU.action
     'stays on the host driver for vGPU VMs'
     """
@@ -41,6 +43,7 @@ class Role(StrEnum):
     HOST = "host"
     VFIO = "vfio"
     VGPU = "vgpu"
+    MIG = "mig"
 
     def __repr__(self) -> str:
         # Plans print as their JSON spells them ('host'), in doctests and error texts alike.
@@ -54,7 +57,7 @@ class Role(StrEnum):
     @property
     def serves(self) -> Literal["lxc", "vm"]:
         """The kind of guest the role's GPUs go to."""
-        return "lxc" if self is Role.HOST else "vm"
+        return "lxc" if self in (Role.HOST, Role.MIG) else "vm"
 
     @property
     def action(self) -> str:
@@ -66,6 +69,7 @@ _ACTIONS = {
     Role.HOST: "stays on the host driver",
     Role.VFIO: "goes to vfio-pci",
     Role.VGPU: "stays on the host driver for vGPU VMs",
+    Role.MIG: "stays on the host driver, its MIG instances for containers",
 }
 ProblemCode = Literal[
     "no-gpus",
@@ -90,6 +94,21 @@ VMID_MIN, VMID_MAX = 100, 999_999_999
 TP_SIZES = (1, 2, 4, 8)
 
 
+class MigSpec(FrozenModel):
+    """One container's MIG instance as ``--lxc VMID:mig=GPU/GI[/CI]`` asks for it: ``gpu`` as
+    written (a CUDA index or a PCI address), the GPU instance id ``gi`` and, when named, the
+    compute instance id ``ci`` (unnamed: the GPU instance's only one).
+
+    >>> MigSpec(vmid=200, gpu="0", gi=1).ci is None
+    True
+    """
+
+    vmid: int
+    gpu: str
+    gi: int
+    ci: int | None = None
+
+
 class SplitPolicy(FrozenModel):
     """What the user asked for: how to split and who receives the groups.
 
@@ -108,6 +127,9 @@ class SplitPolicy(FrozenModel):
     ``enable_iommu`` says the kernel command line change that turns the IOMMU on will be planned.
     ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
     :class:`~proxgpu.rendering.RenderOptions` ``mapping``); the planner checks it can be written.
+
+    ``lxc_mig`` are :class:`MigSpec`: each such container gets one MIG instance of a GPU in
+    MIG mode (``--lxc 200:mig=0/1``), and the GPU stays on nvidia.
 
     ``vgpus`` are ``(vmid, mdev type)``: each such VM gets a mediated device of that type on a
     GPU that offers one (``--vm 400:vgpu=nvidia-1155``), and the GPU stays on its host driver.
@@ -134,6 +156,7 @@ class SplitPolicy(FrozenModel):
     lxc_nodes: list[tuple[int, int, int | None]] = Field(default_factory=list)
     vms: list[tuple[int, int | None]] = Field(default_factory=list)
     vgpus: list[tuple[int, str]] = Field(default_factory=list)
+    lxc_mig: list[MigSpec] = Field(default_factory=list)
     enable_iommu: bool = False
     mapping: str | None = None
 
@@ -160,7 +183,12 @@ class SplitPolicy(FrozenModel):
         [202, 200, 203]
         """
         shared = [] if self.lxc is None else [self.lxc, *self.shared_lxc]
-        return shared + [vmid for vmid, _ in self.lxc_subsets] + [c[0] for c in self.lxc_nodes]
+        return (
+            shared
+            + [vmid for vmid, _ in self.lxc_subsets]
+            + [c[0] for c in self.lxc_nodes]
+            + [m.vmid for m in self.lxc_mig]
+        )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -197,6 +225,51 @@ class VgpuUse(FrozenModel):
     added: bool = False
 
 
+class MigUse(FrozenModel):
+    """The MIG instance a container gets of a GPU, as planned: its ids, the minors of its GPU
+    instance's and compute instance's capability nodes (what ``verify`` and apply compare with
+    the host's, since recreated instances may get other minors), and the MIG device's UUID
+    (``None``: unknown to inspection; ``nvidia-smi -L`` on the host prints it).
+
+    ``gpu_minor`` is the GPU's nvidia minor, the N of the instance's
+    ``/proc/driver/nvidia/capabilities/gpuN/`` files.
+
+    >>> use = MigUse(vmid=200, gpu_minor=0, gi=1, ci=0, gi_minor=12, ci_minor=13)
+    >>> use.cuda_visible_devices is None, use.cap_nodes
+    (True, ['/dev/nvidia-caps/nvidia-cap12', '/dev/nvidia-caps/nvidia-cap13'])
+    >>> use.proc_files[1]
+    '/proc/driver/nvidia/capabilities/gpu0/mig/gi1/ci0/access'
+    """
+
+    vmid: int
+    gpu_minor: int
+    gi: int
+    ci: int
+    gi_minor: int
+    ci_minor: int
+    uuid: str | None = None
+
+    @property
+    def cuda_visible_devices(self) -> str | None:
+        """The ``CUDA_VISIBLE_DEVICES`` value that selects the instance in the container
+        (``MIG-`` and the UUID), ``None`` while the UUID is unknown."""
+        if self.uuid is None:
+            return None
+        return self.uuid if self.uuid.startswith("MIG-") else f"MIG-{self.uuid}"
+
+    @property
+    def cap_nodes(self) -> list[str]:
+        """The instance's two capability nodes: its GPU instance's, then its compute
+        instance's."""
+        return [f"/dev/nvidia-caps/nvidia-cap{m}" for m in (self.gi_minor, self.ci_minor)]
+
+    @property
+    def proc_files(self) -> list[str]:
+        """The /proc files that describe the two capabilities, in the same order."""
+        gi = f"/proc/driver/nvidia/capabilities/gpu{self.gpu_minor}/mig/gi{self.gi}"
+        return [f"{gi}/access", f"{gi}/ci{self.ci}/access"]
+
+
 class Problem(FrozenModel):
     """One reason to refuse a plan: what is wrong and what to do about it.
 
@@ -217,7 +290,9 @@ class PlanGroup(FrozenModel):
     NUMA-local CPUs and memory: a container's ``cpuset.cpus``/``cpuset.mems``, a VM's
     ``affinity`` and ``hostnodes``. ``numa_node`` is ``None`` when the GPUs span nodes or their
     node is unknown; then the pinning covers every node they may sit on. A ``vgpu`` group (one
-    GPU) lists in ``vgpus`` the VMs using vGPUs of it, and those the plan gives one. The host
+    GPU) lists in ``vgpus`` the VMs using vGPUs of it, and those the plan gives one; a ``mig``
+    group (one GPU) in ``mig`` each container's instance of it, those containers being its
+    guests. The host
     group goes to ``guest`` and, when several containers share its GPUs, to those in
     ``shared_with`` too; :attr:`guests` lists them all.
 
@@ -236,6 +311,7 @@ class PlanGroup(FrozenModel):
     guest: GuestRef | None = None
     shared_with: list[GuestRef] = Field(default_factory=list)
     vgpus: list[VgpuUse] = Field(default_factory=list)
+    mig: list[MigUse] = Field(default_factory=list)
 
     @property
     def guests(self) -> list[GuestRef]:
@@ -361,26 +437,34 @@ def parse_vm_spec(spec: str) -> tuple[int, int | None]:
 
 class LxcSpecs(NamedTuple):
     """``--lxc`` values sorted into containers sharing the host group, containers with a
-    count of GPUs of their own, and containers bound to a NUMA node, as :class:`SplitPolicy`
-    takes them (``lxc`` is the first of ``shared``; ``on_nodes`` are its ``lxc_nodes``)."""
+    count of GPUs of their own, containers bound to a NUMA node and containers with a MIG
+    instance, as :class:`SplitPolicy` takes them (``lxc`` is the first of ``shared``;
+    ``on_nodes`` are its ``lxc_nodes``, ``mig`` its ``lxc_mig``)."""
 
     shared: list[int]
     subsets: list[tuple[int, int]]
     on_nodes: list[tuple[int, int, int | None]]
+    mig: list[MigSpec]
 
 
 def parse_lxc_specs(specs: list[str]) -> LxcSpecs:
     """``VMID`` (the container shares the host group) or ``VMID:N`` (N GPUs of the host group
     on one NUMA node, its own) for each container, either one ending in ``@NODE`` to take them
-    from that NUMA node (every host GPU of it without ``:N``).
+    from that NUMA node (every host GPU of it without ``:N``); or ``VMID:mig=GPU/GI[/CI]`` (one
+    MIG instance, see :func:`parse_lxc_mig_spec`).
 
     >>> parse_lxc_specs(["200", "201", "202:2", "203@1", "204:1@0"])
-    LxcSpecs(shared=[200, 201], subsets=[(202, 2)], on_nodes=[(203, 1, None), (204, 0, 1)])
+    LxcSpecs(shared=[200, 201], subsets=[(202, 2)], on_nodes=[(203, 1, None), (204, 0, 1)], mig=[])
+    >>> parse_lxc_specs(["205:mig=0/2"]).mig
+    [MigSpec(vmid=205, gpu='0', gi=2, ci=None)]
 
     :raises UsageError: for a spec that is none of them, or a count of 0.
     """
-    shared, subsets, on_nodes = [], [], []
+    shared, subsets, on_nodes, mig = [], [], [], []
     for spec in specs:
+        if str(spec).partition(":")[2].startswith("mig="):
+            mig.append(parse_lxc_mig_spec(str(spec)))
+            continue
         rest, node = split_lxc_node(str(spec))
         vmid, colon, count = rest.partition(":")
         if not vmid.isdigit() or not (not colon or (count.isdigit() and int(count) > 0)):
@@ -394,7 +478,7 @@ def parse_lxc_specs(specs: list[str]) -> LxcSpecs:
             subsets.append((int(vmid), int(count)))
         else:
             shared.append(int(vmid))
-    return LxcSpecs(shared, subsets, on_nodes)
+    return LxcSpecs(shared, subsets, on_nodes, mig)
 
 
 def split_lxc_node(spec: str) -> tuple[str, int | None]:
@@ -411,6 +495,28 @@ def split_lxc_node(spec: str) -> tuple[str, int | None]:
     if not node.isdigit():
         raise UsageError(f"container {spec!r}: expected a NUMA node number after @ (VMID@NODE)")
     return rest, int(node)
+
+
+def parse_lxc_mig_spec(spec: str) -> MigSpec:
+    """``VMID:mig=GPU/GI`` or ``VMID:mig=GPU/GI/CI``: the container gets that MIG instance of
+    GPU (a CUDA index, or a PCI address as ``--host-gpus`` takes it), GI and CI being the ids
+    ``nvidia-smi mig -lgi`` and ``-lci`` print (no CI: the GPU instance's only compute instance).
+
+    >>> parse_lxc_mig_spec("200:mig=0000:81:00.0/1/0")
+    MigSpec(vmid=200, gpu='0000:81:00.0', gi=1, ci=0)
+
+    :raises UsageError: for anything else.
+    """
+    vmid, _, rest = spec.partition(":")
+    gpu, *ids = rest.removeprefix("mig=").split("/")
+    if not (vmid.isdigit() and gpu and 1 <= len(ids) <= 2 and all(i.isdigit() for i in ids)):
+        raise UsageError(
+            f"container {spec!r}: expected VMID:mig=GPU/GI or VMID:mig=GPU/GI/CI (GPU a CUDA "
+            "index or PCI address, GI and CI the ids nvidia-smi mig -lgi and -lci print)"
+        )
+    return MigSpec(
+        vmid=int(vmid), gpu=gpu, gi=int(ids[0]), ci=int(ids[1]) if len(ids) == 2 else None
+    )
 
 
 class VmSpecs(NamedTuple):

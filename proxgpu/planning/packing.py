@@ -10,12 +10,15 @@ from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
-from proxgpu.planning.model import PlanGroup, Role, VgpuUse
+from proxgpu.planning.model import MigUse, PlanGroup, Role, SplitPolicy, VgpuUse
 from proxgpu.pve.claims import GuestRef
 
 
 def build_groups(
-    ctx: Context, roles: dict[str, Role], vgpus: dict[str, list[VgpuUse]]
+    ctx: Context,
+    roles: dict[str, Role],
+    vgpus: dict[str, list[VgpuUse]],
+    mig: dict[str, list[MigUse]],
 ) -> list[PlanGroup]:
     by_role: dict[Role, list[Gpu]] = defaultdict(list)
     for gpu in ctx.index.gpus:
@@ -23,8 +26,8 @@ def build_groups(
     groups: list[PlanGroup] = []
     if by_role[Role.HOST]:
         groups.extend(_host_groups(ctx, by_role[Role.HOST]))
-    elif ctx.policy.containers:
-        containers = [GuestRef(type=Role.HOST.serves, vmid=v) for v in ctx.policy.containers]
+    elif _host_containers(ctx.policy):
+        containers = [GuestRef(type=Role.HOST.serves, vmid=v) for v in _host_containers(ctx.policy)]
         ctx.problem(
             "no-fit",
             f"{wording.join(c.label for c in containers)} should receive the host group, but no "
@@ -37,9 +40,22 @@ def build_groups(
         )
         for gpu in by_role[Role.VGPU]
     )
+    groups.extend(_mig_group(ctx, gpu, mig[gpu.address]) for gpu in by_role[Role.MIG])
     vfio = by_role[Role.VFIO]
     groups.extend(_make_group(ctx, Role.VFIO, gpus, vm) for vm, gpus in _vfio_units(ctx, vfio))
     return groups
+
+
+def _host_containers(policy: SplitPolicy) -> list[int]:
+    """The containers that get whole GPUs of the host group (not a MIG instance)."""
+    return [vmid for vmid in policy.containers if vmid not in {m.vmid for m in policy.lxc_mig}]
+
+
+def _mig_group(ctx: Context, gpu: Gpu, uses: list[MigUse]) -> PlanGroup:
+    """One MIG GPU's group: its containers, each with its own instance, are its guests."""
+    guests = [GuestRef(type=Role.MIG.serves, vmid=use.vmid) for use in uses]
+    group = _make_group(ctx, Role.MIG, [gpu], guests[0])
+    return group.model_copy(update={"shared_with": guests[1:], "mig": uses})
 
 
 def _host_groups(ctx: Context, kept: list[Gpu]) -> list[PlanGroup]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from proxgpu.inspection.inventory import Gpu
-from proxgpu.planning.model import PlanGroup, Role, VgpuUse
+from proxgpu.planning.model import MigUse, PlanGroup, Role, VgpuUse
 from proxgpu.pve.claims import DeviceClaim
 
 
@@ -54,3 +54,8 @@ def node_order(node: int | None) -> tuple[bool, int]:
 def vgpu_list(uses: list[VgpuUse]) -> str:
     """``VM 310 (nvidia-1155), VM 400 (nvidia-1155, added)``: which VMs use vGPUs of a GPU."""
     return ", ".join(f"VM {u.vmid} ({u.mdev_type}{', added' if u.added else ''})" for u in uses)
+
+
+def mig_list(uses: list[MigUse]) -> str:
+    """``CT 200 (GI 2 CI 0), CT 201 (GI 9 CI 0)``: which containers get which MIG instance."""
+    return ", ".join(f"CT {u.vmid} (GI {u.gi} CI {u.ci})" for u in uses)

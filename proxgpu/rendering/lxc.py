@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import RenderError
-from proxgpu.inspection.inventory import Gpu, Inventory
-from proxgpu.planning.model import PlanGroup
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.planning.model import MigUse, PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
 from proxgpu.pve.config import GuestConfig, format_property_string, parse_property_string
 from proxgpu.pve.versions import dev_entries
@@ -72,7 +72,7 @@ def _probe_order(addresses: list[str], minors: dict[str, int | None]) -> list[st
     return sorted(addresses, key=lambda a: (minors[a], a))
 
 
-def _control_nodes(ctx: RenderContext, vmid: int) -> list[DeviceNode]:
+def _control_nodes(ctx: RenderContext, vmid: int, *, with_caps: bool = True) -> list[DeviceNode]:
     uvm = ctx.inventory.char_majors.get("nvidia-uvm")
     nodes = [
         DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
@@ -83,7 +83,7 @@ def _control_nodes(ctx: RenderContext, vmid: int) -> list[DeviceNode]:
     present = set(ctx.inventory.device_nodes)
     if not present:
         return nodes  # the capture did not look at /dev: offer them all
-    nodes += _capability_nodes(ctx, present, vmid)
+    nodes += _capability_nodes(ctx, present, vmid) if with_caps else []
     present |= _MADE_AT_BOOT if ctx.options.nvidia_nodes_unit else set()
     missing = [n.path for n in nodes if n.path not in present]
     if missing:
@@ -124,33 +124,70 @@ def _cap_minor(path: str) -> int:
     return int(match[1]) if match else -1
 
 
-def _every_containers_nvidia_nodes(ctx: RenderContext, own: list[str]) -> list[str]:
-    """The nvidia nodes of every container the plan gives GPUs, from ``own`` (one container's):
-    the one unit makes them all (containers with GPUs of their own, ``--lxc 200:2``, each need
-    theirs), listed alike from each container so that each renders the same unit."""
-    gpus = [
-        gpu
+def _every_containers_nvidia_nodes(ctx: RenderContext) -> list[str]:
+    """The nvidia nodes of every container the plan gives GPUs or MIG instances: the one unit
+    makes them all (containers with GPUs or an instance of their own each need theirs), listed
+    alike from each container so that each renders the same unit: GPU nodes first."""
+    quiet = replace(ctx, warnings=[])  # each container's own render says its warnings
+    paths = [
+        node.path
         for group in ctx.plan.groups
-        if group.guest is not None and group.guest.type == "lxc"
-        for gpu in map(ctx.inventory.gpu, group.gpus)
-        if gpu.host_driver == "nvidia"
+        for guest in group.guests
+        if guest.type == "lxc"
+        for node in _device_nodes(quiet, group, guest.vmid)
+        if node.path.startswith("/dev/nvidia")
     ]
-    minors = _nvidia_minors(ctx) if gpus else {}
-    gpu_nodes = list(dict.fromkeys(f"/dev/nvidia{minors[gpu.address]}" for gpu in gpus))
-    return gpu_nodes + [path for path in own if not re.fullmatch(r"/dev/nvidia\d+", path)]
+    unique = list(dict.fromkeys(paths))
+    gpu_nodes = [path for path in unique if re.fullmatch(r"/dev/nvidia\d+", path)]
+    return gpu_nodes + [path for path in unique if path not in gpu_nodes]
 
 
-def _device_nodes(ctx: RenderContext, gpus: list[Gpu], vmid: int) -> list[DeviceNode]:
+def _device_nodes(ctx: RenderContext, group: PlanGroup, vmid: int) -> list[DeviceNode]:
+    """The nodes container ``vmid`` gets of ``group``: its GPUs' and the control nodes; of a
+    MIG group its instance's capability nodes instead of every capability the host has."""
+    gpus = [ctx.inventory.gpu(a) for a in group.gpus]
     nvidia = [g for g in gpus if g.host_driver == "nvidia"]
     minors = _nvidia_minors(ctx) if nvidia else {}
     nodes = [
         DeviceNode(f"/dev/nvidia{minors[g.address]}", NVIDIA_MAJOR, minors[g.address])
         for g in nvidia
     ]
+    use = next((use for use in group.mig if use.vmid == vmid), None)
     if nvidia:
-        nodes += _control_nodes(ctx, vmid)
+        nodes += _control_nodes(ctx, vmid, with_caps=use is None)
+    if use is not None:
+        nodes += _mig_nodes(ctx, use, vmid)
     others = [gpu for gpu in gpus if gpu not in nvidia]
     return nodes + (dri_nodes(ctx, others) if others else [])
+
+
+def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
+    """The two capability nodes of a MIG instance (its GPU instance's and compute instance's
+    ``access``: what CUDA opens to run on it); never ``mig/config`` or ``mig/monitor``, which no
+    CUDA program needs (``nvidia-smi`` then lists no MIG device, but CUDA runs)."""
+    major = ctx.inventory.char_majors.get("nvidia-caps")
+    paths = use.cap_nodes
+    ctx.warnings.append(
+        f"CT {vmid}: MIG GI {use.gi} CI {use.ci} ({', '.join(paths)}) exists only while the "
+        "instance does: make it again before the guests start at boot (nvidia-smi mig -cgi ... "
+        "-C), or the container will not start"
+    )
+    gpu = next(g for g in ctx.inventory.gpus if g.nvidia_minor == use.gpu_minor)
+    if _nvidia_minors(ctx).get(gpu.address, use.gpu_minor) != use.gpu_minor:
+        # The driver names the instance's /proc files and minors after the GPU's own minor.
+        ctx.warnings.append(
+            f"CT {vmid}: {gpu.address} gets another nvidia minor at the next boot, and its MIG "
+            "instances other capability minors with it: plan again after the reboot"
+        )
+    present = set(ctx.inventory.device_nodes)
+    missing = [p for p in paths if present and p not in present]
+    if missing and not ctx.options.nvidia_nodes_unit:
+        ctx.warnings.append(
+            f"CT {vmid}: {', '.join(missing)} missing on the host: make them before it starts "
+            "(nvidia-modprobe -f /proc/driver/nvidia/capabilities/gpuN/mig/giG/ciC/access)"
+        )
+    minors = (use.gi_minor, use.ci_minor)
+    return [DeviceNode(path, major, minor) for path, minor in zip(paths, minors, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -234,16 +271,15 @@ def _lxc_entries(
 
 def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> None:
     config = guest_config_of(ctx, path, "container")
-    gpus = [ctx.inventory.gpu(a) for a in group.gpus]
     group = _local_pinning(ctx, group, vmid)
     dev_mode = dev_entries(ctx.inventory.pve_container_version, ctx.inventory.pve_version)
-    nodes = _device_nodes(ctx, gpus, vmid)
+    nodes = _device_nodes(ctx, group, vmid)
     nvidia = [node.path for node in nodes if node.path.startswith("/dev/nvidia")]
     unit = ctx.options.nvidia_nodes_unit
     include = NODES_INCLUDE if unit and nvidia and not dev_mode else None
     wanted = _lxc_entries(ctx, group, nodes, dev_mode, include)
     if unit:
-        render_nodes_unit(ctx, _every_containers_nvidia_nodes(ctx, nvidia), include)
+        render_nodes_unit(ctx, _every_containers_nvidia_nodes(ctx), include)
     managed = _Managed.of(ctx.inventory)
     modes = {p: cap.mode for p in nvidia if (cap := capability(ctx.inventory, p))}
     modes |= _driver_modes(ctx, [p for p in nvidia if p not in modes], vmid)

@@ -24,7 +24,7 @@ from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.paths import guest_config
 from proxgpu.pipeline import split_host
-from proxgpu.planning import SplitPolicy, plan_split
+from proxgpu.planning import MigSpec, SplitPolicy, plan_split
 from proxgpu.rendering import RenderOptions, render
 from tests.support.pvevalidate import (
     REPO,
@@ -58,6 +58,15 @@ EXAMPLE_SPLITS: dict[str, list[tuple[SplitPolicy, RenderOptions]]] = {
     "shared-iommu-group": [(SplitPolicy(), RenderOptions())],
     "h200-vm": [(SplitPolicy(host_gpus=["0000:00:06.0"]), RenderOptions())],
     "vgpu": [(SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1155")]), RenderOptions())],
+    "mig": [
+        (
+            SplitPolicy(
+                lxc_mig=[MigSpec(vmid=200, gpu="0", gi=2), MigSpec(vmid=201, gpu="0", gi=9)],
+                vms=[(300, None)],
+            ),
+            RenderOptions(),
+        )
+    ],
 }
 CASES = [
     pytest.param(host, policy, options, id=f"{host}-{i}")

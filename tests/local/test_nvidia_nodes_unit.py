@@ -410,3 +410,55 @@ def test_rollback_removes_what_an_apply_wrote(tmp_path: Path) -> None:
     assert not any(f.exists() for f in files)
     for dropin in (GUESTS_DROPIN, HA_DROPIN):
         assert not (root / dropin.lstrip("/")).parent.exists(), "drop-in directories made go too"
+
+
+# --- MIG instances -------------------------------------------------------------------------------
+
+MIG_TWO = SplitPolicy.model_validate(
+    {"lxc_mig": [{"vmid": 200, "gpu": "0", "gi": 2}, {"vmid": 201, "gpu": "0", "gi": 3, "ci": 1}]}
+)
+
+
+def mig_boot_root(tmp_path: Path) -> Path:
+    """A boot of the ``mig`` example host: its /proc/devices and NVIDIA /proc files (the MIG
+    instances made again before the unit runs), an empty /dev, no nvidia-modprobe."""
+    root = boot_root(tmp_path, nvidia_modprobe=False)
+    shutil.copy(EXAMPLES / "mig/proc/devices", root / "proc/devices")
+    shutil.rmtree(root / "proc/driver/nvidia/capabilities")
+    shutil.copytree(
+        EXAMPLES / "mig/proc/driver/nvidia/capabilities", root / "proc/driver/nvidia/capabilities"
+    )
+    return root
+
+
+def test_the_script_makes_each_containers_mig_instance_nodes_with_nvidias_modes(
+    tmp_path: Path,
+) -> None:
+    inventory = inspect(DirectoryHost(str(EXAMPLES / "mig")))
+    changes = rendered(MIG_TWO, inventory)
+    root = mig_boot_root(tmp_path)
+    result = run_script(changes, root)
+    assert result.returncode == 0, result.stderr
+    caps = {path: numbers for path, numbers in made(root).items() if "nvidia-caps" in path}
+    # 508: nvidia-caps' major in that boot's /proc/devices; 0444 from each access file.
+    assert caps == {
+        "/dev/nvidia-caps/nvidia-cap21": (508, 21, 0o444),
+        "/dev/nvidia-caps/nvidia-cap22": (508, 22, 0o444),
+        "/dev/nvidia-caps/nvidia-cap30": (508, 30, 0o444),
+        "/dev/nvidia-caps/nvidia-cap32": (508, 32, 0o444),
+    }
+    assert {"/dev/nvidia0", "/dev/nvidiactl"} <= set(made(root))
+
+
+def test_the_script_fails_naming_an_instance_not_made_again_at_boot(tmp_path: Path) -> None:
+    inventory = inspect(DirectoryHost(str(EXAMPLES / "mig")))
+    changes = rendered(MIG_TWO, inventory)
+    root = mig_boot_root(tmp_path)
+    shutil.rmtree(root / "proc/driver/nvidia/capabilities/gpu0/mig/gi3")
+    result = run_script(changes, root)
+    assert result.returncode == 1
+    assert (
+        f"{root}/proc/driver/nvidia/capabilities/gpu0/mig/gi3/ci1/access is missing: a MIG "
+        "instance's capability exists only while it does"
+    ) in result.stderr
+    assert f"{root}/dev/nvidia-caps/nvidia-cap32 is missing" in result.stderr

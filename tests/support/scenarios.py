@@ -32,6 +32,17 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "single-socket-by-address": ("single-socket", {"vfio_gpus": ["0000:0b:00.0"], "lxc": 101}, {}),
     "shared-group": ("shared-iommu-group", {}, {}),
     "vgpu-add": ("vgpu", {"lxc": 200, "vgpus": [(400, "nvidia-1155")]}, {}),
+    "mig-two-containers": (
+        "mig",
+        {
+            "lxc_mig": [
+                {"vmid": 200, "gpu": "0", "gi": 2},
+                {"vmid": 201, "gpu": "0000:18:00.0", "gi": 3, "ci": 1},
+            ],
+            "vms": [(300, None)],
+        },
+        {},
+    ),
 }
 
 

@@ -39,6 +39,7 @@ def test_ct200_default_split_matches_the_json_contract() -> None:
         "guest": {"type": "lxc", "vmid": 200},
         "shared_with": [],
         "vgpus": [],
+        "mig": [],
     }  # fmt: skip
     assert vfio["role"] == "vfio"
     assert vfio["numa_node"] == 1

@@ -25,9 +25,10 @@ options:
     type: str
   lxc:
     description: >-
-      Containers that get the GPUs kept on the host driver, as VMID (they share them) or
+      Containers that get the GPUs kept on the host driver, as VMID (they share them),
       VMID:N (N GPUs of their own on one NUMA node), either one with @NODE to take them from
-      that NUMA node, pinned to it (VMID@NODE: every GPU the node keeps).
+      that NUMA node, pinned to it (VMID@NODE: every GPU the node keeps), or
+      VMID:mig=GPU/GI[/CI] (one MIG instance of GPU, a CUDA index or PCI address).
     type: list
     elements: raw
   vms:

@@ -1,0 +1,277 @@
+"""MIG instances for containers: the ``mig`` example host (4 H200, GPU 0 at 0000:18:00.0 in MIG
+mode with compute instances 2/0, 3/0, 3/1 and 9/0), inspected from its tree; every container
+config written is checked by Proxmox's own parser (pve-check), and apply and verify run on a
+copy of the tree."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from proxgpu.apply.transaction import apply_changes
+from proxgpu.apply.verify import verify
+from proxgpu.cli import main
+from proxgpu.errors import PlanRefusedError, PreflightError
+from proxgpu.host.local import DirectoryHost
+from proxgpu.inspection import inspect
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.picture import assignments, inventory_svg, render_report
+from proxgpu.picture.layout import svg_id
+from proxgpu.picture.report import plan_report
+from proxgpu.pipeline import load_plan, save_plan
+from proxgpu.planning import MigSpec, MigUse, Role, SplitPolicy, plan_split
+from proxgpu.rendering import render
+from tests.support.pvevalidate import assert_all_ok, validate_tree, write_tree
+from tests.support.trees import EXAMPLES, copy_example
+
+ROOT = EXAMPLES / "mig"
+CT_200, CT_201 = "/etc/pve/lxc/200.conf", "/etc/pve/lxc/201.conf"
+CAPS = "proc/driver/nvidia/capabilities/gpu0/mig"
+TWO = SplitPolicy(lxc_mig=[MigSpec(vmid=200, gpu="0", gi=2), MigSpec(vmid=201, gpu="0", gi=9)])
+
+
+@cache
+def mig_host() -> Inventory:
+    return inspect(DirectoryHost(str(ROOT)))
+
+
+def dev_entries(text: str | None) -> list[str]:
+    assert text is not None
+    return re.findall(r"^dev\d+: (.*)$", text, re.M)
+
+
+def test_inspection_reads_each_compute_instance_with_its_gpu_instance() -> None:
+    gpu = mig_host().gpu("0000:18:00.0")
+    found = [(i.gi, i.ci, i.gi_cap.minor, i.ci_cap.minor, i.ci_cap.mode) for i in gpu.mig_instances]
+    assert found == [
+        (2, 0, 21, 22, 0o444),
+        (3, 0, 30, 31, 0o444),
+        (3, 1, 30, 32, 0o444),
+        (9, 0, 84, 85, 0o444),
+    ]
+    assert mig_host().gpu("0000:2a:00.0").mig_instances == []
+    assert mig_host().char_majors["nvidia-caps"] == 508
+
+
+def test_two_containers_each_get_exactly_their_instance_and_the_gpu_stays_on_nvidia(
+    tmp_path: Path,
+) -> None:
+    plan = plan_split(mig_host(), TWO)
+    (group,) = [g for g in plan.groups if g.role is Role.MIG]
+    assert (group.gpus, group.driver, [g.vmid for g in group.guests]) == (
+        ["0000:18:00.0"],
+        "nvidia",
+        [200, 201],
+    )
+    assert group.mig == [
+        MigUse(vmid=200, gpu_minor=0, gi=2, ci=0, gi_minor=21, ci_minor=22),
+        MigUse(vmid=201, gpu_minor=0, gi=9, ci=0, gi_minor=84, ci_minor=85),
+    ]
+    assert all("0000:18:00.0" not in g.gpus for g in plan.groups if g.role.moves_to_vfio)
+    files = {f.path: f.after for f in render(mig_host(), plan).files}
+    common = [
+        "/dev/nvidia0,mode=0666",
+        "/dev/nvidiactl,mode=0666",
+        "/dev/nvidia-uvm,mode=0666",
+        "/dev/nvidia-uvm-tools,mode=0666",
+    ]
+    # NVIDIA's 0444 for the access rights; never mig/config (cap1) or mig/monitor (cap2).
+    assert dev_entries(files[CT_200]) == [
+        *common,
+        "/dev/nvidia-caps/nvidia-cap21,mode=0444",
+        "/dev/nvidia-caps/nvidia-cap22,mode=0444",
+    ]
+    assert dev_entries(files[CT_201])[-2:] == [
+        "/dev/nvidia-caps/nvidia-cap84,mode=0444",
+        "/dev/nvidia-caps/nvidia-cap85,mode=0444",
+    ]
+    configs: dict[str, str | None] = {CT_200: files[CT_200], CT_201: files[CT_201]}
+    assert_all_ok(validate_tree(write_tree(tmp_path / "host", configs), "mig"))
+
+
+def test_the_boot_unit_makes_both_containers_capability_nodes_from_their_proc_files() -> None:
+    files = {f.path: f.after for f in render(mig_host(), plan_split(mig_host(), TWO)).files}
+    script = files["/usr/local/sbin/proxgpu-nvidia-nodes"]
+    assert script is not None
+    steps = [line for line in script.splitlines() if line.startswith("cap ")]
+    assert steps == [
+        "cap driver/nvidia/capabilities/gpu0/mig/gi2/access",
+        "cap driver/nvidia/capabilities/gpu0/mig/gi2/ci0/access",
+        "cap driver/nvidia/capabilities/gpu0/mig/gi9/access",
+        "cap driver/nvidia/capabilities/gpu0/mig/gi9/ci0/access",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "what", "fix"),
+    [
+        (
+            MigSpec(vmid=200, gpu="0", gi=3),
+            "CT 200: 0000:18:00.0 GPU instance 3 holds 2 compute instances",
+            "name one as 0/3/CI: GI 3 CI 0 and GI 3 CI 1",
+        ),
+        (
+            MigSpec(vmid=200, gpu="0", gi=4),
+            "CT 200: 0000:18:00.0 has no GPU instance 4",
+            "name one it has: GI 2, 3 and 9",
+        ),
+        (
+            MigSpec(vmid=200, gpu="0", gi=9, ci=1),
+            "CT 200: 0000:18:00.0 has no compute instance 1 in GPU instance 9",
+            "name one it has: GI 9 CI 0",
+        ),
+        (
+            MigSpec(vmid=200, gpu="2a:00.0", gi=1),
+            "CT 200: 0000:2a:00.0 has no MIG instance (MIG mode off, or no instance made)",
+            None,
+        ),
+        (
+            MigSpec(vmid=200, gpu="4", gi=1),
+            "CT 200: --lxc 200:mig=4/...: CUDA numbers 4 GPU(s) on nvidia here, from 0",
+            "name the GPU by its index in nvidia-smi -L or by its PCI address",
+        ),
+    ],
+)
+def test_an_instance_the_host_does_not_have_is_refused_with_what_it_has(
+    spec: MigSpec, what: str, fix: str | None
+) -> None:
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(mig_host(), SplitPolicy(lxc_mig=[spec]))
+    (problem,) = caught.value.problems
+    assert problem.what == what
+    assert fix is None or problem.fix == fix
+
+
+def test_one_instance_for_two_containers_or_a_mig_gpu_for_vfio_is_refused() -> None:
+    twice = [MigSpec(vmid=200, gpu="0", gi=2), MigSpec(vmid=201, gpu="0000:18:00.0", gi=2, ci=0)]
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(mig_host(), SplitPolicy(lxc_mig=twice))
+    assert [p.what for p in caught.value.problems] == [
+        "CT 201: 0000:18:00.0 GI 2 CI 0 goes to CT 200 already"
+    ]
+    policy = SplitPolicy(lxc_mig=twice[:1], vfio_gpus=["18:00.0"])
+    with pytest.raises(PlanRefusedError) as caught:
+        plan_split(mig_host(), policy)
+    assert [p.what for p in caught.value.problems] == [
+        "CT 200: 0000:18:00.0 is named in --vfio-gpus"
+    ]
+
+
+def test_a_container_with_an_instance_and_one_with_the_other_kept_gpu_coexist() -> None:
+    policy = SplitPolicy(lxc=202, lxc_mig=[MigSpec(vmid=200, gpu="0", gi=2)])
+    inventory = mig_host().model_copy(
+        update={
+            "guest_configs": {**mig_host().guest_configs, "/etc/pve/lxc/202.conf": "arch: amd64\n"}
+        }
+    )
+    plan = plan_split(inventory, policy)
+    roles = {(g.role, tuple(g.gpus), tuple(x.vmid for x in g.guests)) for g in plan.groups}
+    assert (Role.HOST, ("0000:2a:00.0",), (202,)) in roles
+    assert (Role.MIG, ("0000:18:00.0",), (200,)) in roles
+
+
+def test_the_cli_plan_prints_each_instance_and_how_to_select_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [
+        "plan",
+        "--root",
+        str(ROOT),
+        "--lxc",
+        "200:mig=0/2",
+        "--lxc",
+        "201:mig=0000:18:00.0/3/1",
+    ]
+    assert main([*argv, "--vm", "300"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "(stays on the host driver, its MIG instances for containers), for LXC 200, LXC 201" in out
+    )
+    assert "    CT 200: MIG GI 2 CI 0 (nvidia-cap21, nvidia-cap22)\n" in out
+    assert "    CT 201: MIG GI 3 CI 1 (nvidia-cap30, nvidia-cap32)\n" in out
+    assert (
+        "CUDA_VISIBLE_DEVICES=MIG-<UUID>; the UUID is unknown to inspection: nvidia-smi -L" in out
+    )
+    assert main([*argv, "--json"]) == 0
+    (group,) = [g for g in json.loads(capsys.readouterr().out)["groups"] if g["role"] == "mig"]
+    assert [(u["vmid"], u["gi"], u["ci"], u["uuid"]) for u in group["mig"]] == [
+        (200, 2, 0, None),
+        (201, 3, 1, None),
+    ]
+
+
+def test_apply_of_a_saved_plan_refuses_once_the_instance_is_gone(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, "mig")
+    host = DirectoryHost(str(root))
+    inventory = inspect(host)
+    plan = plan_split(inventory, TWO)
+    path = str(tmp_path / "plan.json")
+    save_plan(path, host.name, plan, render(inventory, plan), key=b"k" * 32)
+    # The admin destroys GPU instance 9 (nvidia-smi mig -dci -gi 9; -dgi -gi 9).
+    for proc in (root / CAPS / "gi9/ci0/access", root / CAPS / "gi9/access"):
+        proc.unlink()
+    saved = load_plan(path, key=b"k" * 32)
+    with pytest.raises(PreflightError) as caught:
+        apply_changes(host, saved.changes, plan=saved.plan)
+    assert "MIG GI 9 CI 0 of GPU 0 (CT 201) is gone" in str(caught.value)
+    assert (root / CT_201.lstrip("/")).read_text() == inventory.guest_configs[CT_201]
+
+
+def test_apply_refuses_an_instance_made_again_with_other_minors(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, "mig")
+    host = DirectoryHost(str(root))
+    inventory = inspect(host)
+    plan = plan_split(inventory, TWO)
+    (root / CAPS / "gi2/ci0/access").write_text(
+        "DeviceFileMinor: 23\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+    )
+    with pytest.raises(PreflightError, match="has capability minors 21,23, the plan 21,22"):
+        apply_changes(host, render(inventory, plan), plan=plan)
+
+
+def test_verify_reports_an_instance_gone_since_the_apply(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, "mig")
+    host = DirectoryHost(str(root))
+    plan = plan_split(inspect(host), TWO)
+    assert [line for line in verify(host, plan).drift if "MIG" in line or "GI" in line] == []
+    (root / CAPS / "gi2/ci0/access").unlink()
+    drift = verify(host, plan).drift
+    assert "0000:18:00.0 GI 2 CI 0 (CT 200): gone from the host; make it again" in drift[0]
+
+
+def test_the_picture_colours_the_mig_gpu_and_badges_its_containers() -> None:
+    plan = plan_split(mig_host(), TWO)
+    root = ET.fromstring(inventory_svg(mig_host(), assignments(plan)))
+    boxes = {e.attrib.get("id"): e.attrib.get("class") for e in root.iter() if "id" in e.attrib}
+    assert boxes[svg_id("gpu", "0000:18:00.0")] == "pg-gpu-mig"
+    texts = ["".join(e.itertext()) for e in root.iter() if e.tag.endswith("text")]
+    assert "MIG: CT 200, CT 201" in texts
+
+
+def test_the_report_says_which_container_has_which_instance() -> None:
+    html = render_report([plan_report(mig_host(), TWO)])
+    assert "for MIG instances of it: CT 200 (GI 2 CI 0), CT 201 (GI 9 CI 0)" in html
+
+
+def test_a_mig_gpu_the_next_boot_numbers_anew_is_said_to_need_a_new_plan() -> None:
+    # As if 0000:ab:00.0 (nvidia3) were the MIG GPU: 0000:9a:00.0 goes to vfio-pci, and at the
+    # next boot nvidia numbers 0000:ab:00.0 2, which renames its instances' files and minors.
+    inventory = mig_host()
+    instances = inventory.gpu("0000:18:00.0").mig_instances
+    gpus = [
+        g.model_copy(update={"mig_instances": instances if g.address == "0000:ab:00.0" else []})
+        for g in inventory.gpus
+    ]
+    moved = inventory.model_copy(update={"gpus": gpus})
+    plan = plan_split(moved, SplitPolicy(lxc_mig=[MigSpec(vmid=200, gpu="ab:00.0", gi=2)]))
+    warnings = render(moved, plan).warnings
+    assert (
+        "CT 200: 0000:ab:00.0 gets another nvidia minor at the next boot, and its MIG instances "
+        "other capability minors with it: plan again after the reboot"
+    ) in warnings
+    assert not [w for w in render(mig_host(), plan_split(mig_host(), TWO)).warnings if "minor" in w]
