@@ -112,7 +112,7 @@ def _free(
     if gpu.address in named_vfio:
         what, fix = "is named in --vfio-gpus", "leave it out of --vfio-gpus"
     elif roles.get(gpu.address) is Role.VGPU:
-        what, fix = "serves vGPU VMs", "give the container a MIG instance of another GPU"
+        what, fix = "serves vGPU VMs", f"give CT {spec.vmid} a MIG instance of another GPU"
     elif taken is not None:
         what = f"GI {taken.gi} CI {taken.ci} goes to CT {taken.vmid} already"
         fix = "give each container an instance of its own (nvidia-smi mig -lci lists them)"

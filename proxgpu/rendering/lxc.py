@@ -170,7 +170,7 @@ def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
     ctx.warnings.append(
         f"CT {vmid}: MIG GI {use.gi} CI {use.ci} ({', '.join(paths)}) exists only while the "
         "instance does: make it again before the guests start at boot (nvidia-smi mig -cgi ... "
-        "-C), or the container will not start"
+        f"-C), or CT {vmid} will not start"
     )
     gpu = next(g for g in ctx.inventory.gpus if g.nvidia_minor == use.gpu_minor)
     if _nvidia_minors(ctx).get(gpu.address, use.gpu_minor) != use.gpu_minor:
