@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests.kmod.builds import ENV, MANIFEST, TOOLS, Release, cache_dir, load_manifest, missing
+from tests.support.pinned import last_line
 
 #: Seconds the download may take (a tarball is about 250 KB), and one build step.
 DOWNLOAD_TIMEOUT = 120
@@ -56,11 +57,6 @@ class BuildError(Exception):
     """A release could not be built; the message is one line naming it and what to do."""
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"
-
-
 def _run(command: list[str], cwd: Path, release: Release) -> None:
     program = shutil.which(command[0])
     if program is None:
@@ -80,7 +76,7 @@ def _run(command: list[str], cwd: Path, release: Release) -> None:
     except subprocess.TimeoutExpired as timeout:
         raise BuildError(f"{release}: {command[0]} took over {STEP_TIMEOUT} s") from timeout
     if result.returncode != 0:
-        said = _last_line(result.stderr or result.stdout)
+        said = last_line(result.stderr or result.stdout)
         raise BuildError(f"{release}: {' '.join(command)} failed in {cwd}: {said}")
 
 

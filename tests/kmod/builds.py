@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.pinned import cache_dir as cache_in
+
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "versions.toml"
 ENV = "PROXGPU_KMOD_BUILDS"
@@ -57,8 +59,7 @@ def cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
     >>> cache_dir({"XDG_CACHE_HOME": "/var/cache/me"})
     PosixPath('/var/cache/me/proxgpu/kmod')
     """
-    base = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME", "~")) / ".cache")
-    return Path(base).expanduser() / "proxgpu" / "kmod"
+    return cache_in("kmod", environ)
 
 
 def bin_dir(directory: Path, release: Release) -> Path:

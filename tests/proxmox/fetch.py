@@ -32,6 +32,7 @@ from tests.proxmox.sources import (
     load_manifest,
     problems,
 )
+from tests.support.pinned import last_line
 
 #: Seconds one git command may take: a repository at depth 1 is a few MB.
 GIT_TIMEOUT = 300
@@ -64,11 +65,6 @@ def _git(arguments: list[str], *, cwd: Path) -> subprocess.CompletedProcess[str]
         raise FetchError(f"git {arguments[0]} took over {GIT_TIMEOUT} s in {cwd}") from timeout
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"
-
-
 def _fetch_commit(repository: Repository, git_dir: Path) -> None:
     """Fetch the pinned commit into ``git_dir`` from the server, else the mirror."""
     _git(["init", "-q", str(git_dir)], cwd=git_dir.parent)
@@ -79,7 +75,7 @@ def _fetch_commit(repository: Repository, git_dir: Path) -> None:
         )
         if result.returncode == 0:
             return
-        failures.append(f"{url}: {_last_line(result.stderr)}")
+        failures.append(f"{url}: {last_line(result.stderr)}")
     raise FetchError(
         f"cannot fetch {repository.name} at {repository.commit} ({'; '.join(failures)}): "
         f"check the network, or set {ENV}=DIR to an offline copy"
@@ -96,7 +92,7 @@ def _export(repository: Repository, git_dir: Path, tree: Path) -> None:
     if result.returncode != 0:
         raise FetchError(
             f"{repository.name} at {repository.commit} lacks a path of {MANIFEST.name} "
-            f"({_last_line(result.stderr)}): correct its paths"
+            f"({last_line(result.stderr)}): correct its paths"
         )
     (tree / "COMMIT").write_text(repository.commit + "\n")
 

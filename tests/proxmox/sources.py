@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.pinned import cache_dir as cache_in
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 MANIFEST = HERE / "sources.toml"
@@ -65,8 +67,7 @@ def cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
     >>> cache_dir({"XDG_CACHE_HOME": "/var/cache/me"})
     PosixPath('/var/cache/me/proxgpu/proxmox-src')
     """
-    base = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME", "~")) / ".cache")
-    return Path(base).expanduser() / "proxgpu" / "proxmox-src"
+    return cache_in("proxmox-src", environ)
 
 
 def problems(directory: Path, repositories: list[Repository]) -> list[str]:
