@@ -195,8 +195,9 @@ def test_a_softdep_word_that_is_no_module_name_is_not_copied_into_proxgpus_file(
     line; a word ending in a backslash, last on proxgpu's line, would join the next line to it,
     so it is refused."""
     tree = copy_example(scratch.root, dest="host")
-    # kmod joins a line ending in a backslash to the next; one before a space ends a word.
-    _write(tree, "etc/modprobe.d/zz-audio.conf", "softdep snd_hda_intel post: snd_hda_codec\\ \n")
+    # kmod reads a backslash before any other character as that character, so two make one:
+    # the word kmod reads is snd_hda_codec\, which last on a line would join the next to it.
+    _write(tree, "etc/modprobe.d/zz-audio.conf", "softdep snd_hda_intel post: snd_hda_codec\\\\ \n")
     planted = fingerprint(tree)
     code = main(APPLY(tree))
     err = capsys.readouterr().err
