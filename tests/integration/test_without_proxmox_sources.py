@@ -22,9 +22,20 @@ def _pytest(tmp_path: Path, *arguments: str) -> tuple[subprocess.CompletedProces
     empty.mkdir()
     environment = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
     environment[ENV] = str(empty)
+    # A folder of its own for pytest's temporary files: in the shared one, pytest first removes
+    # the oldest runs' folders, and after the e2e tier that alone can outlast the timeout.
+    basetemp = tmp_path / "basetemp"
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *arguments],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            f"--basetemp={basetemp}",
+            *arguments,
+        ],
         cwd=REPO,
         env=environment,
         capture_output=True,
