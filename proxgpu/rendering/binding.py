@@ -288,11 +288,8 @@ def stale_softdeps(inventory: Inventory, plan: Plan) -> list[tuple[str, str]]:
     except RenderError:
         return []  # what refuses the plan now is told by binding_conflicts
     now = {line.split()[1]: line for line in written.splitlines() if line.startswith("softdep ")}
-    return [
-        (now[line.split()[1]], line)
-        for line in wanted
-        if line.split()[1] in now and now[line.split()[1]] != line
-    ]
+    stale = ((now.get(line.split()[1]), line) for line in wanted)
+    return [(old, new) for old, new in stale if old is not None and old != new]
 
 
 def initramfs_lacks_binding(inventory: Inventory) -> bool:
