@@ -24,10 +24,11 @@ def build_groups(
     for gpu in ctx.index.gpus:
         by_role[roles[gpu.address]].append(gpu)
     groups: list[PlanGroup] = []
+    waiting = _host_containers(ctx.policy)
     if by_role[Role.HOST]:
         groups.extend(_host_groups(ctx, by_role[Role.HOST]))
-    elif _host_containers(ctx.policy):
-        containers = [GuestRef(type=Role.HOST.serves, vmid=v) for v in _host_containers(ctx.policy)]
+    elif waiting:
+        containers = [GuestRef(type=Role.HOST.serves, vmid=v) for v in waiting]
         ctx.problem(
             "no-fit",
             f"{wording.join(c.label for c in containers)} should receive the host group, but no "
