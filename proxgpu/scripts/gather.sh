@@ -234,59 +234,52 @@ if [ -f "$f" ] && [ -r "$f" ]; then
     echo
 fi
 
-# check_names: where each file named on stdin is (one a line, sorted, so that the files of a
-# directory come together, up to a line "#sorted"): "#outside" when its directory resolves out of
-# the root (the prelude's enter) or it is itself a symlink whose target does, else its "#mode".
-# One enter and one stat per directory, not per file: a tree holds thousands. A name with a tab
-# cannot be carried by a record: proxgpu drops such a file from what it read.
+# check_names: where each file named on stdin is (one a line, then a line "#sorted" once the
+# list is whole): "#outside" when it is reached through a link out of the root (a directory on its
+# way, or itself, resolves outside it: the first such one is named, by where it leads), else its
+# "#mode". A constant number of commands however many files and directories a tree holds: every
+# directory on the way and every file are resolved by one realpath per batch, in the order given,
+# and the files inside by one stat per batch. A name with a tab cannot be carried by a record:
+# proxgpu drops such a file from what it read.
 check_names() {
-    cn_dir=
-    set --
-    while IFS= read -r cn_path; do
-        case $cn_path in
-        "#sorted")
-            [ $# -eq 0 ] || check_dir "$cn_dir" "$@"
-            rec checked
-            return
-            ;;
-        *"$tab"*) continue ;;
-        esac
-        if [ "${cn_path%/*}" != "$cn_dir" ]; then
-            [ $# -eq 0 ] || check_dir "$cn_dir" "$@"
-            cn_dir=${cn_path%/*}
-            set --
-        fi
-        set -- "$@" "${cn_path##*/}"
-    done
-}
-# check_dir DIR NAME...: check_names' records for DIR's files NAME...
-check_dir() {
-    cd_dir=$1
-    shift
-    enter "$proxgpu_prefix/$cd_dir" 2>/dev/null
-    cd_rc=$?
-    # Each name checked becomes ./NAME at the end of the positional list, those out of the root
-    # reported instead; then the names as given are shifted off.
-    cd_all=$#
-    for name; do
-        # shellcheck disable=SC2154 # en_now: the prelude's
-        if [ "$cd_rc" = 4 ]; then
-            rec outside "$cd_dir/$name" "$en_now"
-            continue
-        fi
-        [ "$cd_rc" = 0 ] || continue
-        if [ -L "./$name" ]; then
-            target=$(realpath -m -- "./$name") || target='?'
-            case $target/ in "$proxgpu_real"/*) ;; *) rec outside "$cd_dir/$name" "$target"; continue ;; esac
-        fi
-        set -- "$@" "./$name"
-    done
-    shift "$cd_all"
-    [ $# -gt 0 ] || return 0
-    stat -L -c '%a %n' -- "$@" 2>/dev/null | while IFS= read -r cd_line; do
-        cd_name=${cd_line#* }
-        rec mode "${cd_line%% *}" "$cd_dir/${cd_name#./}"
-    done
+    cn_list=$(cat) || return
+    case $cn_list in "#sorted" | *"$nl#sorted") ;; *) return ;; esac
+    # Each name, after every directory on its way (each listed once): realpath -m gives one
+    # line per path, in order, whatever is missing or loops, so line N resolves path N.
+    cn_paths=$(printf '%s\n' "$cn_list" | awk -v tab="$tab" '
+        $0 == "#sorted" || index($0, tab) || $0 == "" { next }
+        { n = split($0, part, "/"); at = part[1]
+          for (i = 1; i <= n; i++) { if (i > 1) at = at "/" part[i]; if (!(at in seen)) { seen[at]; print at } }
+          print "\t" $0 }')
+    # The names inside then get their modes from stat (which follows a last link: it resolves
+    # inside, or the name was said to be outside), once every outside one was said.
+    {
+        printf '%s\n' "$cn_paths"
+        echo '#resolved'
+        printf '%s\n' "$cn_paths" | awk -v tab="$tab" 'index($0, tab) != 1' | tr '\n' '\0' |
+            xargs -0 -r realpath -m -z -- | tr '\0' '\n'
+    } | awk -v tab="$tab" -v real="$proxgpu_real" -v stat="xargs -0 -r stat -L -c '#mode$tab%a$tab%n' -- 2>/dev/null" '
+        # Section 1: the paths (a name again, tab first, after its own path); section 2: what
+        # each path resolves to, in the same order. A count that differs is no check at all.
+        $0 == "#resolved" { second = 1; next }
+        !second && index($0, tab) == 1 { names[++named] = substr($0, 2); next }
+        !second { path[++paths] = $0; next }
+        { resolved[path[++got]] = $0 }
+        END {
+            if (got != paths) exit 1
+            for (i = 1; i <= named; i++) {
+                n = split(names[i], part, "/"); at = ""; out = ""
+                for (j = 1; j <= n && out == ""; j++) {
+                    at = (j == 1) ? part[1] : at "/" part[j]
+                    if (index(resolved[at] "/", real "/") != 1) out = resolved[at]
+                }
+                if (out != "") printf "#outside%s%s%s%s\n", tab, names[i], tab, out
+                else inside[i] = 1
+            }
+            fflush()
+            for (i = 1; i <= named; i++) if (i in inside) printf "%s%c", names[i], 0 | stat
+            close(stat)
+        }' && rec checked
 }
 if [ "${2-}" = check ]; then
     # The same lists the steps above read, looked at again after the reading: the names are the

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -27,7 +26,7 @@ from proxgpu.inspection import inspect
 from proxgpu.inspection.capture import gather
 from tests.support.hostile_scratch import Scratch, gone
 from tests.support.sshd import Sshd, client_options
-from tests.support.trees import copy_example
+from tests.support.trees import copy_example, sriov_tree
 
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
 VFS = "/sys/bus/pci/devices/0001:"
@@ -115,37 +114,11 @@ def test_a_3_gb_config_file_is_refused_in_bounded_time(
     assert time.monotonic() - start < 60
 
 
-def _sriov_tree(root: Path, count: int) -> Path:
-    """A host with ``count`` SR-IOV virtual functions (Mellanox ConnectX VFs) on node 0: nine
-    attribute files each, more file names than one argument list can hold."""
-    tree = copy_example(root, dest="host")
-    devices = tree / "sys/bus/pci/devices"
-    attributes = {
-        "class": "0x020000",
-        "vendor": "0x15b3",
-        "device": "0x101e",
-        "subsystem_vendor": "0x15b3",
-        "subsystem_device": "0x0001",
-        "numa_node": "0",
-        "local_cpulist": "0-31",
-        "driver_override": "(null)",
-        "boot_vga": "0",
-    }
-    for n in range(count):
-        bus, slot, function = 1 + n // 256, n // 8 % 32, n % 8
-        folder = tree / f"sys/devices/pci0001:00/0001:{bus:02x}:{slot:02x}.{function}"
-        folder.mkdir(parents=True)
-        for name, value in attributes.items():
-            (folder / name).write_text(value + "\n")
-        os.symlink(os.path.relpath(folder, devices), devices / folder.name)
-    return tree
-
-
 def test_thousands_of_sr_iov_functions_are_all_read(scratch: Scratch) -> None:
     """6000 functions name 54000 files: as one grep's arguments they pass the kernel's 2 MiB
     limit (grep would not run, and the capture would look empty); in batches every one is read."""
     count = 6000
-    tree = _sriov_tree(scratch.root, count)
+    tree = sriov_tree(scratch.root, count)
     host = DirectoryHost(str(tree))
     listed = sum(len(str(p)) + 1 for p in tree.glob("sys/bus/pci/devices/*/*"))
     assert listed > int(subprocess.check_output(["getconf", "ARG_MAX"]))

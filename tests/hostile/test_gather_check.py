@@ -19,6 +19,7 @@ from proxgpu.host import DirectoryHost
 from proxgpu.host.command import CommandHost
 from proxgpu.inspection.capture import Capture, gather
 from tests.support.hostile import Scene, scene
+from tests.support.trees import sriov_tree
 
 VM = "etc/pve/qemu-server/300.conf"
 MODULES = "etc/modules"
@@ -137,3 +138,71 @@ def test_a_snapshot_copy_keeps_the_modes_the_script_found(tmp_path: Path) -> Non
     (hostile.tree / MODULES).chmod(0o600)
     remote, _, _ = both(hostile, modes=True)
     assert stat.S_IMODE((hostile.tree / MODULES).stat().st_mode) == remote.modes[f"/{MODULES}"]
+
+
+def _counting_tools(tmp_path: Path, log: Path) -> Path:
+    """A PATH where every tool the gather uses is a wrapper that logs its name, then runs the
+    real one."""
+    bin_dir = tmp_path / "counting-bin"
+    bin_dir.mkdir()
+    for tool in (*TOOLS, "sort"):
+        found = shutil.which(tool)
+        assert found is not None, tool
+        wrapper = bin_dir / tool
+        wrapper.write_text(f'#!/bin/sh\necho {tool} >>"{log}"\nexec {found} "$@"\n')
+        wrapper.chmod(0o755)
+    return bin_dir
+
+
+def test_thousands_of_functions_are_checked_by_a_few_commands_not_one_per_directory(
+    tmp_path: Path,
+) -> None:
+    """6000 SR-IOV functions' 54000 files, in 6000 directories, each reached through its
+    device link: the script's check says what this machine's says, with one realpath and one
+    stat per batch of names (xargs fits about two thousand in one), not a stat per directory."""
+    tree = sriov_tree(tmp_path, 6000)
+    log = tmp_path / "tools.log"
+    env = {"PATH": str(_counting_tools(tmp_path, log))}
+
+    def shell(command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
+        done = subprocess.run(
+            ["sh", "-c", command], input=stdin, capture_output=True, env=env, check=False
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    remote = gather(CommandHost("pve1", shell, root=str(tree)), modes=True)
+    local = gather(DirectoryHost(str(tree)), modes=True)
+    assert len(remote.modes) > 54000
+    assert remote.modes == local.modes and remote.outside == local.outside == {}
+    ran = log.read_text().split()
+    per_batch = len(remote.modes) // 1000
+    assert 1 <= ran.count("stat") <= per_batch and 1 <= ran.count("realpath") <= per_batch
+
+
+def test_a_check_whose_paths_are_not_all_resolved_is_no_check(tmp_path: Path) -> None:
+    """The check pairs each path with realpath's line of the same rank: a realpath that answers
+    one line short (a stand-in, as no real one fails that way on a tree this machine can make)
+    must fail the gather, not shift every verdict by one."""
+    hostile = scene(tmp_path)
+    bin_dir = tmp_path / "short-bin"
+    bin_dir.mkdir()
+    for tool in TOOLS:
+        found = shutil.which(tool)
+        assert found is not None, tool
+        if tool != "realpath":
+            (bin_dir / tool).symlink_to(found)
+    real = shutil.which("realpath")
+    (bin_dir / "realpath").write_text(f'#!/bin/sh\n{real} "$@" | tail -z -n +2\n')
+    (bin_dir / "realpath").chmod(0o755)
+    (bin_dir / "tail").symlink_to(str(shutil.which("tail")))
+    (bin_dir / "sort").symlink_to(str(shutil.which("sort")))
+
+    def short(command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
+        env = {"PATH": str(bin_dir)}
+        done = subprocess.run(
+            ["sh", "-c", command], input=stdin, capture_output=True, env=env, check=False
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    with pytest.raises(CommandError, match="looking where each file is"):
+        gather(CommandHost("pve1", short, root=str(hostile.tree)))

@@ -50,6 +50,32 @@ def copy_example(tmp_path: Path, name: str = "ct200", dest: str | None = None) -
     return root
 
 
+def sriov_tree(root: Path, count: int) -> Path:
+    """A host with ``count`` SR-IOV virtual functions (Mellanox ConnectX VFs) on node 0: nine
+    attribute files each, more file names than one argument list can hold."""
+    tree = copy_example(root, dest="host")
+    devices = tree / "sys/bus/pci/devices"
+    attributes = {
+        "class": "0x020000",
+        "vendor": "0x15b3",
+        "device": "0x101e",
+        "subsystem_vendor": "0x15b3",
+        "subsystem_device": "0x0001",
+        "numa_node": "0",
+        "local_cpulist": "0-31",
+        "driver_override": "(null)",
+        "boot_vga": "0",
+    }
+    for n in range(count):
+        bus, slot, function = 1 + n // 256, n // 8 % 32, n % 8
+        folder = tree / f"sys/devices/pci0001:00/0001:{bus:02x}:{slot:02x}.{function}"
+        folder.mkdir(parents=True)
+        for name, value in attributes.items():
+            (folder / name).write_text(value + "\n")
+        os.symlink(os.path.relpath(folder, devices), devices / folder.name)
+    return tree
+
+
 def inspect_example(name: str, gpu_filter: GpuFilter | None = None) -> Inventory:
     """The inventory of an example host, as ``proxgpu inspect --root`` reads it."""
     return inspect(DirectoryHost(str(EXAMPLES / name)), gpu_filter)
