@@ -162,27 +162,24 @@ rec section links
 # (root port, switch ports) the picture draws.
 [ -d sys/bus/pci/devices ] && find sys/bus/pci/devices -mindepth 1 -maxdepth 1 -type l \
     -printf '%y\0%p\0%l\n' 2>/dev/null
-# find takes its options after the paths: each batch of paths goes in front of them.
+# One find (per batch) looks in every directory that holds links inspection reads, each kind
+# picked by where it is (find's -path matches "/" with "*"; each batch of paths goes in front of
+# the options):
+# - a device's driver, IOMMU group and bus (its own entries, not those of folders below it);
+# - a function's DRM nodes (drm/card1, drm/renderD129: /dev/dri/card1 and renderD129 are its own);
+# - the mediated devices that exist now, each a link in its type's devices/ (mdev sysfs ABI): a
+#   running VM's vGPU; a stopped VM's mdev= entry takes an instance only at its start;
+# - each driver's module link: driver names are not module names (bochs-drm lives in bochs.ko).
 # shellcheck disable=SC2016 # $@ is the inner shell's
-directories sys/bus/pci/devices/*/ | batched "reading the devices' links" sh -c 'find "$@" -maxdepth 1 \
-    \( -name driver -o -name iommu_group -o -name pci_bus \) -printf "%y\0%p\0%l\n" 2>/dev/null
-    exit 0' sh
-# A function's DRM nodes (drm/card1, drm/renderD129): /dev/dri/card1 and renderD129 are its own.
-# shellcheck disable=SC2016
-directories sys/bus/pci/devices/*/drm/ | batched "reading the DRM nodes" sh -c 'find "$@" -mindepth 1 \
-    -maxdepth 1 \( -name "card*" -o -name "renderD*" \) -printf "%y\0%p\0%l\n" 2>/dev/null
-    exit 0' sh
-# The mediated devices that exist now, each a link in its type's devices/ (mdev sysfs ABI): a
-# running VM's vGPU; a stopped VM's mdev= entry takes an instance only at its start.
-# shellcheck disable=SC2016
-directories sys/bus/pci/devices/*/mdev_supported_types/*/devices/ |
-    batched "reading the mediated devices" sh -c 'find "$@" -mindepth 1 -maxdepth 1 \
-    -printf "%y\0%p\0%l\n" 2>/dev/null
-    exit 0' sh
-# Driver names are not module names (bochs-drm lives in bochs.ko); the module link tells.
-# shellcheck disable=SC2016
-directories sys/bus/pci/drivers/*/ | batched "reading the drivers' modules" sh -c 'find "$@" \
-    -maxdepth 1 -name module -printf "%y\0%p\0%l\n" 2>/dev/null
+directories sys/bus/pci/devices/*/ sys/bus/pci/devices/*/drm/ \
+    sys/bus/pci/devices/*/mdev_supported_types/*/devices/ sys/bus/pci/drivers/*/ |
+    batched "reading the devices' links" sh -c 'find "$@" -mindepth 1 -maxdepth 1 \( \
+    \( -path "sys/bus/pci/devices/*" ! -path "sys/bus/pci/devices/*/*/*" \
+        \( -name driver -o -name iommu_group -o -name pci_bus \) \) -o \
+    \( -path "sys/bus/pci/devices/*/drm/*" \( -name "card*" -o -name "renderD*" \) \) -o \
+    -path "sys/bus/pci/devices/*/mdev_supported_types/*/devices/*" -o \
+    \( -path "sys/bus/pci/drivers/*" -name module \) \
+    \) -printf "%y\0%p\0%l\n" 2>/dev/null
     exit 0' sh
 for d in sys/firmware/efi etc/pve; do
     [ -d "$d" ] && printf 'd\0%s\0\n' "$d"
