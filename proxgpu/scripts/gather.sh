@@ -195,15 +195,17 @@ for f in dev/nvidia* dev/nvidia-caps/* dev/kfd; do
 done
 
 rec section raw
-# inside FILE: where FILE's bytes are, relative to the root, when it is a symlink resolving
-# inside the root or not a symlink; fails for a link out of it. Each file is then read in its
+# inside FILE: set in_at to where FILE's bytes are, relative to the root, when it is a symlink
+# resolving inside the root or not a symlink; fails for a link out of it (a variable, not
+# output: a command substitution would cost a process per file). Each file is then read in its
 # directory entered inside the root, never through a link at its end (nofollow_cat), so what
 # lies outside is never read, even when a link is swapped in after this look.
 inside() {
-    if [ ! -L "$1" ]; then printf '%s' "$1"; return; fi
+    in_at=$1
+    [ -L "$1" ] || return 0
     in_at=$(realpath -e -- "$1") || return 1
     # shellcheck disable=SC2154 # proxgpu_real: the prelude's
-    case $in_at in "$proxgpu_real"/*) printf '%s' "${in_at#"$proxgpu_real"/}" ;; *) return 1 ;; esac
+    case $in_at in "$proxgpu_real"/*) in_at=${in_at#"$proxgpu_real"/} ;; *) return 1 ;; esac
 }
 nl='
 '
@@ -214,10 +216,11 @@ for f in $configs; do
     case $f in
     *"$nl"* | *"$tab"*) rec badname "$(printf '%s' "$f" | base64 -w0)"; continue ;;
     esac
-    if [ -r "$f" ] && at=$(inside "$f"); then
+    if [ -r "$f" ] && inside "$f"; then
         printf '%s\0' "$f"
         # shellcheck disable=SC2154 # proxgpu_prefix: the prelude's
-        (enter "$proxgpu_prefix/${at%/*}" 2>/dev/null && nofollow_cat "./${at##*/}") | base64 -w0
+        (enter "$proxgpu_prefix/${in_at%/*}" 2>/dev/null && nofollow_cat "./${in_at##*/}") |
+            base64 -w0
         echo
     else
         printf '%s\0!unreadable\n' "$f"
