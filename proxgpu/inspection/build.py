@@ -37,7 +37,7 @@ from proxgpu.inspection.inventory import (
     NvidiaCap,
     PciFunction,
 )
-from proxgpu.inspection.mig import mig_instances
+from proxgpu.inspection.mig import in_mig_mode, mig_instances
 from proxgpu.inspection.names import check_names
 from proxgpu.inspection.validate import validate
 from proxgpu.paths import GUEST_FILE_PREFIXES, NVIDIA_GPUS, PCI_DEVICES, PCI_IDS
@@ -323,7 +323,8 @@ def _gpu(
         bmc_display=is_bmc_display(main.vendor_id, main.device_id),
         bar64_bytes=gpu_bars64(capture, main.address),
         mdev_types=mdev_types(capture, main.address),
-        mig_instances=mig_instances(_nvidia_caps(capture), minor),
+        mig_instances=mig_instances(caps := _nvidia_caps(capture), minor),
+        mig_mode=in_mig_mode(caps, minor),
     )
 
 

@@ -393,7 +393,9 @@ class Plan(FrozenModel):
 
 class GpuPlacement(FrozenModel):
     """Where one GPU of a checked or chosen set sits: its index (CUDA's, or its runtime's, with
-    the GPUs in PCI bus order), address and NUMA node.
+    the GPUs in PCI bus order), address and NUMA node. ``not_whole`` says why it is no whole GPU
+    for a job (in MIG mode, serving vGPUs), and ``mig_devices`` are the ``MIG-<UUID>`` values
+    of its MIG devices that inspection knows, each a ``CUDA_VISIBLE_DEVICES`` value.
 
     >>> GpuPlacement(index=4, address="0000:81:00.0", model=None, numa_node=1).numa_node
     1
@@ -403,6 +405,8 @@ class GpuPlacement(FrozenModel):
     address: str
     model: str | None
     numa_node: int | None
+    not_whole: str | None = None
+    mig_devices: list[str] = Field(default_factory=list)
 
 
 class GpuSetCheck(FrozenModel):

@@ -275,3 +275,37 @@ def test_a_mig_gpu_the_next_boot_numbers_anew_is_said_to_need_a_new_plan() -> No
         "other capability minors with it: plan again after the reboot"
     ) in warnings
     assert not [w for w in render(mig_host(), plan_split(mig_host(), TWO)).warnings if "minor" in w]
+
+
+def test_inspection_marks_only_the_gpu_with_gpu_instances_as_in_mig_mode() -> None:
+    assert [(g.address, g.mig_mode) for g in mig_host().gpus] == [
+        ("0000:18:00.0", True),
+        ("0000:2a:00.0", False),
+        ("0000:9a:00.0", False),
+        ("0000:ab:00.0", False),
+    ]
+
+
+def test_run_never_counts_the_gpu_in_mig_mode_and_says_what_to_use_instead(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run = ["run", "--dry-run", "--root", str(ROOT), "--node", "0", "--tp"]
+    assert main([*run, "2", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "NUMA node 0 has fewer than 2 CUDA GPUs: node 0 has 1, node 1 has 2 (not counted: CUDA "
+        "GPU 0: 0000:18:00.0 is in MIG mode: CUDA runs only on its MIG devices, never on the "
+        "whole GPU; give a job one of them with CUDA_VISIBLE_DEVICES=MIG-" in err
+    )
+    # The GPU in MIG mode keeps nvidia-smi's index 0: node 0's whole GPU is 1.
+    assert main([*run, "1", "--", "true"]) == 0
+    captured = capsys.readouterr()
+    assert "CUDA_VISIBLE_DEVICES=1\n" in captured.out
+    assert "passed over CUDA GPU 0: 0000:18:00.0 is in MIG mode" in captured.err
+
+
+def test_check_gpus_says_the_gpu_is_in_mig_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-gpus", "0,1", "--root", str(ROOT), "--json"]) == 0
+    gpus = json.loads(capsys.readouterr().out)["gpus"]
+    assert [g["address"] for g in gpus if g["not_whole"]] == ["0000:18:00.0"]
+    assert "is in MIG mode: CUDA runs only on its MIG devices" in gpus[0]["not_whole"]
