@@ -37,6 +37,13 @@ PCI_DEVICES = "/sys/bus/pci/devices/"
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus/"
 PCI_IDS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids")
 
+#: What a snapshot keeps of a command's output that inspection reads (on a live host the command
+#: runs, and nothing is written here): nvidia-smi's list of GPUs and MIG devices (``-L``) and its
+#: plain table, whose "MIG devices" rows say which GPU and compute instance each device is.
+CAPTURED_DIR = "/var/lib/proxgpu/captured/"
+NVIDIA_SMI_LIST = f"{CAPTURED_DIR}nvidia-smi-L"
+NVIDIA_SMI_TABLE = f"{CAPTURED_DIR}nvidia-smi"
+
 # The host files a split writes or edits.
 #: Named to sort before depmod's ``modules.softdep`` and the other modprobe.d files: kmod uses
 #: only the first softdep line for a module (see :mod:`proxgpu.kmod`).

@@ -10,7 +10,7 @@ from a real machine, so a tree made by ``proxgpu snapshot`` on a real host is al
 
 from __future__ import annotations
 
-from sysfs_tree import HERE, Dev, HostSpec, write_host
+from sysfs_tree import HERE, Dev, HostSpec, gpu_uuid, write_host
 
 
 def gpu_pair(
@@ -493,6 +493,85 @@ def mig_files(gpu: int) -> dict[str, str]:
     return files
 
 
+#: GPU 0's MIG devices as nvidia-smi numbers them (its "MIG Dev", -L's "Device N"), with the
+#: profile -L names each by: (GPU instance id, compute instance id, profile).
+MIG_DEVICES = ((2, 0, "3g.71gb"), (3, 0, "1c.2g.35gb"), (3, 1, "1c.2g.35gb"), (9, 0, "1g.18gb"))
+
+
+def mig_uuid(gi: int, ci: int) -> str:
+    """An example MIG device's UUID (``MIG-`` and a UUID's hex form, as driver R470 and later
+    print it)."""
+    return f"MIG-00000000-5a1e-5c2b-9f3d-{gi:02x}{ci:02x}0000c7a2"
+
+
+def mig_smi_files(gpus: list[tuple[str, str]]) -> dict[str, str]:
+    """What ``proxgpu snapshot`` keeps of nvidia-smi on the mig host: ``nvidia-smi -L`` and the
+    plain ``nvidia-smi``'s tables, laid out as NVIDIA's MIG user guide shows them ("Getting
+    Started with MIG", "CUDA Device Enumeration"; R450-era column widths), for GPUs ``(address,
+    UUID)`` in nvidia-smi's order, GPU 0 carrying :data:`MIG_DEVICES`."""
+    listing = []
+    for index, (_address, uuid) in enumerate(gpus):
+        listing.append(f"GPU {index}: NVIDIA H200 (UUID: {uuid})")
+        listing += [
+            f"  MIG {profile:<12} Device {n:>2}: (UUID: {mig_uuid(gi, ci)})"
+            for n, (gi, ci, profile) in enumerate(MIG_DEVICES if index == 0 else ())
+        ]
+    rule = "+-------------------------------+----------------------+----------------------+"
+    table = [
+        "+-----------------------------------------------------------------------------+",
+        "| NVIDIA-SMI 575.57.08    Driver Version: 575.57.08    CUDA Version: 12.9     |",
+        "|-------------------------------+----------------------+----------------------+",
+        "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |",
+        "| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |",
+        "|                               |                      |               MIG M. |",
+        "|===============================+======================+======================|",
+    ]
+    for index, (address, _uuid) in enumerate(gpus):
+        mig = index == 0
+        table += [
+            f"|  {index:>2}  NVIDIA H200         On   | 0000{address.upper()} Off |"
+            f"{'On' if mig else '0':>21} |",
+            f"| N/A   31C    P0    {'90W' if mig else '75W'} / 700W |"
+            f"{'96MiB' if mig else '0MiB':>10} / 143771MiB |"
+            f"{'N/A' if mig else '0%':>8}      Default |",
+            f"|                               |                      |"
+            f"{'Enabled' if mig else 'Disabled':>21} |",
+            rule,
+        ]
+    mig_rule = "+------------------+----------------------+-----------+-----------------------+"
+    table += [
+        "",
+        "+-----------------------------------------------------------------------------+",
+        "| MIG devices:                                                                |",
+        mig_rule,
+        "| GPU  GI  CI  MIG |         Memory-Usage |        Vol|         Shared        |",
+        "|      ID  ID  Dev |           BAR1-Usage | SM     Unc| CE  ENC  DEC  OFA  JPG|",
+        "|                  |                      |        ECC|                       |",
+        "|==================+======================+===========+=======================|",
+    ]
+    for n, (gi, ci, _profile) in enumerate(MIG_DEVICES):
+        table += [
+            f"|  0  {gi:>3} {ci:>3} {n:>3}  |     13MiB / 35584MiB | 16      0 |"
+            "  1   0    1    0    1 |",
+            "|                  |      0MiB / 65535MiB |           |                       |",
+            mig_rule,
+        ]
+    table += [
+        "",
+        "+-----------------------------------------------------------------------------+",
+        "| Processes:                                                                  |",
+        "|  GPU   GI   CI        PID   Type   Process name                  GPU Memory |",
+        "|        ID   ID                                                   Usage      |",
+        "|=============================================================================|",
+        "|  No running processes found                                                 |",
+        "+-----------------------------------------------------------------------------+",
+    ]
+    return {
+        "/var/lib/proxgpu/captured/nvidia-smi-L": "\n".join(listing) + "\n",
+        "/var/lib/proxgpu/captured/nvidia-smi": "\n".join(table) + "\n",
+    }
+
+
 def mig_host() -> HostSpec:
     h200 = ("10de", "2335", "030200")
     devices: list[Dev] = []
@@ -515,6 +594,7 @@ def mig_host() -> HostSpec:
         "/etc/kernel/proxmox-boot-uuids": "6C3E-4D91\n",
     }
     files.update(mig_files(gpu=0))
+    files.update(mig_smi_files([(a, gpu_uuid(a, minor)) for minor, (a, *_r) in enumerate(layout)]))
     return HostSpec(
         name="mig",
         headless=True,

@@ -169,6 +169,11 @@ def write_device_nodes(root: Path, spec: HostSpec) -> None:
         write(root, f"/dev/{name}", "")
 
 
+def gpu_uuid(address: str, minor: int) -> str:
+    """The UUID an example GPU's /proc information (and nvidia-smi -L) gives it."""
+    return f"GPU-{minor:08x}-5a1e-4c2b-9f3d-{address[5:7]}0000c7a200"
+
+
 def write_nvidia(root: Path, spec: HostSpec) -> None:
     write(
         root,
@@ -178,7 +183,7 @@ def write_nvidia(root: Path, spec: HostSpec) -> None:
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1)\n",
     )
     for address, minor in spec.nvidia_minors.items():
-        uuid = f"GPU-{minor:08x}-5a1e-4c2b-9f3d-{address[5:7]}0000c7a200"
+        uuid = gpu_uuid(address, minor)
         write(
             root,
             f"/proc/driver/nvidia/gpus/{address}/information",

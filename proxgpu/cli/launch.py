@@ -79,11 +79,12 @@ node 1's memory, bound by numactl (CUDA's indexes)"
     indexes = ",".join(str(gpu.index) for gpu in job.gpus)
     addresses = ", ".join(gpu.address for gpu in job.gpus)
     drops = f"; drops the inherited {', '.join(dropped)}" if dropped else ""
+    passed = f"; passed over {'; '.join(job.passed_over)}" if job.passed_over else ""
     return (
         f"{host}: TP={len(job.gpus)} on NUMA node {job.numa_node}: {job.runtime} "
         f"{'GPU' if len(job.gpus) == 1 else 'GPUs'} {indexes} "
         f"({addresses}), CPUs {job.cpus} and node {job.numa_node}'s memory, bound by {binder} "
-        f"({job.numbering}){drops}"
+        f"({job.numbering}){drops}{passed}"
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from proxgpu.cli.text import table
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.planning.model import Plan, PlanGroup
+from proxgpu.planning.runtimes import CUDA, numbered
 from proxgpu.planning.wording import vgpu_list
 from proxgpu.rendering.changes import ChangeSet, unified_diff
 
@@ -20,7 +21,7 @@ def _group_title(group: PlanGroup) -> str:
 def mig_lines(group: PlanGroup, inv: Inventory) -> list[str]:
     """Each container's MIG instance of the group's GPU, and how it selects it in CUDA."""
     lines = []
-    minor = inv.gpu(group.gpus[0]).nvidia_minor if group.mig else None
+    hosts = [gpu.address for gpu in numbered(inv, CUDA)]
     for use in group.mig:
         nodes = ", ".join(path.rsplit("/", 1)[1] for path in use.cap_nodes)
         lines.append(f"CT {use.vmid}: MIG GI {use.gi} CI {use.ci} ({nodes})")
@@ -28,9 +29,10 @@ def mig_lines(group: PlanGroup, inv: Inventory) -> list[str]:
         if value is not None:
             lines.append(f"  in it: CUDA_VISIBLE_DEVICES={value}")
         else:
+            index = hosts.index(group.gpus[0]) if group.gpus[0] in hosts else "?"
             lines.append(
                 "  in it: CUDA_VISIBLE_DEVICES=MIG-<UUID>; the UUID is unknown to inspection: "
-                f"nvidia-smi -L on the host lists it as the MIG Device of GPU {minor} that "
+                f"nvidia-smi -L on the host lists it as the MIG Device of GPU {index} that "
                 f"nvidia-smi's MIG devices table shows for GI {use.gi} CI {use.ci}"
             )
     return lines

@@ -66,6 +66,9 @@ def _gpu_details(gpu: Gpu) -> str:
         facts.append(" ".join(f"/dev/dri/{node}" for node in gpu.drm_nodes))
     if gpu.nvidia_uuid:
         facts.append(gpu.nvidia_uuid)
+    if gpu.mig_mode:
+        devices = [f"GI {i.gi} CI {i.ci} {i.uuid or '(UUID unknown)'}" for i in gpu.mig_instances]
+        facts.append(f"MIG mode: {', '.join(devices) or 'no compute instance'}")
     if gpu.bmc_display:
         facts.append("BMC display (the board's remote console): never planned unless named")
     return f"    {gpu.address}  " + ", ".join(facts)

@@ -37,10 +37,18 @@ from proxgpu.inspection.inventory import (
     NvidiaCap,
     PciFunction,
 )
-from proxgpu.inspection.mig import mig_instances
+from proxgpu.inspection.mig import in_mig_mode, mig_instances
 from proxgpu.inspection.names import check_names
+from proxgpu.inspection.smi import mig_uuids
 from proxgpu.inspection.validate import validate
-from proxgpu.paths import GUEST_FILE_PREFIXES, NVIDIA_GPUS, PCI_DEVICES, PCI_IDS
+from proxgpu.paths import (
+    GUEST_FILE_PREFIXES,
+    NVIDIA_GPUS,
+    NVIDIA_SMI_LIST,
+    NVIDIA_SMI_TABLE,
+    PCI_DEVICES,
+    PCI_IDS,
+)
 from proxgpu.pci import is_bmc_display
 
 _ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -90,7 +98,8 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     names = _pci_names(capture)
     functions = _pci_functions(capture, source, names, warnings)
     nvidia = _nvidia_info(capture)
-    gpus = _gpus(functions, gpu_filter, nvidia, capture, warnings)
+    gpus = _with_mig_uuids(_gpus(functions, gpu_filter, nvidia, capture, warnings), capture, source)
+    warnings += capture.notes
     warnings += _accelerators_left_out(functions, gpus)
     warnings += _initramfs_warnings(capture)
     numa_nodes = _numa_nodes(capture)
@@ -323,8 +332,29 @@ def _gpu(
         bmc_display=is_bmc_display(main.vendor_id, main.device_id),
         bar64_bytes=gpu_bars64(capture, main.address),
         mdev_types=mdev_types(capture, main.address),
-        mig_instances=mig_instances(_nvidia_caps(capture), minor),
+        mig_instances=mig_instances(caps := _nvidia_caps(capture), minor),
+        mig_mode=in_mig_mode(caps, minor),
     )
+
+
+def _with_mig_uuids(gpus: list[Gpu], capture: Capture, source: str) -> list[Gpu]:
+    """The GPUs with their MIG devices' UUIDs, where nvidia-smi's outputs, as captured, name
+    them (see :mod:`~proxgpu.inspection.smi`); found by the GPU's UUID, never its index."""
+    listing, table = capture.text(NVIDIA_SMI_LIST), capture.text(NVIDIA_SMI_TABLE)
+    if listing is None or table is None:
+        return gpus
+    uuids = mig_uuids(listing, table, source)
+    return [
+        gpu.model_copy(
+            update={
+                "mig_instances": [
+                    i.model_copy(update={"uuid": uuids.get((gpu.nvidia_uuid or "", i.gi, i.ci))})
+                    for i in gpu.mig_instances
+                ]
+            }
+        )
+        for gpu in gpus
+    ]
 
 
 def _int_or_none(value: str | None) -> int | None:

@@ -23,6 +23,7 @@ from proxgpu.errors import CommandError, HostUnreachableError, SysfsError, Usage
 from proxgpu.host.base import Host
 from proxgpu.host.local import LocalHost
 from proxgpu.host.scripts import Record, run_script
+from proxgpu.inspection.smi import has_compute_instances, read_smi
 from proxgpu.paths import LXC_CONFIG_DIR, MEMBERS, NODES_DIR, PCI_DEVICES, PVE_DIR, VM_CONFIG_DIR
 from proxgpu.redact import redact_secrets
 
@@ -54,6 +55,8 @@ class Capture:
     outside: dict[str, str] = field(default_factory=dict)
     #: Each file's permission bits on the host, when asked for (``gather(modes=True)``).
     modes: dict[str, int] = field(default_factory=dict)
+    #: What could not be read beside the files, for the inventory's warnings.
+    notes: list[str] = field(default_factory=list)
 
     def text(self, path: str) -> str | None:
         """The file's text, or ``None`` when the capture does not hold it."""
@@ -70,9 +73,11 @@ class Capture:
 
 
 def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Capture:
-    """Read everything inspection needs from ``host`` in one command. From a tree (a root other
-    than ``/``), or with ``modes`` (for a snapshot), the same command also says where each file
-    is, and a file read through a link out of the tree is dropped (see :func:`check_files`).
+    """Read everything inspection needs from ``host`` in one command (two where /proc shows MIG
+    compute instances: their UUIDs are nvidia-smi's, see :mod:`~proxgpu.inspection.smi`). From a
+    tree (a root other than ``/``), or with ``modes`` (for a snapshot), the same command also
+    says where each file is, and a file read through a link out of the tree is dropped (see
+    :func:`check_files`).
 
     :raises HostUnreachableError: when the host cannot run the gather script.
     """
@@ -100,6 +105,9 @@ def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Captur
         _apply_checks(capture, output.stdout)
     elif checked and isinstance(host, LocalHost):
         check_files(host, capture)
+    if has_compute_instances(capture):
+        # Their UUIDs: a second round trip, only on a host with MIG devices.
+        read_smi(host, capture)
     if log.isEnabledFor(logging.DEBUG):  # -vv: each file read, as the gather step read it
         for path in sorted({*capture.lines, *capture.raw}):
             log.debug("%s: read %s (%d bytes)", host.name, path, len(capture.text(path) or ""))

@@ -135,7 +135,9 @@ class Gpu(FrozenModel):
     display controller (its remote console), which is never planned unless named by address.
     ``bar64_bytes`` are the sizes of its 64-bit prefetchable BARs, the ones a VM's UEFI places
     above 4 GiB. ``mig_instances`` are its MIG compute instances (empty: not in MIG mode, or no
-    instance made yet), by GPU instance then compute instance id.
+    instance made yet), by GPU instance then compute instance id; ``mig_mode`` says it is in MIG
+    mode, as a GPU instance of it shows (one put in MIG mode before any instance is made shows
+    none, see :mod:`~proxgpu.inspection.mig`): CUDA then runs only on its MIG devices.
     """
 
     address: str
@@ -163,6 +165,7 @@ class Gpu(FrozenModel):
     bar64_bytes: list[int] = Field(default_factory=list)
     mdev_types: list[MdevType] = Field(default_factory=list)
     mig_instances: list[MigInstance] = Field(default_factory=list)
+    mig_mode: bool = False
 
     @property
     def host_driver(self) -> str | None:

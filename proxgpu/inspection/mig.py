@@ -13,8 +13,11 @@ mode (``DeviceFileMode``, decimal). A process needs both its GPU instance's and 
 instance's node to run CUDA on that MIG device; ``mig/config`` (create and destroy instances,
 root alone) and ``mig/monitor`` (read every instance's state) are rights no CUDA program needs.
 
-GPU instances exist only in MIG mode, so a GPU with a ``giG`` is in MIG mode; one in MIG mode
-with no instance made yet has nothing for a container and reads as not.
+GPU instances exist only in MIG mode, so a GPU with a ``giG`` is in MIG mode
+(:func:`in_mig_mode`). The ``mig/`` directory itself says nothing: ``osRmCapRegisterGpu`` makes
+it for every GPU, MIG on or off. Nor does ``/proc/driver/nvidia/gpus/ADDR/information``
+(``nv-procfs.c`` prints no MIG line). So a GPU put in MIG mode before any GPU instance is made
+reads as not in MIG mode here; only NVML (``nvidia-smi --query-gpu=mig.mode.current``) tells.
 
 >>> from proxgpu.inspection.inventory import NvidiaCap
 >>> base = "/proc/driver/nvidia/capabilities/gpu0/mig"
@@ -22,6 +25,8 @@ with no instance made yet has nothing for a container and reads as not.
 ...         NvidiaCap(proc_path=f"{base}/gi1/ci0/access", minor=13, mode=0o444)]
 >>> [(i.gi, i.ci, i.gi_cap.minor, i.ci_cap.minor) for i in mig_instances(caps, 0)]
 [(1, 0, 12, 13)]
+>>> in_mig_mode(caps, 0), in_mig_mode(caps, 1)
+(True, False)
 """
 
 from __future__ import annotations
@@ -54,3 +59,13 @@ def mig_instances(caps: list[NvidiaCap], gpu_minor: int | None) -> list[MigInsta
         for gi, ci, cap in sorted(cis, key=lambda item: item[:2])
         if gi in gis
     ]
+
+
+def in_mig_mode(caps: list[NvidiaCap], gpu_minor: int | None) -> bool:
+    """Whether the GPU whose nvidia minor is ``gpu_minor`` has a GPU instance, which only a GPU
+    in MIG mode has (a GPU instance without compute instances counts: CUDA cannot use the GPU
+    whole either way)."""
+    return gpu_minor is not None and any(
+        (match := _ACCESS.fullmatch(cap.proc_path)) is not None and int(match[1]) == gpu_minor
+        for cap in caps
+    )

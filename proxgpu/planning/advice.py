@@ -20,7 +20,9 @@ from proxgpu.planning.model import (
 from proxgpu.planning.runtimes import (
     CUDA,
     RUNTIMES,
+    mig_uuids,
     none_seen,
+    not_whole,
     numbered,
     numbering_note,
     pci_order,
@@ -74,12 +76,17 @@ CUDA's default, FASTEST_FIRST, may differ)
             address=gpu.address,
             model=gpu.model,
             numa_node=gpu.numa_node if only is None else only,
+            not_whole=not_whole(gpu),
+            mig_devices=mig_uuids(gpu),
         )
         for gpu in sorted(chosen.values(), key=pci_order)
     ]
     nodes = {placement.numa_node for placement in placements}
     local = len(nodes) == 1 and None not in nodes
     explanation = f"{_explain_set(index, placements, local)} ({numbering_note(inventory, CUDA)})"
+    explanation += "".join(
+        f" GPU {p.index}: {p.not_whole}." for p in placements if p.not_whole is not None
+    )
     return GpuSetCheck(
         gpus=placements,
         numa_local=local,
@@ -175,11 +182,13 @@ def group_sets(ctx: Context, group: PlanGroup) -> list[TensorParallelAdvice]:
 
 
 def _local_sets(gpus: list[Gpu], size: int) -> list[list[int]]:
-    """Disjoint NUMA-local sets of ``size`` positions in ``gpus``, in PCI order per node."""
+    """Disjoint NUMA-local sets of ``size`` positions in ``gpus``, in PCI order per node. A GPU
+    that is no whole GPU for a job (:func:`~proxgpu.planning.runtimes.not_whole`) keeps its
+    position but joins no set."""
     by_node: dict[int, list[int]] = defaultdict(list)
     for position, gpu in enumerate(gpus):
         # An unknown node promises no locality, so those GPUs join no set.
-        if gpu.numa_node is not None:
+        if gpu.numa_node is not None and not_whole(gpu) is None:
             by_node[gpu.numa_node].append(position)
     return [
         positions[start : start + size]

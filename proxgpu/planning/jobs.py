@@ -32,7 +32,14 @@ from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.model import FrozenModel
 from proxgpu.planning import wording
 from proxgpu.planning.model import GpuPlacement
-from proxgpu.planning.runtimes import RUNTIMES, Runtime, none_seen, numbered, numbering_note
+from proxgpu.planning.runtimes import (
+    RUNTIMES,
+    Runtime,
+    none_seen,
+    not_whole,
+    numbered,
+    numbering_note,
+)
 
 
 class JobPlacement(FrozenModel):
@@ -41,7 +48,8 @@ class JobPlacement(FrozenModel):
     ``gpus`` carry the runtime's indexes (``runtime`` names it); ``environment`` holds its
     variables (``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` for CUDA), and
     ``unset`` the inherited ones that would renumber the GPUs first. ``numbering`` says how the
-    indexes are meant.
+    indexes are meant. ``passed_over`` says, for each GPU the runtime numbers but no job gets
+    whole (in MIG mode, serving vGPUs), why and what to do instead.
 
     >>> JobPlacement(runtime="CUDA", numa_node=0, cpus="0-31", gpus=[], environment={},
     ...              numbering="").numa_node
@@ -55,6 +63,7 @@ class JobPlacement(FrozenModel):
     environment: dict[str, str]
     unset: list[str] = Field(default_factory=list)
     numbering: str
+    passed_over: list[str] = Field(default_factory=list)
 
 
 def place_job(
@@ -66,7 +75,10 @@ def place_job(
     """``size`` GPUs of one NUMA node, the first ``size`` in PCI order on it, for one job.
 
     The node is ``node``, else the lowest-numbered one with ``size`` GPUs and a CPU in
-    ``usable_cpus``; a GPU of unknown node is on none, unless the host has only one.
+    ``usable_cpus``; a GPU of unknown node is on none, unless the host has only one. A GPU that
+    is no whole GPU for a job (in MIG mode, serving vGPUs: see
+    :func:`~proxgpu.planning.runtimes.not_whole`) keeps its index but is never chosen, and is
+    named in ``passed_over`` and in any refusal.
     ``usable_cpus`` are the CPUs the job may run on (a container's cpuset, an inherited
     affinity; ``None``: every CPU): the job gets the node's CPUs among them, never one the
     kernel would not let it use. The runtime is the
@@ -95,14 +107,21 @@ def place_job(
     runtime = _runtime(inventory)
     gpus = numbered(inventory, runtime)
     index = {gpu.address: i for i, gpu in enumerate(gpus)}
+    # Numbered, so their indexes count, but never a whole GPU for a job.
+    passed = [
+        f"{runtime.name} GPU {index[gpu.address]}: {why}"
+        for gpu in gpus
+        if (why := not_whole(gpu)) is not None
+    ]
     # On a host of one NUMA node (a VM, a one-socket machine, often with numa_node -1), every
     # GPU is on that node, whatever the firmware says.
     only = inventory.numa_nodes[0].id if len(inventory.numa_nodes) == 1 else None
     by_node: dict[int | None, list[Gpu]] = defaultdict(list)
     for gpu in gpus:
-        by_node[only if only is not None else gpu.numa_node].append(gpu)
+        if not_whole(gpu) is None:
+            by_node[only if only is not None else gpu.numa_node].append(gpu)
     cpus = _usable(inventory, usable_cpus)
-    chosen = _node(inventory, runtime, by_node, size=size, node=node, cpus=cpus)
+    chosen = _node(inventory, runtime, by_node, size=size, node=node, cpus=cpus, passed=passed)
     picked = by_node[chosen][:size]
     return JobPlacement(
         runtime=runtime.name,
@@ -120,6 +139,7 @@ def place_job(
         environment=runtime.environment(index[gpu.address] for gpu in picked),
         unset=list(runtime.cleared),
         numbering=numbering_note(inventory, runtime),
+        passed_over=passed,
     )
 
 
@@ -135,9 +155,14 @@ def _usable(inventory: Inventory, usable: Collection[int] | None) -> dict[int, s
 
 
 def _runtime(inventory: Inventory) -> Runtime:
-    for runtime in RUNTIMES:
-        if numbered(inventory, runtime):
+    """The first runtime with a GPU a job can have whole, else the first numbering any (its
+    refusal then says why none is whole)."""
+    seen = [runtime for runtime in RUNTIMES if numbered(inventory, runtime)]
+    for runtime in seen:
+        if any(not_whole(gpu) is None for gpu in numbered(inventory, runtime)):
             return runtime
+    if seen:
+        return seen[0]
     raise UsageError(
         f"{none_seen(inventory, RUNTIMES[0])}; nor does ROCm (amdgpu) or Level Zero (i915, xe)"
     )
@@ -151,12 +176,15 @@ def _node(
     size: int,
     node: int | None,
     cpus: dict[int, str],
+    passed: list[str],
 ) -> int:
     known = sorted(n.id for n in inventory.numa_nodes)
     counts = ", ".join(
         [f"node {n} has {len(by_node.get(n, []))}" for n in known]
         + ([f"{len(by_node[None])} of unknown node"] if by_node.get(None) else [])
     )
+    if passed:
+        counts += f" (not counted: {'; '.join(passed)})"
     noun = f"{runtime.name} {'GPU' if size == 1 else 'GPUs'}"
     if node is not None:
         if node not in known:

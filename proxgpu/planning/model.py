@@ -228,8 +228,9 @@ class VgpuUse(FrozenModel):
 class MigUse(FrozenModel):
     """The MIG instance a container gets of a GPU, as planned: its ids, the minors of its GPU
     instance's and compute instance's capability nodes (what ``verify`` and apply compare with
-    the host's, since recreated instances may get other minors), and the MIG device's UUID
-    (``None``: unknown to inspection; ``nvidia-smi -L`` on the host prints it).
+    the host's, since recreated instances may get other minors), and the MIG device's UUID,
+    ``MIG-`` and a UUID's hex form as ``nvidia-smi -L`` prints it (``None``: unknown to
+    inspection, see :mod:`~proxgpu.inspection.smi`).
 
     ``gpu_minor`` is the GPU's nvidia minor, the N of the instance's
     ``/proc/driver/nvidia/capabilities/gpuN/`` files.
@@ -251,11 +252,9 @@ class MigUse(FrozenModel):
 
     @property
     def cuda_visible_devices(self) -> str | None:
-        """The ``CUDA_VISIBLE_DEVICES`` value that selects the instance in the container
-        (``MIG-`` and the UUID), ``None`` while the UUID is unknown."""
-        if self.uuid is None:
-            return None
-        return self.uuid if self.uuid.startswith("MIG-") else f"MIG-{self.uuid}"
+        """The ``CUDA_VISIBLE_DEVICES`` value that selects the instance in the container (its
+        UUID), ``None`` while the UUID is unknown."""
+        return self.uuid
 
     @property
     def cap_nodes(self) -> list[str]:
@@ -393,7 +392,9 @@ class Plan(FrozenModel):
 
 class GpuPlacement(FrozenModel):
     """Where one GPU of a checked or chosen set sits: its index (CUDA's, or its runtime's, with
-    the GPUs in PCI bus order), address and NUMA node.
+    the GPUs in PCI bus order), address and NUMA node. ``not_whole`` says why it is no whole GPU
+    for a job (in MIG mode, serving vGPUs), and ``mig_devices`` are the ``MIG-<UUID>`` values
+    of its MIG devices that inspection knows, each a ``CUDA_VISIBLE_DEVICES`` value.
 
     >>> GpuPlacement(index=4, address="0000:81:00.0", model=None, numa_node=1).numa_node
     1
@@ -403,6 +404,8 @@ class GpuPlacement(FrozenModel):
     address: str
     model: str | None
     numa_node: int | None
+    not_whole: str | None = None
+    mig_devices: list[str] = Field(default_factory=list)
 
 
 class GpuSetCheck(FrozenModel):

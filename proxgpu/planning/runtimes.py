@@ -18,6 +18,20 @@ so in a container CUDA's numbering counts only those. Inspection does not record
 ``/dev/dri`` render nodes a container has, so ROCm's and Level Zero's numbering there counts
 every GPU of their driver.
 
+A GPU in MIG mode keeps its place in this numbering: ``nvidia-smi`` lists it under its index,
+and the indexes ``CUDA_VISIBLE_DEVICES`` takes are nvidia-smi's (the CUDA programming guide's
+``CUDA_VISIBLE_DEVICES``). But it is never a CUDA device itself: CUDA runs only on its MIG
+devices, each a compute instance with its GPU instance, and a GPU in MIG mode without them runs
+no CUDA work at all (the MIG user guide's "Getting Started", "CUDA Device Enumeration").
+``nvidia-smi -L`` lists them under their GPU as "MIG ... Device N", N counting from 0 for each
+GPU, with their ``MIG-<UUID>`` (the value ``CUDA_VISIBLE_DEVICES`` selects one by). Since driver
+R570 one process may use one compute instance of each GPU instance, MIG devices of several GPUs
+and whole GPUs together, 64 MIG devices at most; before it, one MIG device and no whole GPU
+beside it. In which order CUDA numbers MIG devices of several GPUs NVIDIA does not say, so
+proxgpu names them by UUID, never by a CUDA index. A GPU that serves vGPUs to VMs (its mediated
+devices exist) stays numbered too, but NVIDIA's vGPU documentation describes no CUDA work on the
+host beside them. :func:`not_whole` says why such a GPU is no whole GPU for a job.
+
 >>> from proxgpu.inspection import Gpu, Inventory
 >>> def gpu(address, vendor, device, driver):
 ...     return Gpu(address=address, vendor_id=vendor, device_id=device, class_code="0x030000",
@@ -31,6 +45,9 @@ every GPU of their driver.
 ['0000:01:00.0', '0000:81:00.0']
 >>> unseen_reason(inventory, CUDA, inventory.gpus[2])
 '0000:41:00.0 is on vfio-pci, not nvidia'
+>>> not_whole(inventory.gpus[0].model_copy(update={"mig_mode": True}))
+'0000:81:00.0 is in MIG mode: CUDA runs only on its MIG devices, never on the whole GPU; give \
+a job one of them with CUDA_VISIBLE_DEVICES=MIG-<UUID> (nvidia-smi -L lists them under the GPU)'
 """
 
 from __future__ import annotations
@@ -161,3 +178,43 @@ def none_seen(inventory: Inventory, runtime: Runtime) -> str:
     reasons = [unseen_reason(inventory, runtime, gpu) for gpu in inventory.gpus]
     why = "; ".join(r for r in reasons if r) or "the host has no GPU"
     return f"{inventory.source}: {runtime.name} sees no GPU: {why}"
+
+
+def not_whole(gpu: Gpu) -> str | None:
+    """Why ``gpu``, though numbered, is no whole GPU to give a job (``None``: it is one): it is
+    in MIG mode, or it serves vGPUs to VMs (see the module's docstring)."""
+    if gpu.mig_mode:
+        return (
+            f"{gpu.address} is in MIG mode: CUDA runs only on its MIG devices, never on the whole "
+            f"GPU; give a job one of them with {mig_selection(gpu)}"
+        )
+    vgpus = sum(len(kind.instances) for kind in gpu.mdev_types)
+    if vgpus:
+        return (
+            f"{gpu.address} serves {vgpus} vGPU{'s' if vgpus > 1 else ''} to VMs (mediated "
+            "devices exist): NVIDIA's vGPU software describes no CUDA work on the host beside "
+            "them, so no job is placed there"
+        )
+    return None
+
+
+def mig_selection(gpu: Gpu) -> str:
+    """How a process selects one of ``gpu``'s MIG devices: ``CUDA_VISIBLE_DEVICES`` and each
+    device's UUID, or where to read them when inspection could not.
+
+    >>> from proxgpu.inspection import Gpu
+    >>> mig_selection(Gpu(address="0000:18:00.0", vendor_id="10de", device_id="2335",
+    ...                   class_code="0x030200", functions=[], function_info=[]))
+    'CUDA_VISIBLE_DEVICES=MIG-<UUID> (nvidia-smi -L lists them under the GPU)'
+    """
+    uuids = mig_uuids(gpu)
+    if not uuids or len(uuids) < len(gpu.mig_instances):
+        return "CUDA_VISIBLE_DEVICES=MIG-<UUID> (nvidia-smi -L lists them under the GPU)"
+    return "CUDA_VISIBLE_DEVICES=" + " or ".join(
+        f"{uuid} (GI {i.gi} CI {i.ci})" for i, uuid in zip(gpu.mig_instances, uuids, strict=True)
+    )
+
+
+def mig_uuids(gpu: Gpu) -> list[str]:
+    """The ``MIG-<UUID>`` of each of ``gpu``'s MIG devices inspection knows, in GI, CI order."""
+    return [instance.uuid for instance in gpu.mig_instances if instance.uuid is not None]

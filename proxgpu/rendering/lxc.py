@@ -124,10 +124,19 @@ def _cap_minor(path: str) -> int:
     return int(match[1]) if match else -1
 
 
-def _every_containers_nvidia_nodes(ctx: RenderContext) -> list[str]:
-    """The nvidia nodes of every container the plan gives GPUs or MIG instances: the one unit
-    makes them all (containers with GPUs or an instance of their own each need theirs), listed
-    alike from each container so that each renders the same unit: GPU nodes first."""
+def _at_boot(path: str, dev_mode: bool) -> bool:
+    """Whether the boot unit takes care of node ``path``: it makes every nvidia node, and
+    without ``devN`` entries it also writes amdgpu's ``/dev/kfd`` rule with that boot's major
+    (the kernel makes the node itself; amdkfd registers its character device with major 0, so
+    the kernel picks a free major as it loads, which need not be the one seen at plan time)."""
+    return path.startswith("/dev/nvidia") or (path == KFD and not dev_mode)
+
+
+def _every_containers_boot_nodes(ctx: RenderContext, dev_mode: bool) -> list[str]:
+    """The nodes the boot unit takes care of (:func:`_at_boot`) for every container the plan
+    gives GPUs or MIG instances: the one unit serves them all (containers with GPUs or an
+    instance of their own each need theirs), listed alike from each container so that each
+    renders the same unit: GPU nodes first."""
     quiet = replace(ctx, warnings=[])  # each container's own render says its warnings
     paths = [
         node.path
@@ -135,7 +144,7 @@ def _every_containers_nvidia_nodes(ctx: RenderContext) -> list[str]:
         for guest in group.guests
         if guest.type == "lxc"
         for node in _device_nodes(quiet, group, guest.vmid)
-        if node.path.startswith("/dev/nvidia")
+        if _at_boot(node.path, dev_mode)
     ]
     unique = list(dict.fromkeys(paths))
     gpu_nodes = [path for path in unique if re.fullmatch(r"/dev/nvidia\d+", path)]
@@ -242,9 +251,10 @@ def _lxc_entries(
     dev_mode: bool,
     include: str | None,
 ) -> list[tuple[str, str]]:
-    # With the include, the boot unit writes the nvidia nodes' cgroup rules with that boot's
-    # majors (nvidia-uvm's and nvidia-caps' are dynamic); every other node's rule is written here.
-    ruled = [n for n in nodes if not (include and n.path.startswith("/dev/nvidia"))]
+    # With the include, the boot unit writes the cgroup rules of the nvidia nodes and /dev/kfd
+    # with that boot's majors (nvidia-uvm's, nvidia-caps' and kfd's are dynamic); every other
+    # node's rule (DRM's fixed 226) is written here.
+    ruled = [n for n in nodes if not (include and _at_boot(n.path, dev_mode))]
     if not dev_mode and any(n.major is None for n in ruled):
         version = ctx.inventory.pve_container_version or "unknown"
         raise RenderError(
@@ -276,10 +286,12 @@ def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> No
     nodes = _device_nodes(ctx, group, vmid)
     nvidia = [node.path for node in nodes if node.path.startswith("/dev/nvidia")]
     unit = ctx.options.nvidia_nodes_unit
-    include = NODES_INCLUDE if unit and nvidia and not dev_mode else None
+    # Raw containers include the rules file the unit writes; the unit is the same for all.
+    shared = NODES_INCLUDE if unit and not dev_mode else None
+    include = shared if any(_at_boot(node.path, dev_mode) for node in nodes) else None
     wanted = _lxc_entries(ctx, group, nodes, dev_mode, include)
     if unit:
-        render_nodes_unit(ctx, _every_containers_nvidia_nodes(ctx), include)
+        render_nodes_unit(ctx, _every_containers_boot_nodes(ctx, dev_mode), shared)
     managed = _Managed.of(ctx.inventory)
     modes = {p: cap.mode for p in nvidia if (cap := capability(ctx.inventory, p))}
     modes |= _driver_modes(ctx, [p for p in nvidia if p not in modes], vmid)

@@ -27,6 +27,7 @@ import re
 
 from proxgpu.inspection.inventory import Inventory, NvidiaCap
 from proxgpu.rendering.context import RenderContext, containers_named
+from proxgpu.rendering.dri import KFD
 from proxgpu.rendering.templating import render_template
 
 NODES_UNIT_NAME = "proxgpu-nvidia-nodes.service"
@@ -68,7 +69,13 @@ def capability(inventory: Inventory, path: str) -> NvidiaCap | None:
 def boot_steps(inventory: Inventory, paths: list[str]) -> list[str]:
     """The script's steps that make ``paths``: ``gpu NAME MINOR`` for ``/dev/nvidiaN`` and
     ``nvidiactl`` (control node first), ``uvm`` for both of nvidia-uvm's nodes, ``modeset``,
-    ``cap PROC_FILE`` (relative to /proc) for each capability, each once."""
+    ``cap PROC_FILE`` (relative to /proc) for each capability, each once; ``kfd`` for amdgpu's
+    ``/dev/kfd``, which the kernel makes itself: the step loads amdgpu when its major is not in
+    ``/proc/devices`` yet, and the rules take that major.
+
+    >>> boot_steps(Inventory(source="pve1", hostname="pve1"), ["/dev/kfd"])
+    ['kfd']
+    """
     gpus = sorted(int(m[1]) for p in paths if (m := re.fullmatch(r"/dev/nvidia(\d+)", p)))
     steps = ["gpu nvidiactl 255"] if "/dev/nvidiactl" in paths else []
     steps += [f"gpu nvidia{minor} {minor}" for minor in gpus]
@@ -77,7 +84,8 @@ def boot_steps(inventory: Inventory, paths: list[str]) -> list[str]:
     if "/dev/nvidia-modeset" in paths:
         steps.append("modeset")
     caps = sorted((c for p in paths if (c := capability(inventory, p))), key=lambda c: c.minor)
-    return steps + [f"cap {cap.proc_path.removeprefix('/proc/')}" for cap in caps]
+    steps += [f"cap {cap.proc_path.removeprefix('/proc/')}" for cap in caps]
+    return steps + (["kfd"] if KFD in paths else [])
 
 
 def render_nodes_unit(ctx: RenderContext, paths: list[str], include: str | None) -> None:
@@ -88,6 +96,10 @@ def render_nodes_unit(ctx: RenderContext, paths: list[str], include: str | None)
     files: dict[str, str | None] = dict.fromkeys(
         (NODES_UNIT, NODES_SCRIPT, GUESTS_DROPIN, HA_DROPIN)
     )
+    nvidia = any(path.startswith("/dev/nvidia") for path in paths)
+    done = "made the NVIDIA device nodes the containers are given"
+    if not nvidia:
+        done = "written the cgroup rule of /dev/kfd the containers are given"
     if steps:
         files[NODES_SCRIPT] = render_template(
             "nvidia-nodes.sh.j2",
@@ -97,22 +109,27 @@ def render_nodes_unit(ctx: RenderContext, paths: list[str], include: str | None)
             kinds={step.split()[0] for step in steps},
             nodes=[p.removeprefix("/dev/") for p in paths],
             include=include,
+            nvidia=nvidia,
         )
         files[NODES_UNIT] = render_template(
-            "nvidia-nodes.service.j2", script=NODES_SCRIPT, dropins=[GUESTS_DROPIN, HA_DROPIN]
+            "nvidia-nodes.service.j2",
+            script=NODES_SCRIPT,
+            dropins=[GUESTS_DROPIN, HA_DROPIN],
+            nvidia=nvidia,
         )
         for dropin, service, what in (
             (GUESTS_DROPIN, "pve-guests.service", "its guests"),
             (HA_DROPIN, "pve-ha-lrm.service", "the HA-managed guests"),
         ):
             files[dropin] = render_template(
-                "pve-guests-nvidia-nodes.conf.j2", unit=NODES_UNIT_NAME, service=service, what=what
+                "pve-guests-nvidia-nodes.conf.j2",
+                unit=NODES_UNIT_NAME,
+                service=service,
+                what=what,
+                done=done,
             )
-    ctx.file(
-        NODES_UNIT,
-        files[NODES_UNIT],
-        f"make the NVIDIA device nodes of {containers_named(ctx)} at boot",
-    )
+    what = "make the NVIDIA device nodes" if nvidia or not steps else "write the /dev/kfd rule"
+    ctx.file(NODES_UNIT, files[NODES_UNIT], f"{what} of {containers_named(ctx)} at boot")
     ctx.file(NODES_SCRIPT, files[NODES_SCRIPT], "the nodes that unit makes, and how", mode=0o755)
     ctx.file(GUESTS_DROPIN, files[GUESTS_DROPIN], "start the guests after those nodes exist")
     ctx.file(HA_DROPIN, files[HA_DROPIN], "start the HA-managed guests after them too")

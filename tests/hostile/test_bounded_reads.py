@@ -22,14 +22,21 @@ from proxgpu.errors import CommandOutputTooLargeError, CommandTimeoutError
 from proxgpu.host import DirectoryHost, LocalHost
 from proxgpu.host.base import MAX_OUTPUT
 from proxgpu.host.ssh import SSHHost
-from proxgpu.inspection import inspect
-from proxgpu.inspection.capture import gather
+from proxgpu.inspection import inspect, smi
+from proxgpu.inspection.capture import Capture, gather
+from proxgpu.inspection.smi import read_smi
 from tests.support.hostile_scratch import Scratch, gone
 from tests.support.sshd import Sshd, client_options
+<<<<<<< HEAD
 from tests.support.trees import copy_example, sriov_tree
+=======
+from tests.support.standins import fake_tool, on_path
+from tests.support.trees import copy_example
+>>>>>>> wip-mig
 
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
 VFS = "/sys/bus/pci/devices/0001:"
+MIG = "/proc/driver/nvidia/capabilities/gpu0/mig"
 
 
 def test_a_command_that_answers_3_gb_is_stopped_at_the_limit_in_bounded_memory(
@@ -246,3 +253,28 @@ def test_a_host_that_trickles_over_ssh_ends_at_the_deadline_and_its_command_dies
     assert str(caught.value) == f"{sshd.target}: sh did not finish within 3 s"
     assert gone(int(pid_file.read_text())), "the remote command was left running"
     host.close()
+
+
+def test_a_hung_nvidia_smi_ends_at_its_deadline_and_inspection_carries_on(
+    scratch: Scratch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvidia-smi can hang on a GPU that is being reset: each run ends at its own deadline,
+    with what it started, and the MIG devices' UUIDs are then unknown, not waited for. The
+    stand-in nvidia-smi (no NVIDIA GPU is here) starts a child and waits on it forever."""
+    pids = scratch.root / "pids"
+    bin_dir = scratch.root / "bin"
+    fake_tool(bin_dir, "nvidia-smi", f"sleep 600 & echo $$ $! >> {pids}\nwait\n")
+    on_path(monkeypatch, bin_dir)
+    monkeypatch.setattr(smi, "SMI_SECONDS", 1)
+    capture = Capture(lines={f"{MIG}/gi1/ci0/access": ["DeviceFileMinor: 13"]})
+    start = time.monotonic()
+    read_smi(LocalHost(), capture)
+    assert time.monotonic() - start < 10
+    assert capture.notes == [
+        f"{command}: it did not finish within 1 s, so the MIG devices' UUIDs are unknown"
+        for command in ("nvidia-smi -L", "nvidia-smi")
+    ]
+    assert capture.raw == {}
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert len(started) == 4
+    assert all(gone(pid) for pid in started), "a process nvidia-smi started was left behind"

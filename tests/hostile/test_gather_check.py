@@ -17,12 +17,15 @@ import pytest
 from proxgpu.errors import CommandError
 from proxgpu.host import DirectoryHost
 from proxgpu.host.command import CommandHost
+from proxgpu.inspection.build import GpuFilter, build_inventory
 from proxgpu.inspection.capture import Capture, gather
+from proxgpu.paths import CAPTURED_DIR, NVIDIA_SMI_LIST
 from tests.support.hostile import Scene, scene
 from tests.support.trees import sriov_tree
 
 VM = "etc/pve/qemu-server/300.conf"
 MODULES = "etc/modules"
+CAPTURED = CAPTURED_DIR.strip("/")
 #: What the gather script runs, sort aside.
 TOOLS = (
     "sh",
@@ -206,3 +209,31 @@ def test_a_check_whose_paths_are_not_all_resolved_is_no_check(tmp_path: Path) ->
 
     with pytest.raises(CommandError, match="looking where each file is"):
         gather(CommandHost("pve1", short, root=str(hostile.tree)))
+
+
+@pytest.mark.parametrize("linked", ["file", "directory"])
+def test_nvidia_smi_s_kept_outputs_are_never_read_through_a_link_out(
+    tmp_path: Path, linked: str
+) -> None:
+    """A snapshot's kept nvidia-smi output (or its folder) linked to a file outside is never
+    read: the MIG devices' UUIDs are then unknown, on this machine's tree and another's."""
+    hostile = scene(tmp_path, "mig")
+    kept = hostile.tree / NVIDIA_SMI_LIST.lstrip("/")
+    forged = kept.read_text().replace("02000000c7a2", "0200000bad00")
+    if linked == "file":
+        victim = hostile.victim("listing", forged.encode(), mode=0o644)
+        kept.unlink()
+        kept.symlink_to(victim)
+    else:
+        (hostile.link_out(CAPTURED) / kept.name).write_text(forged)
+    hostile.settle()
+    for host in (
+        DirectoryHost(str(hostile.tree)),
+        CommandHost("pve1", Shell(), root=str(hostile.tree)),
+    ):
+        capture = gather(host)
+        assert NVIDIA_SMI_LIST not in capture.raw
+        inventory = build_inventory(capture, "pve1", GpuFilter())
+        uuids = [i.uuid for i in inventory.gpu("0000:18:00.0").mig_instances]
+        assert uuids == [None] * 4, "no UUID is believed from outside the tree"
+    hostile.assert_outside_unchanged()

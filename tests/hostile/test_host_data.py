@@ -3,9 +3,10 @@ modprobe.d, unit or container file is one the kernel can make, or the tree is re
 file (exit 8; a softdep word proxgpu would copy: exit 16), before anything is planned or written.
 
 Each case copies the ct200 example into its scratch folder, plants one hostile name (shell syntax
-that would touch the canary, a space, a newline, ``..``), runs ``proxgpu apply --yes`` on it in
-process and checks the exact refusal, that the tree is byte for byte as planted and that nothing
-outside the scratch folder changed.
+that would touch the canary, a space, a newline, ``..``; or nvidia-smi's outputs as a snapshot
+keeps them, stand-ins laid out as NVIDIA's MIG user guide shows them), runs ``proxgpu apply
+--yes`` on it in process and checks the exact refusal, that the tree is byte for byte as planted
+and that nothing outside the scratch folder changed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from proxgpu.cli import main
+from proxgpu.paths import NVIDIA_SMI_LIST, NVIDIA_SMI_TABLE
 from tests.support.hostile_scratch import Scratch, fingerprint
+from tests.support.standins import MIG_CI, MIG_LISTING, MIG_TABLE
 from tests.support.trees import copy_example
 
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
@@ -42,6 +45,16 @@ def _write(tree: Path, path: str, text: str) -> None:
 
 def _device_dir(tree: Path, name: str) -> None:
     os.symlink(f"../../../{GPU}", tree / "sys/bus/pci/devices" / name)
+
+
+def _mig(tree: Path, listing: str, table: str = MIG_TABLE) -> None:
+    """GPU 0 in MIG mode with a compute instance, and what a snapshot kept of nvidia-smi."""
+    access = "DeviceFileMinor: {}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+    caps = "proc/driver/nvidia/capabilities/gpu0/mig/gi1"
+    _write(tree, f"{caps}/access", access.format(12))
+    _write(tree, f"{caps}/ci0/access", access.format(13))
+    _write(tree, NVIDIA_SMI_LIST.lstrip("/"), listing)
+    _write(tree, NVIDIA_SMI_TABLE.lstrip("/"), table)
 
 
 # (what is planted, how, the file the refusal names, the words of the refusal)
@@ -156,6 +169,26 @@ CASES: list[tuple[str, Plant, str, str]] = [
         lambda t, c: _write(t, "proc/sys/kernel/hostname", f"ct200$(touch {c})\n"),
         "/proc/sys/kernel/hostname",
         "host name 'ct200$(touch",
+    ),
+    (
+        "MIG UUID with shell syntax",
+        lambda t, c: _mig(t, MIG_LISTING.replace(MIG_CI[1], f"MIG-$(touch {c})")),
+        NVIDIA_SMI_LIST,
+        "UUID 'MIG-$(touch",
+    ),
+    (
+        "GPU nvidia-smi lists twice",
+        lambda t, c: _mig(t, MIG_LISTING + MIG_LISTING),
+        NVIDIA_SMI_LIST,
+        "GPU 0 is listed twice",
+    ),
+    (
+        "MIG device nvidia-smi's table lists twice",
+        lambda t, c: _mig(
+            t, MIG_LISTING, MIG_TABLE.replace("|  0    1   2   2  |", "|  0    1   2   1  |")
+        ),
+        NVIDIA_SMI_TABLE,
+        "GPU 0's MIG device 1 (GI 1 CI 2) is listed twice",
     ),
     (
         "NVIDIA capability with a space",

@@ -2,11 +2,17 @@
 and each vendor's device variable, checked with Proxmox's own container parser.
 
 The host is ct200's shape with MI300X-like GPUs on amdgpu (or Intel ones on xe): no AMD or
-Intel GPU is here, so the inventory is built field by field as inspection reads it.
+Intel GPU is here, so the inventory is built field by field as inspection reads it. Where a
+container takes raw ``lxc.*`` lines, the boot unit's script runs for real under a directory
+standing in for ``/`` at a later boot (its ``/proc/devices``, a ``/dev/kfd`` made as the kernel
+makes it, and a stand-in ``modprobe`` that registers kfd as loading amdgpu does), as root.
 """
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,9 +20,12 @@ import pytest
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.planning import SplitPolicy, plan_split
 from proxgpu.pve.config import GuestConfig
-from proxgpu.rendering import render
+from proxgpu.rendering import RenderOptions, render
+from proxgpu.rendering.changes import ChangeSet
+from proxgpu.rendering.nodes import NODES_INCLUDE, NODES_SCRIPT, NODES_UNIT
 from tests.support.factories import ct200
 from tests.support.pvevalidate import assert_all_ok, validate_tree, write_tree
+from tests.support.tools import require_tool
 
 CT_200 = "/etc/pve/lxc/200.conf"
 CONTAINER = """\
@@ -138,3 +147,121 @@ def test_nodes_without_captured_names_fall_back_to_by_path_with_a_warning() -> N
     config, warnings = container(inventory.model_copy(update={"gpus": gpus}))
     assert "/dev/dri/by-path/pci-0000:01:00.0-render" in dev_entries(config)
     assert any("node names were not captured" in w for w in warnings)
+
+
+# --- raw lxc.* containers: kfd's rule is written at each boot, with that boot's major -----------
+
+#: pve-container before 5.0.7 takes no devN entries: the container gets raw lxc.* lines.
+RAW = {"pve_container_version": "5.0.6"}
+#: What a modprobe of amdgpu adds to /proc/devices: kfd's character device, at a major the
+#: kernel picks as amdgpu loads (register_chrdev with major 0 in amdkfd's kfd_chardev.c).
+STANDIN_MODPROBE = """\
+#!/bin/sh
+echo "$1" >> "$PROXGPU_ROOT/modprobe.log"
+if [ "$1" = amdgpu ] && [ -n "${LOADS_KFD_AT-}" ]; then
+    sed -i "s/^Character devices:$/&\\n$LOADS_KFD_AT kfd/" "$PROXGPU_ROOT/proc/devices"
+fi
+"""
+
+
+def raw_changes(inventory: Inventory | None = None) -> ChangeSet:
+    inventory = (inventory or host()).model_copy(update=RAW)
+    return render(inventory, plan_split(inventory, SplitPolicy(lxc=200)), RenderOptions())
+
+
+def boot(tmp_path: Path, kfd_major: int | None) -> Path:
+    """A directory standing in for / at a boot where amdgpu registered kfd at ``kfd_major``
+    (``None``: amdgpu not loaded yet), /dev/kfd as the kernel makes it then, and the stand-in
+    modprobe."""
+    root = tmp_path / "boot"
+    (root / "proc").mkdir(parents=True)
+    kfd = f"{kfd_major} kfd\n" if kfd_major is not None else ""
+    (root / "proc/devices").write_text(
+        f"Character devices:\n  1 mem\n 10 misc\n226 drm\n{kfd}\nBlock devices:\n  8 sd\n"
+    )
+    (root / "dev/dri").mkdir(parents=True)
+    if kfd_major is not None:
+        os.mknod(root / "dev/kfd", 0o666 | stat.S_IFCHR, os.makedev(kfd_major, 0))
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/modprobe").write_text(STANDIN_MODPROBE)
+    (root / "usr/bin/modprobe").chmod(0o755)
+    return root
+
+
+def run_unit(changes: ChangeSet, root: Path, loads_kfd_at: int | None = None) -> str:
+    """Run the rendered boot script against ``root``; its stderr (it must succeed)."""
+    if os.geteuid() != 0:
+        pytest.skip("the stand-in /dev/kfd needs mknod, which needs root")
+    script = root / "proxgpu-nvidia-nodes"
+    script.write_text(next(f.after or "" for f in changes.files if f.path == NODES_SCRIPT))
+    env = {"PATH": f"{root}/usr/bin:/usr/bin:/bin", "PROXGPU_ROOT": str(root)}
+    if loads_kfd_at is not None:
+        env["LOADS_KFD_AT"] = str(loads_kfd_at)
+    result = subprocess.run(
+        ["sh", str(script)], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stderr
+
+
+def rules(root: Path) -> list[str]:
+    return (root / NODES_INCLUDE.lstrip("/")).read_text().splitlines()
+
+
+def raw_entries(changes: ChangeSet) -> list[tuple[str, str]]:
+    text = next(f.after or "" for f in changes.files if f.path == CT_200)
+    return [(k, v) for k, v in GuestConfig.parse(text).entries() if k.startswith("lxc.")]
+
+
+def test_a_raw_container_gets_kfd_s_rule_at_boot_with_the_major_of_that_boot(
+    tmp_path: Path,
+) -> None:
+    changes = raw_changes()
+    entries = raw_entries(changes)
+    assert ("lxc.include", NODES_INCLUDE) in entries
+    allowed = [v for k, v in entries if k == "lxc.cgroup2.devices.allow"]
+    assert f"c {KFD_MAJOR}:0 rwm" not in allowed, "no kfd major fixed at plan time"
+    assert "c 226:129 rwm" in allowed, "DRM's major is fixed: its rules stay in the config"
+    assert ("lxc.mount.entry", "/dev/kfd dev/kfd none bind,optional,create=file") in entries
+    root = boot(tmp_path, kfd_major=KFD_MAJOR + 277)
+    run_unit(changes, root)
+    assert rules(root) == [f"lxc.cgroup2.devices.allow = c {KFD_MAJOR + 277}:0 rwm"]
+    assert not (root / "modprobe.log").exists(), "amdgpu was loaded: nothing to load"
+
+
+def test_the_unit_loads_amdgpu_when_kfd_is_not_registered_yet(tmp_path: Path) -> None:
+    root = boot(tmp_path, kfd_major=None)
+    # As devtmpfs would make it once amdgpu registers kfd at 497.
+    os.mknod(root / "dev/kfd", 0o666 | stat.S_IFCHR, os.makedev(497, 0))
+    run_unit(raw_changes(), root, loads_kfd_at=497)
+    assert (root / "modprobe.log").read_text().split() == ["amdgpu"]
+    assert rules(root) == ["lxc.cgroup2.devices.allow = c 497:0 rwm"]
+
+
+def test_a_boot_without_kfd_fails_the_unit_naming_it(tmp_path: Path) -> None:
+    root = boot(tmp_path, kfd_major=None)
+    with pytest.raises(AssertionError) as failed:
+        run_unit(raw_changes(), root)
+    assert f"{root}/dev/kfd: kfd is not in {root}/proc/devices" in str(failed.value)
+    assert f"{root}/dev/kfd is missing" in str(failed.value)
+
+
+def test_an_amd_only_host_gets_the_unit_only_for_raw_containers() -> None:
+    unit = {f.path: f.after for f in raw_changes().files}.get(NODES_UNIT) or ""
+    assert "Description=/dev/kfd cgroup rule for containers (proxgpu)" in unit
+    with_dev_entries = host().model_copy(update={"pve_container_version": "5.2.3"})
+    plan = plan_split(with_dev_entries, SplitPolicy(lxc=200))
+    assert NODES_UNIT not in {f.path for f in render(with_dev_entries, plan).files}
+
+
+def test_shellcheck_accepts_the_amd_only_script(tmp_path: Path) -> None:
+    shellcheck = require_tool("shellcheck", "shellcheck")
+    script = tmp_path / "nodes.sh"
+    script.write_text(next(f.after or "" for f in raw_changes().files if f.path == NODES_SCRIPT))
+    result = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def test_proxmox_accepts_the_raw_container(tmp_path: Path) -> None:
+    text = next(f.after or "" for f in raw_changes().files if f.path == CT_200)
+    assert_all_ok(validate_tree(write_tree(tmp_path / "host", {CT_200: text}), "pve1"))

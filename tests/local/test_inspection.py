@@ -161,6 +161,8 @@ def test_local_machine_inspection_reads_the_real_kernel() -> None:
 
 
 def test_inspection_is_one_command(example_host: Path) -> None:
+    """One round trip, and a second only where /proc shows MIG compute instances (the mig
+    example): their UUIDs are nvidia-smi's."""
     host = DirectoryHost(str(example_host))
     gather(host)
-    assert host.commands_run == 1
+    assert host.commands_run == (2 if example_host.name == "mig" else 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from functools import cache
 from pathlib import Path
@@ -33,6 +34,11 @@ ROOT = EXAMPLES / "mig"
 CT_200, CT_201 = "/etc/pve/lxc/200.conf", "/etc/pve/lxc/201.conf"
 CAPS = "proc/driver/nvidia/capabilities/gpu0/mig"
 TWO = SplitPolicy(lxc_mig=[MigSpec(vmid=200, gpu="0", gi=2), MigSpec(vmid=201, gpu="0", gi=9)])
+#: GPU 0's MIG devices (GI 2 CI 0, GI 3 CI 1, GI 9 CI 0) as the example's nvidia-smi -L lists them.
+UUID_2_0 = "MIG-00000000-5a1e-5c2b-9f3d-02000000c7a2"
+UUID_3_1 = "MIG-00000000-5a1e-5c2b-9f3d-03010000c7a2"
+UUID_9_0 = "MIG-00000000-5a1e-5c2b-9f3d-09000000c7a2"
+CAPTURED = "var/lib/proxgpu/captured"
 
 
 @cache
@@ -68,9 +74,10 @@ def test_two_containers_each_get_exactly_their_instance_and_the_gpu_stays_on_nvi
         "nvidia",
         [200, 201],
     )
+    # The UUIDs are what the snapshot kept of nvidia-smi -L, joined through its MIG table.
     assert group.mig == [
-        MigUse(vmid=200, gpu_minor=0, gi=2, ci=0, gi_minor=21, ci_minor=22),
-        MigUse(vmid=201, gpu_minor=0, gi=9, ci=0, gi_minor=84, ci_minor=85),
+        MigUse(vmid=200, gpu_minor=0, gi=2, ci=0, gi_minor=21, ci_minor=22, uuid=UUID_2_0),
+        MigUse(vmid=201, gpu_minor=0, gi=9, ci=0, gi_minor=84, ci_minor=85, uuid=UUID_9_0),
     ]
     assert all("0000:18:00.0" not in g.gpus for g in plan.groups if g.role.moves_to_vfio)
     files = {f.path: f.after for f in render(mig_host(), plan).files}
@@ -192,17 +199,51 @@ def test_the_cli_plan_prints_each_instance_and_how_to_select_it(
     assert (
         "(stays on the host driver, its MIG instances for containers), for LXC 200, LXC 201" in out
     )
-    assert "    CT 200: MIG GI 2 CI 0 (nvidia-cap21, nvidia-cap22)\n" in out
-    assert "    CT 201: MIG GI 3 CI 1 (nvidia-cap30, nvidia-cap32)\n" in out
     assert (
-        "CUDA_VISIBLE_DEVICES=MIG-<UUID>; the UUID is unknown to inspection: nvidia-smi -L" in out
-    )
+        "    CT 200: MIG GI 2 CI 0 (nvidia-cap21, nvidia-cap22)\n"
+        f"      in it: CUDA_VISIBLE_DEVICES={UUID_2_0}\n"
+        "    CT 201: MIG GI 3 CI 1 (nvidia-cap30, nvidia-cap32)\n"
+        f"      in it: CUDA_VISIBLE_DEVICES={UUID_3_1}\n"
+    ) in out
     assert main([*argv, "--json"]) == 0
     (group,) = [g for g in json.loads(capsys.readouterr().out)["groups"] if g["role"] == "mig"]
     assert [(u["vmid"], u["gi"], u["ci"], u["uuid"]) for u in group["mig"]] == [
-        (200, 2, 0, None),
-        (201, 3, 1, None),
+        (200, 2, 0, UUID_2_0),
+        (201, 3, 1, UUID_3_1),
     ]
+
+
+def test_without_nvidia_smi_s_outputs_the_plan_says_where_to_read_the_uuid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path, "mig")
+    shutil.rmtree(root / CAPTURED)
+    assert main(["plan", "--root", str(root), "--lxc", "201:mig=0/3/1"]) == 0
+    assert (
+        "      in it: CUDA_VISIBLE_DEVICES=MIG-<UUID>; the UUID is unknown to inspection: "
+        "nvidia-smi -L on the host lists it as the MIG Device of GPU 0 that nvidia-smi's MIG "
+        "devices table shows for GI 3 CI 1\n"
+    ) in capsys.readouterr().out
+    assert main(["plan", "--root", str(root), "--lxc", "201:mig=0/3/1", "--json"]) == 0
+    (group,) = [g for g in json.loads(capsys.readouterr().out)["groups"] if g["role"] == "mig"]
+    assert [u["uuid"] for u in group["mig"]] == [None]
+
+
+def test_the_gpu_s_index_in_the_advice_is_nvidia_smi_s_not_its_minor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With 18:00.0 on vfio-pci, the MIG GPU 2a:00.0 (minor 1) is nvidia-smi's GPU 0."""
+    root = copy_example(tmp_path, "mig")
+    shutil.rmtree(root / CAPTURED)
+    caps = root / "proc/driver/nvidia/capabilities"
+    (caps / "gpu0").rename(caps / "gpu1")
+    to_vfio = root / "sys/bus/pci/devices/0000:18:00.0/driver"
+    to_vfio.unlink()
+    to_vfio.symlink_to("../../../../bus/pci/drivers/vfio-pci")
+    (root / "sys/bus/pci/drivers/vfio-pci").mkdir(exist_ok=True)
+    shutil.rmtree(root / "proc/driver/nvidia/gpus/0000:18:00.0")
+    assert main(["plan", "--root", str(root), "--lxc", "200:mig=0000:2a:00.0/2"]) == 0
+    assert "lists it as the MIG Device of GPU 0 that" in capsys.readouterr().out
 
 
 def test_apply_of_a_saved_plan_refuses_once_the_instance_is_gone(tmp_path: Path) -> None:
@@ -275,3 +316,37 @@ def test_a_mig_gpu_the_next_boot_numbers_anew_is_said_to_need_a_new_plan() -> No
         "other capability minors with it: plan again after the reboot"
     ) in warnings
     assert not [w for w in render(mig_host(), plan_split(mig_host(), TWO)).warnings if "minor" in w]
+
+
+def test_inspection_marks_only_the_gpu_with_gpu_instances_as_in_mig_mode() -> None:
+    assert [(g.address, g.mig_mode) for g in mig_host().gpus] == [
+        ("0000:18:00.0", True),
+        ("0000:2a:00.0", False),
+        ("0000:9a:00.0", False),
+        ("0000:ab:00.0", False),
+    ]
+
+
+def test_run_never_counts_the_gpu_in_mig_mode_and_says_what_to_use_instead(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run = ["run", "--dry-run", "--root", str(ROOT), "--node", "0", "--tp"]
+    assert main([*run, "2", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "NUMA node 0 has fewer than 2 CUDA GPUs: node 0 has 1, node 1 has 2 (not counted: CUDA "
+        "GPU 0: 0000:18:00.0 is in MIG mode: CUDA runs only on its MIG devices, never on the "
+        "whole GPU; give a job one of them with CUDA_VISIBLE_DEVICES=MIG-" in err
+    )
+    # The GPU in MIG mode keeps nvidia-smi's index 0: node 0's whole GPU is 1.
+    assert main([*run, "1", "--", "true"]) == 0
+    captured = capsys.readouterr()
+    assert "CUDA_VISIBLE_DEVICES=1\n" in captured.out
+    assert "passed over CUDA GPU 0: 0000:18:00.0 is in MIG mode" in captured.err
+
+
+def test_check_gpus_says_the_gpu_is_in_mig_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-gpus", "0,1", "--root", str(ROOT), "--json"]) == 0
+    gpus = json.loads(capsys.readouterr().out)["gpus"]
+    assert [g["address"] for g in gpus if g["not_whole"]] == ["0000:18:00.0"]
+    assert "is in MIG mode: CUDA runs only on its MIG devices" in gpus[0]["not_whole"]

@@ -193,3 +193,59 @@ def fake_nvidia_smi(directory: Path, persistence: dict[str, str]) -> None:
     --format=csv,noheader`` prints, the bus id with its 8-digit upper-case domain."""
     rows = "".join(f"00000000:{a[5:].upper()}, {mode}\\n" for a, mode in persistence.items())
     fake_tool(directory, "nvidia-smi", f"printf '{rows}'\n")
+
+
+# nvidia-smi's outputs with MIG devices, as NVIDIA's MIG user guide shows them ("Getting Started
+# with MIG": the compute instances example, three MIG devices in GPU instance 1 whose table rows
+# share one memory cell, with the guide's UUIDs; "CUDA Device Enumeration": the -L layout, each
+# GPU's MIG devices under it).
+MIG_GPU0 = "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0"
+MIG_GPU1 = "GPU-0aa11ebd-627f-af3f-1a0d-4e1fd92fd7b0"
+MIG_CI = [
+    "MIG-c7384736-a75d-5afc-978f-d2f1294409fd",
+    "MIG-c376546e-7559-5610-9721-124e8dbb1bc8",
+    "MIG-928edfb0-898f-53bd-bf24-c7e5d08a6852",
+]
+MIG_LISTING = f"""\
+GPU 0: A100-SXM4-40GB (UUID: {MIG_GPU0})
+  MIG 1c.3g.20gb  Device  0: (UUID: {MIG_CI[0]})
+  MIG 1c.3g.20gb  Device  1: (UUID: {MIG_CI[1]})
+  MIG 1c.3g.20gb  Device  2: (UUID: {MIG_CI[2]})
+"""
+MIG_TABLE = """\
++-----------------------------------------------------------------------------+
+| MIG devices:                                                                |
++------------------+----------------------+-----------+-----------------------+
+| GPU  GI  CI  MIG |         Memory-Usage |        Vol|         Shared        |
+|      ID  ID  Dev |                      | SM     Unc| CE  ENC  DEC  OFA  JPG|
+|                  |                      |        ECC|                       |
+|==================+======================+===========+=======================|
+|  0    1   0   0  |     11MiB / 20224MiB | 14      0 |  3   0    2    0    0 |
++------------------+                      +-----------+-----------------------+
+|  0    1   1   1  |                      | 14      0 |  3   0    2    0    0 |
++------------------+                      +-----------+-----------------------+
+|  0    1   2   2  |                      | 14      0 |  3   0    2    0    0 |
++------------------+----------------------+-----------+-----------------------+
++-----------------------------------------------------------------------------+
+| Processes:                                                                  |
+|  GPU   GI   CI        PID   Type   Process name                  GPU Memory |
+|        ID   ID                                                   Usage      |
+|=============================================================================|
+|    0    1    0      59785      C   ./BlackScholes                   153MiB |
+|    0    1    1      59796      C   ./BlackScholes                   153MiB |
++-----------------------------------------------------------------------------+
+"""
+
+
+def mig_nvidia_smi(directory: Path) -> None:
+    """A stand-in for nvidia-smi on a host with MIG devices: ``-L`` prints
+    :data:`MIG_LISTING`, a plain run :data:`MIG_TABLE`."""
+    (directory / "nvidia-smi-L.txt").parent.mkdir(parents=True, exist_ok=True)
+    (directory / "nvidia-smi-L.txt").write_text(MIG_LISTING)
+    (directory / "nvidia-smi.txt").write_text(MIG_TABLE)
+    fake_tool(
+        directory,
+        "nvidia-smi",
+        f'if [ "$1" = -L ]; then cat {directory}/nvidia-smi-L.txt; '
+        f"else cat {directory}/nvidia-smi.txt; fi\n",
+    )

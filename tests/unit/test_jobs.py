@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from proxgpu.errors import UsageError
-from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.inspection.inventory import Gpu, Inventory, MdevType, MigInstance, NvidiaCap
 from proxgpu.planning.jobs import place_job
 from tests.support.factories import (
     bmc_display,
@@ -26,6 +26,18 @@ def on(gpu: Gpu, vendor: str, driver: str) -> Gpu:
 def vendor_host(vendor: str, driver: str) -> Inventory:
     base = ct200()
     return base.model_copy(update={"gpus": [on(gpu, vendor, driver) for gpu in base.gpus]})
+
+
+def changed(inventory: Inventory, address: str, **fields: object) -> Inventory:
+    """The inventory with the GPU at ``address`` changed as ``fields`` say."""
+    gpus = [g.model_copy(update=fields) if g.address == address else g for g in inventory.gpus]
+    return inventory.model_copy(update={"gpus": gpus})
+
+
+def mig_instance(gi: int, uuid: str | None) -> MigInstance:
+    cap = NvidiaCap(proc_path=f"/proc/driver/nvidia/capabilities/gpu0/mig/gi{gi}/access", minor=gi,
+                    mode=0o444)  # fmt: skip
+    return MigInstance(gi=gi, ci=0, gi_cap=cap, ci_cap=cap, uuid=uuid)
 
 
 def test_tp4_takes_the_first_node_with_four_cuda_gpus() -> None:
@@ -141,3 +153,58 @@ def test_no_usable_cpu_on_the_node_asked_for_is_a_usage_error() -> None:
         place_job(ct200(), 4, node=0, usable_cpus=[40])
     with pytest.raises(UsageError, match="have no CPU this process may run on"):
         place_job(ct200(), 4, usable_cpus=[200])
+
+
+# --- GPUs that are numbered but no whole GPU for a job ------------------------------------------
+
+
+def test_a_gpu_in_mig_mode_keeps_its_index_but_no_job_gets_it() -> None:
+    inventory = changed(ct200(), "0000:01:00.0", mig_mode=True)
+    job = place_job(inventory, 4)
+    # Node 0 has three whole GPUs left; node 1's keep nvidia-smi's indexes 4-7, not 3-6.
+    assert (job.numa_node, job.environment["CUDA_VISIBLE_DEVICES"]) == (1, "4,5,6,7")
+    assert job.passed_over == [
+        "CUDA GPU 0: 0000:01:00.0 is in MIG mode: CUDA runs only on its MIG devices, never on "
+        "the whole GPU; give a job one of them with CUDA_VISIBLE_DEVICES=MIG-<UUID> "
+        "(nvidia-smi -L lists them under the GPU)"
+    ]
+    job = place_job(inventory, 3, node=0)
+    assert job.environment["CUDA_VISIBLE_DEVICES"] == "1,2,3"
+
+
+def test_a_refusal_names_the_mig_gpu_and_its_mig_devices_to_use_instead() -> None:
+    uuids = ["MIG-c7384736-a75d-5afc-978f-d2f1294409fd", "MIG-a28ad590-3fda-56dd-84fc-0a0b96edc58d"]
+    instances = [mig_instance(1, uuids[0]), mig_instance(2, uuids[1])]
+    inventory = changed(ct200(), "0000:01:00.0", mig_mode=True, mig_instances=instances)
+    with pytest.raises(UsageError) as error:
+        place_job(inventory, 4, node=0)
+    assert str(error.value) == (
+        "pve1: NUMA node 0 has fewer than 4 CUDA GPUs: node 0 has 3, node 1 has 4 (not counted: "
+        "CUDA GPU 0: 0000:01:00.0 is in MIG mode: CUDA runs only on its MIG devices, never on "
+        f"the whole GPU; give a job one of them with CUDA_VISIBLE_DEVICES={uuids[0]} (GI 1 CI 0) "
+        f"or {uuids[1]} (GI 2 CI 0)); choose another --node or ask for fewer with --tp"
+    )
+
+
+def test_a_host_whose_only_gpu_is_in_mig_mode_places_no_job() -> None:
+    inventory = make_inventory([make_gpu("18", 0, minor=0).model_copy(update={"mig_mode": True})])
+    with pytest.raises(UsageError, match=r"node 0 has 0, node 1 has 0 \(not counted: CUDA GPU 0"):
+        place_job(inventory, 1)
+
+
+def test_a_gpu_serving_vgpus_keeps_its_index_but_no_job_gets_it() -> None:
+    running = MdevType(
+        id="nvidia-1072", available=5, instances=["00000000-0000-0000-0000-000000000310"]
+    )
+    inventory = changed(ct200(), "0000:11:00.0", mdev_types=[running])
+    job = place_job(inventory, 2)
+    assert job.environment["CUDA_VISIBLE_DEVICES"] == "0,2"
+    assert job.passed_over == [
+        "CUDA GPU 1: 0000:11:00.0 serves 1 vGPU to VMs (mediated devices exist): NVIDIA's vGPU "
+        "software describes no CUDA work on the host beside them, so no job is placed there"
+    ]
+    # Types offered but no vGPU made: the GPU is whole.
+    idle = changed(
+        ct200(), "0000:11:00.0", mdev_types=[running.model_copy(update={"instances": []})]
+    )
+    assert place_job(idle, 2).environment["CUDA_VISIBLE_DEVICES"] == "0,1"

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from proxgpu.errors import UsageError
+from proxgpu.inspection.inventory import Inventory, MigInstance, NvidiaCap
 from proxgpu.planning import SplitPolicy, plan_split
 from proxgpu.planning.advice import check_gpu_set
 from proxgpu.planning.runtimes import CUDA, LEVEL_ZERO, ROCM, numbered, pci_order
@@ -128,3 +129,46 @@ def test_the_plans_sets_number_the_host_groups_nvidia_gpus_after_the_split() -> 
     advice = {tp.size: tp.device_sets for tp in plan.tensor_parallel}
     assert advice == {1: ["0", "1", "2", "3"], 2: ["0,1", "2,3"], 4: ["0,1,2,3"]}
     assert {tp.variable for tp in plan.tensor_parallel} == {"CUDA_VISIBLE_DEVICES"}
+
+
+# --- a GPU in MIG mode keeps its index but is no CUDA device itself ------------------------------
+
+
+def in_mig_mode(address: str, *, uuid: str | None = None) -> Inventory:
+    """ct200 with the GPU at ``address`` in MIG mode, one MIG device (GI 1 CI 0) made."""
+    cap = NvidiaCap(proc_path="/proc/driver/nvidia/capabilities/gpu0/mig/gi1/access", minor=12,
+                    mode=0o444)  # fmt: skip
+    instance = MigInstance(gi=1, ci=0, gi_cap=cap, ci_cap=cap, uuid=uuid)
+    gpus = [
+        g.model_copy(update={"mig_mode": True, "mig_instances": [instance]})
+        if g.address == address
+        else g
+        for g in ct200().gpus
+    ]
+    return ct200().model_copy(update={"gpus": gpus})
+
+
+def test_check_gpus_says_a_gpu_in_mig_mode_is_no_whole_cuda_device() -> None:
+    uuid = "MIG-c7384736-a75d-5afc-978f-d2f1294409fd"
+    inventory = in_mig_mode("0000:11:00.0", uuid=uuid)
+    check = check_gpu_set(inventory, ["1", "2"])
+    assert [(p.index, p.address) for p in check.gpus] == [(1, "0000:11:00.0"), (2, "0000:61:00.0")]
+    assert check.gpus[0].mig_devices == [uuid]
+    assert check.gpus[1].not_whole is None
+    assert check.explanation.endswith(
+        " GPU 1: 0000:11:00.0 is in MIG mode: CUDA runs only on its MIG devices, never on the "
+        f"whole GPU; give a job one of them with CUDA_VISIBLE_DEVICES={uuid} (GI 1 CI 0)."
+    )
+
+
+def test_the_sets_check_gpus_offers_leave_a_gpu_in_mig_mode_out() -> None:
+    inventory = in_mig_mode("0000:11:00.0")
+    check = check_gpu_set(inventory, ["3", "4"])
+    assert "NUMA-local sets of 2: 0,2; 4,5; 6,7." in check.explanation
+
+
+def test_the_plans_sets_leave_a_kept_gpu_in_mig_mode_out_and_keep_its_index() -> None:
+    inventory = in_mig_mode("0000:11:00.0")
+    plan = plan_split(inventory, SplitPolicy(lxc=200))
+    advice = {tp.size: tp.device_sets for tp in plan.tensor_parallel}
+    assert advice == {1: ["0", "2", "3"], 2: ["0,2"]}
