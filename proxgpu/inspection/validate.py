@@ -66,7 +66,8 @@ def _check_modalias(source: str, function: PciFunction) -> None:
     Traceback (most recent call last):
     ...
     proxgpu.errors.SysfsError: pve1: /sys/bus/pci/devices/0000:01:00.0/modalias: says vendor \
-00001002, but its vendor file says 10de
+00001002, but its vendor file says 10de, and the kernel prints both from one device: refusing the \
+host's data
     """
     fields = _MODALIAS_FIELDS.fullmatch(function.modalias or "")
     if fields is None:
@@ -86,7 +87,8 @@ def _check_modalias(source: str, function: PciFunction) -> None:
             raise SysfsError(
                 source,
                 f"{PCI_DEVICES}{function.address}/modalias",
-                f"says {name} {value}, but its {name} file says {known[name]}",
+                f"says {name} {value}, but its {name} file says {known[name]}, and the kernel "
+                "prints both from one device: refusing the host's data",
             )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from proxgpu.errors import RenderError
+from proxgpu.inspection.claiming import BuiltIn, claimants
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.kmod import MODULES_SOFTDEP, ConfigLine, KmodConfig, module_of, normalize
 from proxgpu.paths import (
@@ -245,24 +246,46 @@ def _softdep_lines(ctx: RenderContext, modules: list[str]) -> list[str]:
 
 
 def _softdep_modules(ctx: RenderContext, functions: list[PciFunction]) -> list[str]:
+    """Every module that could take a moved function (:func:`claimants`: by its modalias, even
+    when it sits on vfio-pci today, and its driver's), and those proxgpu's file names already."""
     modules: set[str] = set()
+    guessed: list[PciFunction] = []
     for function in functions:
-        # The modules that would claim it by its IDs, even when it sits on vfio-pci today.
-        modules.update(host_modules(function.vendor_id, function.class_code))
-        if function.driver and function.driver != "vfio-pci":
-            module = ctx.inventory.driver_module(function.driver)
-            if module is None:
-                ctx.warnings.append(
-                    f"{function.address}: driver {function.driver} is built into the kernel, so "
-                    "no boot-time binding can run before it; bind this device with --live"
-                )
-            else:
-                modules.add(module)
+        found = claimants(ctx.inventory, function)
+        modules.update(found.modules)
+        guessed += [function] if found.guessed else []
+        ctx.warnings.extend(_built_in(function, built) for built in found.built_in)
+    if guessed:
+        _tell_guessed(ctx, guessed)
     # A function already on vfio-pci no longer shows the driver it had: keep what we wrote then.
     for path in sorted(OURS):
         previous = ctx.inventory.host_files.get(path, "")
         modules.update(re.findall(r"^softdep (\S+) pre: vfio-pci\b", previous, re.MULTILINE))
     return sorted(modules)
+
+
+def _built_in(function: PciFunction, built: BuiltIn) -> str:
+    """No modprobe.d line loads vfio-pci before a driver built into the kernel."""
+    if built.kernel is None:
+        what = f"driver {built.module} is built into the kernel"
+    else:
+        what = f"{built.module}, built into kernel {built.kernel}, would take it by its modalias"
+    return (
+        f"{function.address}: {what}, so no boot-time binding can run before it; bind this "
+        "device with --live"
+    )
+
+
+def _tell_guessed(ctx: RenderContext, functions: list[PciFunction]) -> None:
+    """Once: which functions' claimants come from proxgpu's table, not the host's aliases."""
+    table = sorted({m for f in functions for m in host_modules(f.vendor_id, f.class_code)})
+    ctx.warnings.append(
+        f"{', '.join(f.address for f in functions)}: the modalias or the kernels' "
+        "modules.alias was not read (a snapshot taken before proxgpu read them), so vfio-pci "
+        "loads first only for proxgpu's list of drivers for their vendor and class "
+        f"({', '.join(table) or 'none'}) and the driver each has now, not for any other driver "
+        "the kernel has for them; inspect the host again to read them"
+    )
 
 
 def stale_softdeps(inventory: Inventory, plan: Plan) -> list[tuple[str, str]]:

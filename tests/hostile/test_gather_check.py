@@ -137,3 +137,28 @@ def test_a_snapshot_copy_keeps_the_modes_the_script_found(tmp_path: Path) -> Non
     (hostile.tree / MODULES).chmod(0o600)
     remote, _, _ = both(hostile, modes=True)
     assert stat.S_IMODE((hostile.tree / MODULES).stat().st_mode) == remote.modes[f"/{MODULES}"]
+
+
+def test_module_aliases_linked_out_of_the_tree_are_dropped_not_believed(tmp_path: Path) -> None:
+    """The kernels' alias lists are read in the same pass as the sysfs files and checked with
+    them: one reached through a link out of the tree is dropped and named, never a module's
+    alias (nor its name, which would go into proxgpu's modprobe.d file)."""
+    hostile = scene(tmp_path)
+    directory = "lib/modules/6.8.12-11-pve"
+    aliases = b"alias pci:v000010DEd*sv*sd*bc03sc*i* from_outside\n"
+    victims = {
+        f"{directory}/modules.alias": hostile.victim("modules.alias", aliases, mode=0o644),
+        f"{directory}/modules.builtin.modinfo": hostile.victim(
+            "modinfo", b"from_outside.alias=pci:v000010DEd*\0", mode=0o644
+        ),
+    }
+    for path, victim in victims.items():
+        (hostile.tree / path).unlink()
+        (hostile.tree / path).symlink_to(victim)
+    hostile.settle()
+    remote, local, _ = both(hostile, modes=True)
+    named = {f"/{path}": str(victim) for path, victim in victims.items()}
+    assert remote.outside == local.outside == named
+    assert not any(path in remote.lines or path in local.lines for path in named)
+    assert remote.modes == local.modes
+    hostile.assert_outside_unchanged()
