@@ -82,7 +82,7 @@ done
 # The modalias of each function in those slots: what udev asks kmod to load for it. The files
 # are read with the others below; the values also pick the module aliases read after them (only
 # those in the kernel's form, pci: and upper-case hex).
-modalias_files='' modaliases=''
+modalias_files='' modaliases='' near=''
 # shellcheck disable=SC2086 # $slots: one word per slot, checked above
 for s in $slots; do
     for d in "$s".*; do
@@ -91,7 +91,11 @@ for s in $slots; do
         { read -r m <"$d/modalias"; } 2>/dev/null || continue
         case $m in pci:v*) ;; *) continue ;; esac
         case $m in *[!A-Za-z0-9:]*) continue ;; esac
+        # Once each: the VFs of one card share theirs.
+        case "$modaliases " in *" $m "*) continue ;; esac
         modaliases="$modaliases $m"
+        v=${m#pci:v}
+        near="${near:+$near|}${v%%d*}"
     done
 done
 
@@ -153,14 +157,21 @@ fi
 
 # Each installed kernel's modules.alias lines that find a module for one of those modaliases (the
 # file is over a megabyte), and the same of its built-in modules' aliases, the "MODULE.alias=GLOB"
-# entries of its NUL-separated modules.builtin.modinfo, one a line. Each list starts with a line
+# strings of its NUL-separated modules.builtin.modinfo, one a line. Each list starts with a line
 # saying so, written only for a file that can be read: a snapshot's copy is that list, which reads
 # back the same. A glob is kept when its start before any * ? [ ] or backslash begins a modalias
 # and, made of letters, digits, : _ - * ? only, it matches one; any other is kept on its start
-# alone, so nothing that could match is left out (proxgpu matches them all as kmod does).
+# alone, so nothing that could match is left out (proxgpu matches them all as kmod does). One
+# awk takes every kernel's files of a kind, after the modaliases on its standard input, so the
+# forks do not grow with the kernels.
 # shellcheck disable=SC2016 # the awk program's $ are awk's
 alias_filter='
     function keep(glob,   start, re, m) {
+        # Most lines are of other buses, or of other vendors: told apart without a regex.
+        if (substr(glob, 1, 5) == "pci:v") {
+            if (index(substr(glob, 6, 8), "*") == 0 && !(substr(glob, 6, 8) in vendors) &&
+                substr(glob, 6, 8) !~ /[][?\\]/) return 0
+        } else if (glob !~ /^(p(c(i:?)?)?)?[][*?\\]/) return 0
         start = glob
         sub(/[][*?\\].*/, "", start)
         if (length(start) >= 13 && !(substr(start, 6, 8) in vendors)) return 0
@@ -175,26 +186,51 @@ alias_filter='
             if ((start == "" || index(m, start) == 1) && (re == "" || m ~ re)) return 1
         return 0
     }
-    reading && $0 == "#" { reading = 0; next }
-    reading { want[$0] = 1; vendors[substr($0, 6, 8)] = 1; next }
-    kind == "alias" && $1 == "alias" && NF == 3 && keep($2) {
-        printf "%s%c%s\n", path, 0, "alias " $2 " " $3
+    function wanted(m) { want[m] = 1; vendors[substr(m, 6, 8)] = 1 }
+    # The modaliases come first on the standard input: before a line "#" that grep'"'"'s lines,
+    # PATH NUL LINE, follow (alias), or alone, the files named as arguments (builtin).
+    BEGIN {
+        if (kind == "alias") { while ((getline) > 0 && $0 != "#") wanted($0) }
+        else { while ((getline m < "-") > 0) wanted(m); RS = "\0" }
     }
-    kind == "builtin" && (at = index($0, ".alias=")) > 1 {
-        glob = substr($0, at + 7)
-        if (glob !~ /[ \t]/ && keep(glob)) printf "%s%c%s\n", path, 0, $0
+    kind == "alias" && (at = index($0, "\0")) > 1 {
+        if (split(substr($0, at + 1), word) == 3 && word[1] == "alias" && keep(word[2]))
+            printf "%s%c%s\n", substr($0, 1, at - 1), 0, "alias " word[2] " " word[3]
+    }
+    kind == "builtin" && (at = index($0, ".alias=")) > 1 && $0 !~ /[ \t\n]/ {
+        if (keep(substr($0, at + 7))) printf "%s%c%s\n", FILENAME, 0, $0
     }
 '
 aliased='#proxgpu: the lines that can find a module for a function of a GPU'
-for f in lib/modules/*/modules.alias lib/modules/*/modules.builtin.modinfo; do
-    { [ -f "$f" ] && [ -r "$f" ]; } || continue
-    printf '%s\0%s\n' "$f" "$aliased"
-    [ -n "$modaliases" ] || continue
-    case $f in *.alias) kind='alias' ;; *) kind='builtin' ;; esac
+# alias_lists KIND FILE...: the lists of those of FILE... that can be read (KIND alias: each a
+# modules.alias; builtin: a modules.builtin.modinfo).
+alias_lists() {
+    al_kind=$1
+    shift
+    al_all=$#
+    for f; do
+        { [ -f "$f" ] && [ -r "$f" ]; } || continue
+        # A name with a newline cannot be carried by a record (the kernel never makes one).
+        case $f in *"
+"*) continue ;; esac
+        printf '%s\0%s\n' "$f" "$aliased"
+        set -- "$@" "$f"
+    done
+    shift "$al_all"
+    { [ $# -gt 0 ] && [ -n "$modaliases" ]; } || return 0
     # shellcheck disable=SC2086 # $modaliases: one word each, checked above
-    { printf '%s\n' $modaliases; echo '#'; tr '\0' '\n' <"$f"; } |
-        awk -v path="$f" -v kind="$kind" -v reading=1 "$alias_filter"
-done
+    if [ "$al_kind" = alias ]; then
+        # grep's quicker first cut keeps more than the filter, never less: a glob of one of
+        # those vendors, or with * ? [ ] or a backslash in its first 13 characters.
+        { printf '%s\n' $modaliases '#'; grep -H -Z -E -s -e "^alias $near" -- "$@"; } |
+            awk -v kind=alias "$alias_filter"
+    else
+        printf '%s\n' $modaliases | awk -v kind=builtin "$alias_filter" "$@"
+    fi
+}
+near="(pci:v($near)|[^ ]{0,12}[][*?\\])"
+alias_lists alias lib/modules/*/modules.alias
+alias_lists builtin lib/modules/*/modules.builtin.modinfo
 
 # The running kernel's initramfs: which modules it loads before the root file system, and whether
 # it carries proxgpu's binding (base names only). A snapshot keeps that list as the file's text,
