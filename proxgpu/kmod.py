@@ -502,6 +502,9 @@ def lookup_modalias(
     ``modules.builtin.alias.bin`` (the same search; its modules are built in). kmod reads only
     the indexes; depmod writes the text ``modules.alias`` beside its index from the same modinfo,
     and the built-in one from ``modules.builtin.modinfo``, so those are read here instead.
+    (kmod 28's depmod writes the built-in index empty, which kmod 29 fixed: there kmod finds no
+    built-in module by an alias, though the module, in the kernel, takes the device all the
+    same.)
 
     >>> config = KmodConfig.of({"/etc/modprobe.d/a.conf": "alias pci:v000010DE* nvidia\\n"}, None)
     >>> name = "pci:v000010DEd00002BB1sv000010DEsd0000204Bbc03sc00i00"
