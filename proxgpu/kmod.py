@@ -283,6 +283,7 @@ class KmodConfig:
         return next((line for line in self.lines("install") if line.matches(module)), None)
 
 
+@lru_cache(maxsize=8192)
 def alias_normalize(alias: str) -> str | None:
     """An alias as kmod keeps and looks it up: ``-`` read as ``_`` outside ``[...]``; ``None`` for
     one with a ``]`` that closes nothing or a ``[`` that nothing closes, which kmod drops
@@ -320,10 +321,6 @@ class _Chars:
 
     def __contains__(self, char: str) -> bool:
         return any(low <= char <= high for low, high in self.ranges) != self.negated
-
-
-def _literal(char: str) -> _Chars:
-    return _Chars(((char, char),))
 
 
 class _UnfollowedError(Exception):
@@ -364,11 +361,16 @@ def _bracket(pattern: str, at: int) -> tuple[_Chars, int] | None:
     return None
 
 
+#: One entry of a glob: a character that stands for itself, a set of them, or ``None`` for a
+#: ``*``.
+_Token = str | _Chars | None
+
+
 @lru_cache(maxsize=4096)
-def _glob(pattern: str) -> tuple[_Chars | None, ...] | None:
-    """``pattern`` as one entry per character it matches (``None`` for a ``*``); ``None`` for a
-    pattern that matches nothing (it ends in a lone backslash)."""
-    tokens: list[_Chars | None] = []
+def _glob(pattern: str) -> tuple[_Token, ...] | None:
+    """``pattern`` as one entry per character it matches; ``None`` for a pattern that matches
+    nothing (it ends in a lone backslash)."""
+    tokens: list[_Token] = []
     at = 0
     while at < len(pattern):
         char = pattern[at]
@@ -380,25 +382,26 @@ def _glob(pattern: str) -> tuple[_Chars | None, ...] | None:
         elif char == "\\":
             if at == len(pattern):
                 return None
-            tokens.append(_literal(pattern[at]))
+            tokens.append(pattern[at])
             at += 1
         elif char == "[" and (found := _bracket(pattern, at)) is not None:
             tokens.append(found[0])
             at = found[1]
         else:
-            tokens.append(_literal(char))
+            tokens.append(char)
     return tuple(tokens)
 
 
+@lru_cache(maxsize=8192)
 def glob_matches(pattern: str, name: str) -> bool:
-    """Whether glibc's ``fnmatch(pattern, name, 0)`` in the C locale matches, as kmod calls it:
-    ``*`` any run of characters, ``/`` and a leading ``.`` included; ``?`` any one; ``[...]``
-    one of a set, with ranges by code point, ``!`` or ``^`` first to negate, and ``]`` first
-    as a member; ``\\`` makes the next character stand for itself (a lone one at the end
-    matches nothing); a ``[`` that no ``]`` closes stands for itself. A bracket holding
-    ``[:class:]``, ``[=c=]`` or ``[.c.]`` is not modelled and counts as a match, so a module
-    named by one is never missed. Linear backtracking: a pattern with many ``*`` costs at most
-    its length times the name's.
+    """Whether glibc's ``fnmatch(pattern, name, 0)`` in the C locale matches, as kmod calls it,
+    for the globs kmod keeps (:func:`alias_normalize`): ``*`` any run of characters, ``/`` and a
+    leading ``.`` included; ``?`` any one; ``[...]`` one of a set, with ranges by code point,
+    ``!`` or ``^`` first to negate, and ``]`` first as a member; ``\\`` makes the next
+    character stand for itself (a lone one at the end matches nothing); a ``[`` that no ``]``
+    closes stands for itself. A bracket holding ``[:class:]``, ``[=c=]`` or ``[.c.]`` is not
+    modelled and counts as a match, so a module named by one is never missed. Linear
+    backtracking: a pattern with many ``*`` costs at most its length times the name's.
 
     >>> name = "pci:v000010DEd00002BB1sv000010DEsd0000204Bbc03sc00i00"
     >>> glob_matches("pci:v000010DEd*sv*sd*bc03sc*i*", name), glob_matches("pci:v*bc04*", name)
@@ -415,16 +418,17 @@ def glob_matches(pattern: str, name: str) -> bool:
     return _tokens_match(tokens, name)
 
 
-def _tokens_match(tokens: tuple[_Chars | None, ...], name: str) -> bool:
+def _tokens_match(tokens: tuple[_Token, ...], name: str) -> bool:
     """Match one character at a time; on a mismatch, give the last ``*`` one character more and
     go on from there (enough for globs, whose other entries each take exactly one character)."""
     at = step = 0
     star: tuple[int, int] | None = None  # the last * seen, and where in name it began taking
     while at < len(name):
+        # Past the last entry nothing matches: the name is longer, so a * must take more.
         token = tokens[step] if step < len(tokens) else _Chars()
         if token is None:
             star, step = (step, at), step + 1
-        elif name[at] in token:
+        elif token == name[at] if isinstance(token, str) else name[at] in token:
             at, step = at + 1, step + 1
         elif star is not None:
             star = (star[0], star[1] + 1)
