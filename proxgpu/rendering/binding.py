@@ -301,18 +301,41 @@ def stale_softdeps(inventory: Inventory, plan: Plan) -> list[tuple[str, str]]:
     >>> stale_softdeps(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
     []
     """
+    now, wanted = _softdeps_now_and_wanted(inventory, plan)
+    stale = ((now.get(line.split()[1]), line) for line in wanted)
+    return [(old, new) for old, new in stale if old is not None and old != new]
+
+
+def missing_softdeps(inventory: Inventory, plan: Plan) -> list[str]:
+    """The softdep lines proxgpu would write today for modules its modprobe.d file has none
+    for: a kernel installed since, or a modprobe.d ``alias`` line, named another module that
+    could take a moved function (see :func:`claimants`), which may then load before vfio-pci.
+
+    >>> from proxgpu.host.local import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> from proxgpu.planning import SplitPolicy, plan_split
+    >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
+    >>> missing_softdeps(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
+    []
+    """
+    now, wanted = _softdeps_now_and_wanted(inventory, plan)
+    return [line for line in wanted if now and line.split()[1] not in now]
+
+
+def _softdeps_now_and_wanted(inventory: Inventory, plan: Plan) -> tuple[dict[str, str], list[str]]:
+    """The softdep lines of proxgpu's modprobe.d file by module, and those it would write today
+    (none when it has no file, or the plan is refused now: binding_conflicts tells why)."""
     written = inventory.host_files.get(MODPROBE_CONF)
     if not written:
-        return []
+        return {}, []
     ctx = RenderContext(inventory, plan, RenderOptions())
     functions = role_functions(ctx, to_vfio=True)
     try:
         wanted = _softdep_lines(ctx, _softdep_modules(ctx, functions))
     except RenderError:
-        return []  # what refuses the plan now is told by binding_conflicts
+        return {}, []
     now = {line.split()[1]: line for line in written.splitlines() if line.startswith("softdep ")}
-    stale = ((now.get(line.split()[1]), line) for line in wanted)
-    return [(old, new) for old, new in stale if old is not None and old != new]
+    return now, wanted
 
 
 def initramfs_lacks_binding(inventory: Inventory) -> bool:
