@@ -30,6 +30,9 @@ files proxgpu writes (``tests/local/test_kmod_binding.py``, ``tests/kmod/version
   ``pre: ecdh_generic,ecdsa_generic``, which kmod looks up as one name, finds no module of that
   name, and goes on ("continuing anyway").
 
+Which modules a device's modalias names (what udev's builtin kmod and ``modprobe MODALIAS`` load)
+is :func:`lookup_modalias`; its rules are in that function's docstring.
+
 >>> files = {"/lib/modules/6.8.12-4-pve/modules.softdep":
 ...              "softdep nvidia pre: ecdh_generic,ecdsa_generic\\n",
 ...          "/etc/modprobe.d/proxgpu-vfio.conf": "softdep nvidia pre: vfio-pci\\n"}
@@ -43,9 +46,10 @@ files proxgpu writes (``tests/local/test_kmod_binding.py``, ``tests/kmod/version
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 #: kmod's config directories, in the order a name in one hides the same name in the next.
 CONFIG_DIRS = (
@@ -60,6 +64,12 @@ CONFIG_DIRS = (
 CONFIG_SUFFIXES = (".conf", ".alias")
 #: The file depmod writes from the modules' own ``softdep`` modinfo, read as a config file.
 MODULES_SOFTDEP = "modules.softdep"
+#: The modules' own aliases, ``alias GLOB MODULE`` a line, as depmod writes them beside the
+#: ``modules.alias.bin`` index kmod searches.
+MODULES_ALIAS = "modules.alias"
+#: The kernel's modinfo of its built-in modules, ``MODULE.KEY=VALUE`` strings each ending in a
+#: NUL, from whose ``alias`` entries depmod makes ``modules.builtin.alias.bin``.
+MODULES_BUILTIN_MODINFO = "modules.builtin.modinfo"
 
 
 def module_dir(kernel: str) -> str:
@@ -246,6 +256,23 @@ class KmodConfig:
         """
         return next((line for line in self.lines("softdep") if line.matches(module)), None)
 
+    def aliases(self) -> list[tuple[ConfigLine, str, str]]:
+        """The ``alias`` lines kmod keeps, in its order, each with its pattern and module as kmod
+        compares them (:func:`alias_normalize`); a line missing either, or with a bracket that
+        does not close, is a syntax error kmod skips.
+
+        >>> text = "alias pci:v0000ABCDd* my-driver\\nalias pci:v[0 x\\nalias lonely\\n"
+        >>> config = KmodConfig.of({"/etc/modprobe.d/a.conf": text}, None)
+        >>> [(line.number, pattern, module) for line, pattern, module in config.aliases()]
+        [(1, 'pci:v0000ABCDd*', 'my_driver')]
+        """
+        kept = []
+        for line in self.lines("alias"):
+            words = [alias_normalize(word) for word in line.words[1:3]]
+            if len(words) == 2 and words[0] is not None and words[1] is not None:
+                kept.append((line, words[0], words[1]))
+        return kept
+
     def install(self, module: str) -> ConfigLine | None:
         """The ``install`` command kmod runs instead of loading ``module``: the first one.
 
@@ -254,3 +281,252 @@ class KmodConfig:
         ('/etc/modprobe.d/a.conf:1', None)
         """
         return next((line for line in self.lines("install") if line.matches(module)), None)
+
+
+@lru_cache(maxsize=8192)
+def alias_normalize(alias: str) -> str | None:
+    """An alias as kmod keeps and looks it up: ``-`` read as ``_`` outside ``[...]``; ``None`` for
+    one with a ``]`` that closes nothing or a ``[`` that nothing closes, which kmod drops
+    (depmod leaves it out of ``modules.alias.bin``, the config parser skips its line).
+
+    >>> alias_normalize("i2c-nvidia-gpu"), alias_normalize("pci:v0000[1-2]0DE*")
+    ('i2c_nvidia_gpu', 'pci:v0000[1-2]0DE*')
+    >>> alias_normalize("pci:v]"), alias_normalize("pci:v[0")
+    (None, None)
+    """
+    kept = []
+    at = 0
+    while at < len(alias):
+        char = alias[at]
+        if char == "]":
+            return None
+        if char == "[":
+            end = alias.find("]", at)
+            if end < 0:
+                return None
+            kept.append(alias[at : end + 1])
+            at = end + 1
+            continue
+        kept.append("_" if char == "-" else char)
+        at += 1
+    return "".join(kept)
+
+
+@dataclass(frozen=True)
+class _Chars:
+    """What one character of a glob matches: a character in ``ranges`` (``negated``: any other)."""
+
+    ranges: tuple[tuple[str, str], ...] = ()
+    negated: bool = False
+
+    def __contains__(self, char: str) -> bool:
+        return any(low <= char <= high for low, high in self.ranges) != self.negated
+
+
+class _UnfollowedError(Exception):
+    """A bracket expression with a character class, an equivalence class or a collating symbol
+    (``[[:alpha:]``), which only a glob kmod would drop anyway can hold: not modelled."""
+
+
+def _bracket(pattern: str, at: int) -> tuple[_Chars, int] | None:
+    """The bracket expression that starts after the ``[`` at ``at - 1``, and where the pattern
+    goes on; ``None`` when no ``]`` closes it (glibc then reads the ``[`` as itself)."""
+    negated = pattern[at : at + 1] in ("!", "^")
+    at += negated
+    ranges: list[tuple[str, str]] = []
+    first = True
+    while at < len(pattern):
+        char = pattern[at]
+        if char == "]" and not first:
+            return _Chars(tuple(ranges), negated), at + 1
+        first = False
+        if char == "[" and pattern[at + 1 : at + 2] in (":", "=", "."):
+            raise _UnfollowedError(pattern)
+        if char == "\\":
+            at += 1
+            char = pattern[at : at + 1]
+        at += 1
+        high = char
+        if pattern[at : at + 1] == "-" and pattern[at + 1 : at + 2] not in ("", "]"):
+            high = pattern[at + 1]
+            at += 2
+            if high == "[" and pattern[at : at + 1] in (":", "=", "."):
+                raise _UnfollowedError(pattern)
+            if high == "\\":
+                high = pattern[at : at + 1]
+                at += 1
+        if not char or not high:
+            return None
+        ranges.append((char, high))
+    return None
+
+
+#: One entry of a glob: a character that stands for itself, a set of them, or ``None`` for a
+#: ``*``.
+_Token = str | _Chars | None
+
+
+@lru_cache(maxsize=4096)
+def _glob(pattern: str) -> tuple[_Token, ...] | None:
+    """``pattern`` as one entry per character it matches; ``None`` for a pattern that matches
+    nothing (it ends in a lone backslash)."""
+    tokens: list[_Token] = []
+    at = 0
+    while at < len(pattern):
+        char = pattern[at]
+        at += 1
+        if char == "*":
+            tokens += [None] if not tokens or tokens[-1] is not None else []
+        elif char == "?":
+            tokens.append(_Chars(negated=True))
+        elif char == "\\":
+            if at == len(pattern):
+                return None
+            tokens.append(pattern[at])
+            at += 1
+        elif char == "[" and (found := _bracket(pattern, at)) is not None:
+            tokens.append(found[0])
+            at = found[1]
+        else:
+            tokens.append(char)
+    return tuple(tokens)
+
+
+@lru_cache(maxsize=8192)
+def glob_matches(pattern: str, name: str) -> bool:
+    """Whether glibc's ``fnmatch(pattern, name, 0)`` in the C locale matches, as kmod calls it,
+    for the globs kmod keeps (:func:`alias_normalize`): ``*`` any run of characters, ``/`` and a
+    leading ``.`` included; ``?`` any one; ``[...]`` one of a set, with ranges by code point,
+    ``!`` or ``^`` first to negate, and ``]`` first as a member; ``\\`` makes the next
+    character stand for itself (a lone one at the end matches nothing); a ``[`` that no ``]``
+    closes stands for itself. A bracket holding ``[:class:]``, ``[=c=]`` or ``[.c.]`` is not
+    modelled and counts as a match, so a module named by one is never missed. Linear
+    backtracking: a pattern with many ``*`` costs at most its length times the name's.
+
+    >>> name = "pci:v000010DEd00002BB1sv000010DEsd0000204Bbc03sc00i00"
+    >>> glob_matches("pci:v000010DEd*sv*sd*bc03sc*i*", name), glob_matches("pci:v*bc04*", name)
+    (True, False)
+    >>> [glob_matches(p, "b3") for p in ("[a-c]?", "[!a-c]*", "[^b]3", "\\\\b3", "b3\\\\")]
+    [True, False, False, True, False]
+    """
+    try:
+        tokens = _glob(pattern)
+    except _UnfollowedError:
+        return True
+    if tokens is None:
+        return False
+    return _tokens_match(tokens, name)
+
+
+def _tokens_match(tokens: tuple[_Token, ...], name: str) -> bool:
+    """Match one character at a time; on a mismatch, give the last ``*`` one character more and
+    go on from there (enough for globs, whose other entries each take exactly one character)."""
+    at = step = 0
+    star: tuple[int, int] | None = None  # the last * seen, and where in name it began taking
+    while at < len(name):
+        # Past the last entry nothing matches: the name is longer, so a * must take more.
+        token = tokens[step] if step < len(tokens) else _Chars()
+        if token is None:
+            star, step = (step, at), step + 1
+        elif token == name[at] if isinstance(token, str) else name[at] in token:
+            at, step = at + 1, step + 1
+        elif star is not None:
+            star = (star[0], star[1] + 1)
+            at, step = star[1], star[0] + 1
+        else:
+            return False
+    return all(token is None for token in tokens[step:])
+
+
+def index_matches(key: str, name: str) -> bool:
+    """Whether kmod's search of an alias index (``modules.alias.bin``,
+    ``modules.builtin.alias.bin``: ``index_searchwild``) finds ``key`` for ``name``: the key's
+    characters up to its first ``*``, ``?`` or ``[`` are compared as they are (a backslash
+    there is a backslash), the rest with :func:`glob_matches`.
+
+    >>> index_matches("pci:v000010DEd*", "pci:v000010DEd00002BB1"), index_matches("a\\\\*", "a*")
+    (True, False)
+    """
+    cut = min((at for at in map(key.find, "*?[") if at >= 0), default=-1)
+    if cut < 0:
+        return key == name
+    return name.startswith(key[:cut]) and glob_matches(key[cut:], name[cut:])
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A module kmod finds for an alias: the pattern that named it, where that pattern is (a
+    config file's line, or the module directory's file), and whether it is built in."""
+
+    module: str
+    alias: str
+    where: str
+    builtin: bool = False
+
+
+def matching_aliases(
+    modalias: str, aliases: Iterable[tuple[str, str]], where: str, *, builtin: bool = False
+) -> list[Resolved]:
+    """The modules of an index (``(alias, module)`` pairs, as ``modules.alias`` lists them, each
+    alias normalized as depmod indexes it) whose alias finds ``modalias``, in their order.
+
+    >>> aliases = [("pci:v000010DEd*sv*sd*bc03sc*i*", "nouveau"), ("pci:v00001002d*", "amdgpu")]
+    >>> [r.module for r in matching_aliases("pci:v000010DEd00002BB1sv0sd0bc03sc00i00", aliases,
+    ...                                      "modules.alias")]
+    ['nouveau']
+    """
+    name = alias_normalize(modalias)
+    found: list[Resolved] = []
+    for alias, module in aliases:
+        key = alias_normalize(alias)
+        if name is not None and key is not None and index_matches(key, name):
+            resolved = Resolved(normalize(module), alias, where, builtin)
+            found += [resolved] if resolved.module not in {r.module for r in found} else []
+    return found
+
+
+def lookup_modalias(
+    modalias: str,
+    config: KmodConfig,
+    aliases: Iterable[tuple[str, str]],
+    builtin: Iterable[tuple[str, str]] = (),
+) -> list[Resolved]:
+    """The modules kmod returns for a device's modalias (``kmod_module_new_from_lookup``, which
+    udev's builtin kmod and ``modprobe MODALIAS`` call, loading each), given the config, the
+    kernel's ``modules.alias`` and its built-in modules' aliases (``modules.builtin.modinfo``'s
+    ``alias=`` entries), each as ``(alias, module)``.
+
+    kmod 28 to 34 alike normalize the name (:func:`alias_normalize`), then ask one source after
+    another and stop at the first that finds any module: the config's ``alias`` lines (every
+    one whose pattern matches the whole name with ``fnmatch``, in the config's order: they
+    override everything else), ``modules.dep`` and ``modules.builtin`` (names without a ``:``
+    only), ``modules.symbols`` (``symbol:`` names), ``install`` and ``remove`` commands (a
+    module spelled exactly like the name; such a command runs instead of any module, so it is
+    left out here), ``modules.alias.bin`` (:func:`index_matches`) and
+    ``modules.builtin.alias.bin`` (the same search; its modules are built in). kmod reads only
+    the indexes; depmod writes the text ``modules.alias`` beside its index from the same modinfo,
+    and the built-in one from ``modules.builtin.modinfo``, so those are read here instead.
+    (kmod 28's depmod writes the built-in index empty, which kmod 29 fixed: there kmod finds no
+    built-in module by an alias, though the module, in the kernel, takes the device all the
+    same.)
+
+    >>> config = KmodConfig.of({"/etc/modprobe.d/a.conf": "alias pci:v000010DE* nvidia\\n"}, None)
+    >>> name = "pci:v000010DEd00002BB1sv000010DEsd0000204Bbc03sc00i00"
+    >>> own = [("pci:v000010DEd*sv*sd*bc03sc*i*", "nouveau")]
+    >>> [(r.module, r.where) for r in lookup_modalias(name, config, own)]
+    [('nvidia', '/etc/modprobe.d/a.conf:1')]
+    >>> [r.module for r in lookup_modalias(name, KmodConfig(()), own)]
+    ['nouveau']
+    """
+    name = alias_normalize(modalias)
+    if name is None:
+        return []
+    found: list[Resolved] = []
+    for line, pattern, module in config.aliases():
+        if glob_matches(pattern, name) and module not in {r.module for r in found}:
+            found.append(Resolved(module, pattern, line.where))
+    return (
+        found
+        or matching_aliases(modalias, aliases, "modules.alias")
+        or matching_aliases(modalias, builtin, "modules.builtin.modinfo", builtin=True)
+    )

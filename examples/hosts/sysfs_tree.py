@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
+
+from proxgpu.inspection.capture import ALIAS_LIST
 
 HERE = Path(__file__).resolve().parent
 
@@ -69,6 +72,17 @@ class HostSpec:
 
 BUILT_IN_DRIVERS = {"pcieport"}
 
+#: The PCI aliases of the examples' GPU drivers, as depmod lists them in ``modules.alias`` (in
+#: module order: the kernel's own, then NVIDIA's from updates/dkms): nouveau's and
+#: snd_hda_intel's NVIDIA entries of their ID tables (``nouveau_drm_pci_table``, ``azx_ids``),
+#: and NVIDIA's VGA and 3D controller classes (kernel-open/nvidia/nv-pci-table.c).
+MODULE_ALIASES = (
+    ("pci:v000010DEd*sv*sd*bc03sc*i*", "nouveau"),
+    ("pci:v000010DEd*sv*sd*bc04sc03i00*", "snd_hda_intel"),
+    ("pci:v000010DEd*sv*sd*bc03sc00i00*", "nvidia"),
+    ("pci:v000010DEd*sv*sd*bc03sc02i00*", "nvidia"),
+)
+
 
 def write(root: Path, path: str, text: str) -> None:
     target = root / path.lstrip("/")
@@ -121,6 +135,7 @@ def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
         (all_cpus(spec) if dev.node < 0 else cpus_of(spec, dev.node)) + "\n",
     )
     write(root, f"{base}/driver_override", "(null)\n")
+    write(root, f"{base}/modalias", modalias(dev) + "\n")
     if dev.cls.startswith("0300"):
         write(root, f"{base}/boot_vga", "1\n" if dev.boot_vga else "0\n")
     if dev.cls.startswith("03") and spec.bar1_gib:
@@ -133,6 +148,35 @@ def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
         link(root, f"{base}/iommu_group", f"{up}kernel/iommu_groups/{dev.group}")
     if dev.bridge:
         mark_dir(root, f"{base}/pci_bus")
+
+
+def modalias(dev: Dev) -> str:
+    """What udev asks kmod to load for the device, as sysfs prints it (pci-sysfs.c
+    ``modalias_show``: IDs in 8 and class bytes in 2 upper-case hex digits)."""
+    ids = "".join(
+        f"{key}{value.upper():0>8}"
+        for key, value in zip(
+            ("v", "d", "sv", "sd"), (dev.vendor, dev.device, *dev.subsys), strict=True
+        )
+    )
+    cls = dev.cls.upper()
+    return f"pci:{ids}bc{cls[0:2]}sc{cls[2:4]}i{cls[4:6]}"
+
+
+def write_module_aliases(root: Path, spec: HostSpec) -> None:
+    """The running kernel's aliases as ``proxgpu snapshot`` keeps them: the lines of its
+    ``modules.alias`` that find a module for a function of a GPU's slot, and of its built-in
+    modules' (none, for these GPUs), each list after the gather's first line."""
+    slots = {d.address.rsplit(".", 1)[0] for d in spec.devices if d.cls.startswith(("03", "12"))}
+    names = [modalias(d) for d in spec.devices if d.address.rsplit(".", 1)[0] in slots]
+    found = [
+        f"alias {glob} {module}"
+        for glob, module in MODULE_ALIASES
+        if any(fnmatchcase(name, glob) for name in names)
+    ]
+    directory = f"/lib/modules/{spec.kernel}"
+    write(root, f"{directory}/modules.alias", "".join(f"{line}\n" for line in [ALIAS_LIST, *found]))
+    write(root, f"{directory}/modules.builtin.modinfo", ALIAS_LIST + "\0")
 
 
 def gpu_resource(dev: Dev, bar1_gib: int) -> str:
@@ -248,6 +292,7 @@ def write_host(spec: HostSpec) -> None:
     write(root, "/proc/cpuinfo", cpuinfo(spec))
     for dev in spec.devices:
         write_device(root, spec, dev)
+    write_module_aliases(root, spec)
     for driver in sorted({d.driver for d in spec.devices if d.driver} - BUILT_IN_DRIVERS):
         link(root, f"/sys/bus/pci/drivers/{driver}/module", f"../../../../module/{driver}")
     for tool in spec.tools:

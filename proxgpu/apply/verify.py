@@ -24,7 +24,7 @@ from proxgpu.paths import MODPROBE_CONF, with_guest
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning.mig import mig_drift
 from proxgpu.planning.model import Plan
-from proxgpu.rendering.binding import binding_conflicts, stale_softdeps
+from proxgpu.rendering.binding import binding_conflicts, missing_softdeps, stale_softdeps
 
 
 class VerifyReport(FrozenModel):
@@ -83,7 +83,8 @@ proxgpu history)
     the kernel command line) only what it changed, so that an edit of anything else is no drift.
     A setting anywhere that would take the kept GPUs from their driver at the next boot (vfio-pci
     ``ids=`` naming their IDs, a blacklist of their module) is drift too, and so is a softdep
-    line of proxgpu's that no longer keeps what its module declares (after an upgrade).
+    line of proxgpu's that no longer keeps what its module declares (after an upgrade), or one
+    missing for a module that could take a moved function (a kernel installed since names it).
 
     :raises HostUnreachableError: when the host cannot be read.
     """
@@ -115,6 +116,13 @@ proxgpu history)
             f"driver upgrade changed them), so kmod loads {old.split()[1]} without them: "
             f"proxgpu would write `{new}` now; run `proxgpu plan` and apply again"
             for old, new in stale_softdeps(inventory, plan)
+        ]
+        drift += [
+            f"{MODPROBE_CONF}: no softdep line for {line.split()[1]}, which could take a moved "
+            "function at boot (a kernel or modprobe.d alias names it since the apply), so it may "
+            f"load before vfio-pci: proxgpu would write `{line}` now; run `proxgpu plan` and "
+            "apply again"
+            for line in missing_softdeps(inventory, plan)
         ]
         drift += mig_drift(inventory, plan)
         drivers = driver_drift(inventory, plan, explain=not awaiting_reboot)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from proxgpu.inspection.claiming import claimants
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.kmod import KmodConfig, module_of
 from proxgpu.paths import MODPROBE_CONF_NAME
-from proxgpu.pci import host_modules
 
 
 def table(rows: Sequence[Sequence[str]], indent: str = "") -> str:
@@ -84,7 +84,7 @@ def _boot_loading(inv: Inventory) -> list[str]:
     audio), the softdep line kmod uses, any ``install`` command and blacklist line for it; and
     what the running kernel's initramfs holds."""
     config = KmodConfig.of(inv.host_files, inv.kernel)
-    modules = _claiming_modules(inv)
+    modules, said = _claiming_modules(inv)
     lines = []
     for module in modules:
         line = config.softdep(module)
@@ -98,6 +98,7 @@ def _boot_loading(inv: Inventory) -> list[str]:
             for found in config.lines("blacklist")
             if found.matches(module)
         ]
+    lines += said
     if inv.initramfs_files is None:
         lines.append(f"initramfs of {inv.kernel or '?'}: not read")
     else:
@@ -110,13 +111,26 @@ def _boot_loading(inv: Inventory) -> list[str]:
     return lines
 
 
-def _claiming_modules(inv: Inventory) -> list[str]:
+def _claiming_modules(inv: Inventory) -> tuple[list[str], list[str]]:
+    """The modules that could take a GPU's function (:func:`claimants`), and lines telling the
+    built-in ones and the functions whose modules come from proxgpu's table."""
     modules: set[str] = set()
+    said: list[str] = []
+    guessed = []
     for function in (f for gpu in inv.gpus for f in gpu.function_info):
-        if function.driver in inv.driver_modules:
-            modules.add(inv.driver_modules[function.driver])
-        modules.update(host_modules(function.vendor_id, function.class_code))
-    return sorted(modules)
+        found = claimants(inv, function)
+        modules.update(found.modules)
+        guessed += [function.address] if found.guessed else []
+        said += [
+            f"built into {built.kernel or 'the kernel'}: {built.module} (takes {function.address})"
+            for built in found.built_in
+        ]
+    if guessed:
+        said.append(
+            f"modalias or modules.alias not read for {', '.join(guessed)}: the modules above "
+            "for them are proxgpu's list for their vendor and class"
+        )
+    return sorted(modules), said
 
 
 def render_inventory(inv: Inventory) -> str:

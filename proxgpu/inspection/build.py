@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from proxgpu.errors import SysfsError
 from proxgpu.inspection import hostfacts
-from proxgpu.inspection.capture import Capture
+from proxgpu.inspection.capture import ALIAS_LIST, Capture
 from proxgpu.inspection.hardware import (
     drm_nodes,
     gpu_bars,
@@ -33,6 +33,8 @@ from proxgpu.inspection.inventory import (
     BootLoader,
     Gpu,
     Inventory,
+    KernelModules,
+    ModuleAlias,
     NumaNode,
     NvidiaCap,
     PciFunction,
@@ -41,6 +43,7 @@ from proxgpu.inspection.mig import in_mig_mode, mig_instances
 from proxgpu.inspection.names import check_names
 from proxgpu.inspection.smi import mig_uuids
 from proxgpu.inspection.validate import validate
+from proxgpu.kmod import MODULES_ALIAS, MODULES_BUILTIN_MODINFO, module_dir
 from proxgpu.paths import (
     GUEST_FILE_PREFIXES,
     NVIDIA_GPUS,
@@ -139,6 +142,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         cpu_pdpe1gb=hostfacts.cpu_pdpe1gb(capture),
         secure_boot=hostfacts.secure_boot(capture),
         framebuffers=hostfacts.framebuffers(capture),
+        kernel_modules=_kernel_modules(capture),
     )
     validate(inventory)
     return inventory.model_copy(update={"warnings": warnings + _topology_warnings(inventory)})
@@ -195,6 +199,7 @@ def _pci_functions(
             is_bridge=f"{PCI_DEVICES}{address}/pci_bus" in capture.dirs,
             pci_path=_pci_path(capture, address),
             reset_methods=reset_methods(capture, address, resets),
+            modalias=_attr(capture, address, "modalias"),
         )
     return functions
 
@@ -510,6 +515,38 @@ def _initramfs_warnings(capture: Capture) -> list[str]:
         return []
     # The status in brackets: 124 is the script's 60 s limit on lsinitramfs.
     return [f"{path}: {failed.removeprefix('#proxgpu: ')}: which modules it holds is unknown"]
+
+
+def _alias_list(capture: Capture, kernel: str, name: str) -> list[str] | None:
+    """The gather's list of a kernel's ``modules.alias`` or ``modules.builtin.modinfo``
+    (:data:`~proxgpu.inspection.capture.ALIAS_LIST`), without its first line; ``None`` when the
+    file was not read."""
+    lines = capture.lines.get(module_dir(kernel) + name)
+    return lines[1:] if lines and lines[0] == ALIAS_LIST else None
+
+
+def _kernel_modules(capture: Capture) -> dict[str, KernelModules]:
+    """Each installed kernel's module aliases for the GPUs' functions, where its
+    ``modules.alias`` was read (its lines ``alias GLOB MODULE``, the built-in modules' entries
+    ``MODULE.alias=GLOB``; :mod:`~proxgpu.inspection.names` refused any other)."""
+    found: dict[str, KernelModules] = {}
+    suffix = "/" + MODULES_ALIAS
+    for path in sorted(capture.lines):
+        kernel = path.removeprefix("/lib/modules/").removesuffix(suffix)
+        aliases = _alias_list(capture, kernel, MODULES_ALIAS) if path.endswith(suffix) else None
+        if aliases is None or "/" in kernel:
+            continue
+        builtin = _alias_list(capture, kernel, MODULES_BUILTIN_MODINFO)
+        found[kernel] = KernelModules(
+            aliases=[ModuleAlias(alias=a, module=m) for _, a, m in map(str.split, aliases)],
+            builtin_aliases=None
+            if builtin is None
+            else [
+                ModuleAlias(alias=a, module=m)
+                for m, _, a in (line.partition(".alias=") for line in builtin)
+            ],
+        )
+    return found
 
 
 def _container(capture: Capture) -> str | None:

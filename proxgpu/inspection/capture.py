@@ -24,12 +24,16 @@ from proxgpu.host.base import Host
 from proxgpu.host.local import LocalHost
 from proxgpu.host.scripts import Record, run_script
 from proxgpu.inspection.smi import has_compute_instances, read_smi
+from proxgpu.kmod import MODULES_BUILTIN_MODINFO
 from proxgpu.paths import LXC_CONFIG_DIR, MEMBERS, NODES_DIR, PCI_DEVICES, PVE_DIR, VM_CONFIG_DIR
 from proxgpu.redact import redact_secrets
 
 log = logging.getLogger(__name__)
 
 KEEP = ".proxgpu-keep"
+#: The first line of the gather script's list of a kernel's module aliases (``modules.alias``,
+#: ``modules.builtin.modinfo``): only the entries that can name a driver for a GPU's function.
+ALIAS_LIST = "#proxgpu: the lines that can find a module for a function of a GPU"
 #: The mode of a snapshot's copy of a file whose own mode is unknown.
 PRIVATE = 0o600
 
@@ -338,7 +342,9 @@ def _file_contents(capture: Capture) -> list[tuple[str, bytes]]:
         for path, data in capture.raw.items()
     }
     for path, lines in capture.lines.items():
-        contents[path] = _joined(lines).encode()
+        # The kernel ends each modinfo string with a NUL, not a newline: so does the copy.
+        ending = "\0" if path.endswith("/" + MODULES_BUILTIN_MODINFO) else "\n"
+        contents[path] = _joined(lines, ending).encode()
     return sorted(contents.items())
 
 
@@ -372,8 +378,8 @@ def _write_new(target: Path, content: bytes, mode: int) -> None:
         os.fchmod(out.fileno(), mode)
 
 
-def _joined(lines: list[str]) -> str:
-    return "".join(line + "\n" for line in lines)
+def _joined(lines: list[str], ending: str = "\n") -> str:
+    return "".join(line + ending for line in lines)
 
 
 def _inside(out: Path, path: str) -> Path:

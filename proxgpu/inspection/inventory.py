@@ -62,7 +62,9 @@ class PciFunction(FrozenModel):
     ``pci_path`` lists the bridges above the function, root port first (``[]``: on a root bus;
     ``None``: the capture did not record the device's sysfs path). ``reset_methods`` are the
     resets the kernel can do to it, as sysfs ``reset_method`` lists them (``flr``, ``pm``,
-    ``bus``; ``[]``: none; ``None``: the capture did not read them).
+    ``bus``; ``[]``: none; ``None``: the capture did not read them). ``modalias`` is what udev
+    asks kmod to load for it (``pci:v000010DEd...``; ``None``: not read, as for a function
+    outside a GPU's slot).
     """
 
     address: str
@@ -79,11 +81,38 @@ class PciFunction(FrozenModel):
     is_bridge: bool = False
     pci_path: list[str] | None = None
     reset_methods: list[str] | None = None
+    modalias: str | None = None
 
     @property
     def slot(self) -> str:
         """The address without its function number (``0000:81:00``)."""
         return self.address.rsplit(".", 1)[0]
+
+
+class ModuleAlias(FrozenModel):
+    """One alias of a module, as depmod lists it: the glob kmod matches a device's modalias
+    against, and the module it names.
+
+    >>> ModuleAlias(alias="pci:v000010DEd*sv*sd*bc03sc*i*", module="nouveau").module
+    'nouveau'
+    """
+
+    alias: str
+    module: str
+
+
+class KernelModules(FrozenModel):
+    """What an installed kernel's module directory says of the GPUs' functions: the lines of its
+    ``modules.alias`` that can find a module for one of their modaliases (``aliases``), and the
+    same of the modules built into it (``builtin_aliases``, from ``modules.builtin.modinfo``;
+    ``None`` when that was not read).
+
+    >>> KernelModules(aliases=[]).builtin_aliases is None
+    True
+    """
+
+    aliases: list[ModuleAlias]
+    builtin_aliases: list[ModuleAlias] | None = None
 
 
 class NvidiaCap(FrozenModel):
@@ -237,6 +266,9 @@ class Inventory(FrozenModel):
     cpu_pdpe1gb: bool | None = None
     secure_boot: bool | None = None
     framebuffers: list[str] = Field(default_factory=list)
+    #: By kernel release, each installed kernel's module aliases that can name a driver for a
+    #: GPU's function (see :class:`KernelModules`); empty when none were read.
+    kernel_modules: dict[str, KernelModules] = Field(default_factory=dict)
 
     @property
     def node_name(self) -> str:

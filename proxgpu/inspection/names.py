@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 
 from proxgpu.errors import SysfsError
-from proxgpu.inspection.capture import Capture
+from proxgpu.inspection.capture import ALIAS_LIST, Capture
+from proxgpu.kmod import MODULES_ALIAS, MODULES_BUILTIN_MODINFO
 from proxgpu.paths import PCI_DEVICES
 
 #: A PCI function as sysfs names it (``pci_setup_device``: ``%04x:%02x:%02x.%d``).
@@ -55,6 +56,25 @@ NVIDIA_CAP = re.compile(
     r"|gpu[0-9]{1,3}/mig/gi[0-9]{1,3}/access|gpu[0-9]{1,3}/mig/gi[0-9]{1,3}/ci[0-9]{1,3}/access)"
     r"|/proc/driver/nvidia-nvlink/capabilities/fabric-mgmt"
 )
+#: A PCI function's modalias (pci-sysfs.c ``modalias_show``:
+#: ``pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X``; older kernels printed the interface in
+#: lower case).
+PCI_MODALIAS = re.compile(
+    r"pci:v[0-9A-F]{8}d[0-9A-F]{8}sv[0-9A-F]{8}sd[0-9A-F]{8}bc[0-9A-F]{2}sc[0-9A-F]{2}i[0-9A-Fa-f]{2}"
+)
+#: A glob a module declares as its alias: what depmod writes of it, printable and without a
+#: blank (a blank would split its line), within kmod's PATH_MAX buffer.
+_GLOB = r"[!-~]{1,4095}"
+#: The lines of the gather's lists of a kernel's aliases (after their first line): ``alias GLOB
+#: MODULE`` as depmod writes ``modules.alias``, ``MODULE.alias=GLOB`` as the kernel's build
+#: writes ``modules.builtin.modinfo``.
+ALIAS_LINES = {
+    MODULES_ALIAS: (re.compile(rf"alias {_GLOB} {MODULE_NAME.pattern}"), "alias GLOB MODULE"),
+    MODULES_BUILTIN_MODINFO: (
+        re.compile(rf"{MODULE_NAME.pattern}\.alias={_GLOB}"),
+        "MODULE.alias=GLOB",
+    ),
+}
 _HEX = {"vendor": 4, "device": 4, "subsystem_vendor": 4, "subsystem_device": 4, "class": 6}
 _DRIVERS = "/sys/bus/pci/drivers/"
 _NVIDIA_CAPS = ("/proc/driver/nvidia/capabilities/", "/proc/driver/nvidia-nvlink/")
@@ -72,12 +92,15 @@ def check_names(capture: Capture, source: str) -> None:
         _check_link(source, path, target)
     for path, lines in capture.lines.items():
         _check_attribute(source, path, lines)
-    for path in capture.raw:
+    for path in [*capture.raw, *capture.lines]:
         if path.startswith("/lib/modules/"):
             kernel = path.split("/")[3]
             _expect(
                 source, path, "kernel release", kernel, (KERNEL_RELEASE, "as uname -r prints it")
             )
+    for path, lines in capture.lines.items():
+        if path.startswith("/lib/modules/") and lines[:1] == [ALIAS_LIST]:
+            _check_alias_lines(source, path, lines[1:])
     for path in capture.files:
         if path.startswith("/dev/") and not DEVICE_NODE.fullmatch(path):
             _refuse(source, path, "device node", path, "the NVIDIA and amdkfd drivers' names")
@@ -131,12 +154,32 @@ def _check_attribute(source: str, path: str, lines: list[str]) -> None:
         _expect(source, path, attribute, value, (pattern, f"0x and {digits} hex digits"))
     elif path.startswith(PCI_DEVICES) and attribute == "driver_override" and value != "(null)":
         _expect(source, path, "driver", value, (DRIVER_NAME, "letters, digits and _ . + -"))
+    elif path.startswith(PCI_DEVICES) and attribute == "modalias":
+        _expect(source, path, "modalias", value, (PCI_MODALIAS, "pci:v...i.., as sysfs has it"))
     elif path == "/proc/sys/kernel/osrelease":
         _expect(source, path, "kernel release", value, (KERNEL_RELEASE, "as uname -r prints it"))
     elif path == "/proc/sys/kernel/hostname":
         _expect(source, path, "host name", value, (HOSTNAME, "letters, digits, - and ."))
     elif path.startswith(_NVIDIA_CAPS) and not NVIDIA_CAP.fullmatch(path):
         _refuse(source, path, "NVIDIA capability", path, "nv-caps' names")
+
+
+def _check_alias_lines(source: str, path: str, lines: list[str]) -> None:
+    """Each line of a kernel's alias list is one its file holds as the kernel and depmod write
+    it: a module name proxgpu may write into a softdep line, and a glob."""
+    rule = ALIAS_LINES.get(path.rsplit("/", 1)[1])
+    if rule is None:
+        return
+    pattern, form = rule
+    for line in lines:
+        if pattern.fullmatch(line) is None:
+            raise SysfsError(
+                source,
+                path,
+                f"{line[:200]!r} is not a line depmod or the kernel writes there ({form}: a "
+                "module name of letters, digits, _ and -, a glob of printable characters); "
+                "refusing the host's data",
+            )
 
 
 def _expect(

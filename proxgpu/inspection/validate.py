@@ -12,9 +12,11 @@ proxgpu.errors.SysfsError: pve1: /sys/devices/system/node/node0/cpulist: CPU 999
 
 from __future__ import annotations
 
+import re
+
 from proxgpu.cpulist import format_cpulist, parse_cpulist
 from proxgpu.errors import SysfsError
-from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.inspection.inventory import Gpu, Inventory, PciFunction
 from proxgpu.paths import NVIDIA_GPUS, PCI_DEVICES
 
 #: The nvidia driver numbers GPUs /dev/nvidia0 to /dev/nvidia254; 255 is /dev/nvidiactl.
@@ -43,6 +45,51 @@ def validate(inventory: Inventory) -> None:
             _check_cpus_exist(source, path, cpus, owner)
     _check_numa_nodes(inventory)
     _check_minors(source, inventory.gpus)
+    for function in (f for gpu in inventory.gpus for f in gpu.function_info):
+        _check_modalias(source, function)
+
+
+#: The fields of a PCI modalias that other sysfs files also give.
+_MODALIAS_FIELDS = re.compile(
+    r"pci:v(?P<vendor>\w{8})d(?P<device>\w{8})sv\w{8}sd\w{8}bc(?P<base>\w\w)sc(?P<sub>\w\w)i(?P<prog>\w\w)"
+)
+
+
+def _check_modalias(source: str, function: PciFunction) -> None:
+    """A function's modalias says its IDs and class as its other files do (the kernel prints
+    them all from one ``struct pci_dev``), so kmod is asked about the device that is there.
+
+    >>> fn = PciFunction(address="0000:01:00.0", vendor_id="10de", device_id="2bb1",
+    ...                  class_code="0x030000",
+    ...                  modalias="pci:v00001002d00002BB1sv000010DEsd0000204Bbc03sc00i00")
+    >>> _check_modalias("pve1", fn)
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.SysfsError: pve1: /sys/bus/pci/devices/0000:01:00.0/modalias: says vendor \
+00001002, but its vendor file says 10de, and the kernel prints both from one device: refusing the \
+host's data
+    """
+    fields = _MODALIAS_FIELDS.fullmatch(function.modalias or "")
+    if fields is None:
+        return  # not read (names.py refused any other form)
+    said = {
+        "vendor": fields["vendor"],
+        "device": fields["device"],
+        "class": fields["base"] + fields["sub"] + fields["prog"],
+    }
+    known = {
+        "vendor": function.vendor_id,
+        "device": function.device_id,
+        "class": function.class_code.removeprefix("0x"),
+    }
+    for name, value in said.items():
+        if int(value, 16) != int(known[name], 16):
+            raise SysfsError(
+                source,
+                f"{PCI_DEVICES}{function.address}/modalias",
+                f"says {name} {value}, but its {name} file says {known[name]}, and the kernel "
+                "prints both from one device: refusing the host's data",
+            )
 
 
 def _check_cpulist(source: str, path: str, text: str) -> list[int]:

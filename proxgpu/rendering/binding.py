@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from proxgpu.errors import RenderError
+from proxgpu.inspection.claiming import BuiltIn, claimants
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.kmod import MODULES_SOFTDEP, ConfigLine, KmodConfig, module_of, normalize
 from proxgpu.paths import (
@@ -245,24 +246,46 @@ def _softdep_lines(ctx: RenderContext, modules: list[str]) -> list[str]:
 
 
 def _softdep_modules(ctx: RenderContext, functions: list[PciFunction]) -> list[str]:
+    """Every module that could take a moved function (:func:`claimants`: by its modalias, even
+    when it sits on vfio-pci today, and its driver's), and those proxgpu's file names already."""
     modules: set[str] = set()
+    guessed: list[PciFunction] = []
     for function in functions:
-        # The modules that would claim it by its IDs, even when it sits on vfio-pci today.
-        modules.update(host_modules(function.vendor_id, function.class_code))
-        if function.driver and function.driver != "vfio-pci":
-            module = ctx.inventory.driver_module(function.driver)
-            if module is None:
-                ctx.warnings.append(
-                    f"{function.address}: driver {function.driver} is built into the kernel, so "
-                    "no boot-time binding can run before it; bind this device with --live"
-                )
-            else:
-                modules.add(module)
+        found = claimants(ctx.inventory, function)
+        modules.update(found.modules)
+        guessed += [function] if found.guessed else []
+        ctx.warnings.extend(_built_in(function, built) for built in found.built_in)
+    if guessed:
+        _tell_guessed(ctx, guessed)
     # A function already on vfio-pci no longer shows the driver it had: keep what we wrote then.
     for path in sorted(OURS):
         previous = ctx.inventory.host_files.get(path, "")
         modules.update(re.findall(r"^softdep (\S+) pre: vfio-pci\b", previous, re.MULTILINE))
     return sorted(modules)
+
+
+def _built_in(function: PciFunction, built: BuiltIn) -> str:
+    """No modprobe.d line loads vfio-pci before a driver built into the kernel."""
+    if built.kernel is None:
+        what = f"driver {built.module} is built into the kernel"
+    else:
+        what = f"{built.module}, built into kernel {built.kernel}, would take it by its modalias"
+    return (
+        f"{function.address}: {what}, so no boot-time binding can run before it; bind this "
+        "device with --live"
+    )
+
+
+def _tell_guessed(ctx: RenderContext, functions: list[PciFunction]) -> None:
+    """Once: which functions' claimants come from proxgpu's table, not the host's aliases."""
+    table = sorted({m for f in functions for m in host_modules(f.vendor_id, f.class_code)})
+    ctx.warnings.append(
+        f"{', '.join(f.address for f in functions)}: the modalias or the kernels' "
+        "modules.alias was not read (a snapshot taken before proxgpu read them), so vfio-pci "
+        "loads first only for proxgpu's list of drivers for their vendor and class "
+        f"({', '.join(table) or 'none'}) and the driver each has now, not for any other driver "
+        "the kernel has for them; inspect the host again to read them"
+    )
 
 
 def stale_softdeps(inventory: Inventory, plan: Plan) -> list[tuple[str, str]]:
@@ -278,18 +301,41 @@ def stale_softdeps(inventory: Inventory, plan: Plan) -> list[tuple[str, str]]:
     >>> stale_softdeps(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
     []
     """
+    now, wanted = _softdeps_now_and_wanted(inventory, plan)
+    stale = ((now.get(line.split()[1]), line) for line in wanted)
+    return [(old, new) for old, new in stale if old is not None and old != new]
+
+
+def missing_softdeps(inventory: Inventory, plan: Plan) -> list[str]:
+    """The softdep lines proxgpu would write today for modules its modprobe.d file has none
+    for: a kernel installed since, or a modprobe.d ``alias`` line, named another module that
+    could take a moved function (see :func:`claimants`), which may then load before vfio-pci.
+
+    >>> from proxgpu.host.local import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> from proxgpu.planning import SplitPolicy, plan_split
+    >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
+    >>> missing_softdeps(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
+    []
+    """
+    now, wanted = _softdeps_now_and_wanted(inventory, plan)
+    return [line for line in wanted if now and line.split()[1] not in now]
+
+
+def _softdeps_now_and_wanted(inventory: Inventory, plan: Plan) -> tuple[dict[str, str], list[str]]:
+    """The softdep lines of proxgpu's modprobe.d file by module, and those it would write today
+    (none when it has no file, or the plan is refused now: binding_conflicts tells why)."""
     written = inventory.host_files.get(MODPROBE_CONF)
     if not written:
-        return []
+        return {}, []
     ctx = RenderContext(inventory, plan, RenderOptions())
     functions = role_functions(ctx, to_vfio=True)
     try:
         wanted = _softdep_lines(ctx, _softdep_modules(ctx, functions))
     except RenderError:
-        return []  # what refuses the plan now is told by binding_conflicts
+        return {}, []
     now = {line.split()[1]: line for line in written.splitlines() if line.startswith("softdep ")}
-    stale = ((now.get(line.split()[1]), line) for line in wanted)
-    return [(old, new) for old, new in stale if old is not None and old != new]
+    return now, wanted
 
 
 def initramfs_lacks_binding(inventory: Inventory) -> bool:

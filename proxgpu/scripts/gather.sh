@@ -55,7 +55,15 @@ for f in usr/share/misc/pci.ids usr/share/hwdata/pci.ids; do
     if [ -f "$f" ]; then pciids=$f; break; fi
 done
 
-pairs='' resources=''
+# is_function NAME: whether NAME is a PCI function as sysfs names it (DDDD:BB:DD.F).
+is_function() {
+    case $1 in
+    [0-9a-f][0-9a-f][0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]:[0-9a-f][0-9a-f].[0-7]) return 0 ;;
+    esac
+    return 1
+}
+
+pairs='' resources='' slots=''
 for d in sys/bus/pci/devices/*; do
     { [ -f "$d/vendor" ] && [ -f "$d/device" ]; } || continue
     { read -r v <"$d/vendor" && read -r p <"$d/device"; } 2>/dev/null || continue
@@ -65,7 +73,30 @@ for d in sys/bus/pci/devices/*; do
     # hundreds of functions would add their 17 lines each to every inspection.
     [ -f "$d/class" ] || continue
     { read -r c <"$d/class"; } 2>/dev/null || continue
-    case $c in 0x03* | 0x12*) resources="$resources $d/resource" ;; esac
+    case $c in 0x03* | 0x12*) resources="$resources $d/resource" ;; *) continue ;; esac
+    # Their slots, once each, when named as the kernel names a function (so that no word of a
+    # name can reach outside the devices' directory).
+    is_function "${d##*/}" || continue
+    case $slots in *" ${d%.*} "*) ;; *) slots="$slots ${d%.*} " ;; esac
+done
+# The modalias of each function in those slots: what udev asks kmod to load for it. The files
+# are read with the others below; the values also pick the module aliases read after them (only
+# those in the kernel's form, pci: and upper-case hex).
+modalias_files='' modaliases='' near=''
+# shellcheck disable=SC2086 # $slots: one word per slot, checked above
+for s in $slots; do
+    for d in "$s".*; do
+        { is_function "${d##*/}" && [ -f "$d/modalias" ]; } || continue
+        modalias_files="$modalias_files $d/modalias"
+        { read -r m <"$d/modalias"; } 2>/dev/null || continue
+        case $m in pci:v*) ;; *) continue ;; esac
+        case $m in *[!A-Za-z0-9:]*) continue ;; esac
+        # Once each: the VFs of one card share theirs.
+        case "$modaliases " in *" $m "*) continue ;; esac
+        modaliases="$modaliases $m"
+        v=${m#pci:v}
+        near="${near:+$near|}${v%%d*}"
+    done
 done
 
 # The files each step reads, listed once: for the reading, and for the check after it.
@@ -81,7 +112,7 @@ line_files() {
         sys/bus/pci/devices/*/mdev_supported_types/*/name \
         sys/bus/pci/devices/*/mdev_supported_types/*/available_instances \
         sys/bus/pci/devices/*/mdev_supported_types/*/device_api \
-        $resources usr/share/perl5/PVE/pvecfg.pm
+        $resources $modalias_files usr/share/perl5/PVE/pvecfg.pm
 }
 advice_files() {
     regular proc/fb sys/bus/pci/devices/*/reset_method
@@ -123,6 +154,83 @@ if [ -n "$pciids" ]; then
         /^\t[0-9a-f][0-9a-f][0-9a-f][0-9a-f]  / { if (keep && ((v substr($0, 2, 4)) in want)) printf "%s%c%s\n", path, 0, $0 }
     ' - "$pciids"
 fi
+
+# Each installed kernel's modules.alias lines that find a module for one of those modaliases (the
+# file is over a megabyte), and the same of its built-in modules' aliases, the "MODULE.alias=GLOB"
+# strings of its NUL-separated modules.builtin.modinfo, one a line. Each list starts with a line
+# saying so, written only for a file that can be read: a snapshot's copy is that list, which reads
+# back the same. A glob is kept when its start before any * ? [ ] or backslash begins a modalias
+# and, made of letters, digits, : _ - * ? only, it matches one; any other is kept on its start
+# alone, so nothing that could match is left out (proxgpu matches them all as kmod does). One
+# awk takes every kernel's files of a kind, after the modaliases on its standard input, so the
+# forks do not grow with the kernels.
+# shellcheck disable=SC2016 # the awk program's $ are awk's
+alias_filter='
+    function keep(glob,   start, re, m) {
+        # Most lines are of other buses, or of other vendors: told apart without a regex.
+        if (substr(glob, 1, 5) == "pci:v") {
+            if (index(substr(glob, 6, 8), "*") == 0 && !(substr(glob, 6, 8) in vendors) &&
+                substr(glob, 6, 8) !~ /[][?\\]/) return 0
+        } else if (glob !~ /^(p(c(i:?)?)?)?[][*?\\]/) return 0
+        start = glob
+        sub(/[][*?\\].*/, "", start)
+        if (length(start) >= 13 && !(substr(start, 6, 8) in vendors)) return 0
+        re = ""
+        if (glob ~ /^[A-Za-z0-9_:*?-]+$/) {
+            re = glob
+            gsub(/[*]/, ".*", re)
+            gsub(/[?]/, ".", re)
+            re = "^" re "$"
+        }
+        for (m in want)
+            if ((start == "" || index(m, start) == 1) && (re == "" || m ~ re)) return 1
+        return 0
+    }
+    function wanted(m) { want[m] = 1; vendors[substr(m, 6, 8)] = 1 }
+    # The modaliases come first on the standard input: before a line "#" that grep'"'"'s lines,
+    # PATH NUL LINE, follow (alias), or alone, the files named as arguments (builtin).
+    BEGIN {
+        if (kind == "alias") { while ((getline) > 0 && $0 != "#") wanted($0) }
+        else { while ((getline m < "-") > 0) wanted(m); RS = "\0" }
+    }
+    kind == "alias" && (at = index($0, "\0")) > 1 {
+        if (split(substr($0, at + 1), word) == 3 && word[1] == "alias" && keep(word[2]))
+            printf "%s%c%s\n", substr($0, 1, at - 1), 0, "alias " word[2] " " word[3]
+    }
+    kind == "builtin" && (at = index($0, ".alias=")) > 1 && $0 !~ /[ \t\n]/ {
+        if (keep(substr($0, at + 7))) printf "%s%c%s\n", FILENAME, 0, $0
+    }
+'
+aliased='#proxgpu: the lines that can find a module for a function of a GPU'
+# alias_lists KIND FILE...: the lists of those of FILE... that can be read (KIND alias: each a
+# modules.alias; builtin: a modules.builtin.modinfo).
+alias_lists() {
+    al_kind=$1
+    shift
+    al_all=$#
+    for f; do
+        { [ -f "$f" ] && [ -r "$f" ]; } || continue
+        # A name with a newline cannot be carried by a record (the kernel never makes one).
+        case $f in *"
+"*) continue ;; esac
+        printf '%s\0%s\n' "$f" "$aliased"
+        set -- "$@" "$f"
+    done
+    shift "$al_all"
+    { [ $# -gt 0 ] && [ -n "$modaliases" ]; } || return 0
+    # shellcheck disable=SC2086 # $modaliases: one word each, checked above
+    if [ "$al_kind" = alias ]; then
+        # grep's quicker first cut keeps more than the filter, never less: a glob of one of
+        # those vendors, or with * ? [ ] or a backslash in its first 13 characters.
+        { printf '%s\n' $modaliases '#'; grep -H -Z -E -s -e "^alias $near" -- "$@"; } |
+            awk -v kind=alias "$alias_filter"
+    else
+        printf '%s\n' $modaliases | awk -v kind=builtin "$alias_filter" "$@"
+    fi
+}
+near="(pci:v($near)|[^ ]{0,12}[][*?\\])"
+alias_lists alias lib/modules/*/modules.alias
+alias_lists builtin lib/modules/*/modules.builtin.modinfo
 
 # The running kernel's initramfs: which modules it loads before the root file system, and whether
 # it carries proxgpu's binding (base names only). A snapshot keeps that list as the file's text,
@@ -291,7 +399,8 @@ if [ "${2-}" = check ]; then
             line_files
             advice_files
             regular proc/cpuinfo dev/.lxc-boot-id run/systemd/container $pciids \
-                ${kernel:+"$initrd"} $caps var/lib/dpkg/status $configs $secure_boot
+                ${kernel:+"$initrd"} $caps var/lib/dpkg/status $configs $secure_boot \
+                lib/modules/*/modules.alias lib/modules/*/modules.builtin.modinfo
         } | tr '\0' '\n' | sort -u && echo '#sorted'
     } | check_names
 fi

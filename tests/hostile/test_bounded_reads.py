@@ -27,12 +27,8 @@ from proxgpu.inspection.capture import Capture, gather
 from proxgpu.inspection.smi import read_smi
 from tests.support.hostile_scratch import Scratch, gone
 from tests.support.sshd import Sshd, client_options
-<<<<<<< HEAD
-from tests.support.trees import copy_example, sriov_tree
-=======
 from tests.support.standins import fake_tool, on_path
-from tests.support.trees import copy_example
->>>>>>> wip-mig
+from tests.support.trees import copy_example, sriov_tree
 
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
 VFS = "/sys/bus/pci/devices/0001:"

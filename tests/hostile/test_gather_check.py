@@ -237,3 +237,28 @@ def test_nvidia_smi_s_kept_outputs_are_never_read_through_a_link_out(
         uuids = [i.uuid for i in inventory.gpu("0000:18:00.0").mig_instances]
         assert uuids == [None] * 4, "no UUID is believed from outside the tree"
     hostile.assert_outside_unchanged()
+
+
+def test_module_aliases_linked_out_of_the_tree_are_dropped_not_believed(tmp_path: Path) -> None:
+    """The kernels' alias lists are read in the same pass as the sysfs files and checked with
+    them: one reached through a link out of the tree is dropped and named, never a module's
+    alias (nor its name, which would go into proxgpu's modprobe.d file)."""
+    hostile = scene(tmp_path)
+    directory = "lib/modules/6.8.12-11-pve"
+    aliases = b"alias pci:v000010DEd*sv*sd*bc03sc*i* from_outside\n"
+    victims = {
+        f"{directory}/modules.alias": hostile.victim("modules.alias", aliases, mode=0o644),
+        f"{directory}/modules.builtin.modinfo": hostile.victim(
+            "modinfo", b"from_outside.alias=pci:v000010DEd*\0", mode=0o644
+        ),
+    }
+    for path, victim in victims.items():
+        (hostile.tree / path).unlink()
+        (hostile.tree / path).symlink_to(victim)
+    hostile.settle()
+    remote, local, _ = both(hostile, modes=True)
+    named = {f"/{path}": str(victim) for path, victim in victims.items()}
+    assert remote.outside == local.outside == named
+    assert not any(path in remote.lines or path in local.lines for path in named)
+    assert remote.modes == local.modes
+    hostile.assert_outside_unchanged()

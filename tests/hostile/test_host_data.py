@@ -25,6 +25,7 @@ from tests.support.trees import copy_example
 
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
 ENTRY = "sys/bus/pci/devices/0000:01:00.0"
+MODULES_DIR = "lib/modules/6.8.12-11-pve"
 Plant = Callable[[Path, Path], None]
 
 
@@ -133,6 +134,40 @@ CASES: list[tuple[str, Plant, str, str]] = [
         lambda t, c: _write(t, f"{GPU}/class", "0x0300 0\n"),
         f"/{ENTRY}/class",
         "class '0x0300 0' is not a name the kernel can make (0x and 6 hex digits)",
+    ),
+    (
+        "modalias with shell syntax",
+        lambda t, c: _write(
+            t, f"{GPU}/modalias", f"pci:v000010DEd00002BB1sv000010DEsd0000204Bbc03sc00i00;{c}\n"
+        ),
+        f"/{ENTRY}/modalias",
+        "modalias 'pci:v000010DEd00002BB1sv000010DEsd0000204Bbc03sc00i00;",
+    ),
+    (
+        # kmod would be asked about another vendor's device than the one that is there.
+        "modalias that names another device",
+        lambda t, c: _write(
+            t, f"{GPU}/modalias", "pci:v00001002d00002BB1sv000010DEsd0000204Bbc03sc00i00\n"
+        ),
+        f"/{ENTRY}/modalias",
+        "says vendor 00001002, but its vendor file says 10de",
+    ),
+    (
+        # The module's name would be written into proxgpu's modprobe.d file.
+        "module alias naming a module with shell syntax",
+        lambda t, c: _write(
+            t, f"{MODULES_DIR}/modules.alias", "alias pci:v000010DEd*sv*sd*bc03sc*i* nv;reboot\n"
+        ),
+        f"/{MODULES_DIR}/modules.alias",
+        "'alias pci:v000010DEd*sv*sd*bc03sc*i* nv;reboot' is not a line depmod or the kernel",
+    ),
+    (
+        "built-in module's alias naming a module with shell syntax",
+        lambda t, c: _write(
+            t, f"{MODULES_DIR}/modules.builtin.modinfo", "nv$(reboot).alias=pci:v000010DEd*\0"
+        ),
+        f"/{MODULES_DIR}/modules.builtin.modinfo",
+        "'nv$(reboot).alias=pci:v000010DEd*' is not a line depmod or the kernel writes there",
     ),
     (
         "driver_override with a space",

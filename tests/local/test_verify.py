@@ -286,3 +286,31 @@ def test_verify_finds_the_softdep_line_an_upgrade_left_behind(
     ) in out, out
     assert main(["apply", "--root", str(tree), "--lxc", "200", "--yes"]) == 0
     assert main(["verify", "--root", str(tree)]) == 0, "applied again, the line keeps them"
+
+
+def test_verify_finds_a_module_a_new_kernel_names_for_a_moved_function(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A kernel installed after the apply has a driver for the moved GPUs that the one the plan
+    read had not (nova-core's aliases, Linux 6.15 and later): proxgpu's file has no softdep for
+    it, so it could take them at boot before vfio-pci."""
+    tree = copy_example(tmp_path)
+    assert main(["apply", "--root", str(tree), "--lxc", "200", "--vm", "300", "--yes"]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--root", str(tree)]) == 0
+    new = tree / "lib/modules/6.17.2-1-pve"
+    new.mkdir()
+    old = tree / "lib/modules/6.8.12-11-pve/modules.alias"
+    (new / "modules.alias").write_text(
+        old.read_text() + "alias pci:v000010DEd*sv*sd*bc03sc00i* nova_core\n"
+    )
+    capsys.readouterr()
+    assert main(["verify", "--root", str(tree)]) == DriftError.exit_code
+    out = capsys.readouterr().out
+    assert (
+        f"{MODPROBE_CONF}: no softdep line for nova_core, which could take a moved function at "
+        "boot (a kernel or modprobe.d alias names it since the apply), so it may load before "
+        "vfio-pci: proxgpu would write `softdep nova_core pre: vfio-pci` now"
+    ) in out, out
+    assert main(["apply", "--root", str(tree), "--lxc", "200", "--vm", "300", "--yes"]) == 0
+    assert main(["verify", "--root", str(tree)]) == 0, "applied again, nova_core has its line"

@@ -154,27 +154,87 @@ def extra_module(kernel: str, name: str) -> Module:
     return Module(f"kernel/extra/{name}.ko", (("name", name), _vermagic(kernel)))
 
 
-def build_tree(kmod: Kmod, root: Path, kernel: str, modules: Sequence[Module]) -> Path:
+def module_with_aliases(kernel: str, file: str, *aliases: str) -> Module:
+    """A module at ``file`` (its name the file's) declaring ``aliases``, as ``MODULE_DEVICE_TABLE``
+    makes them."""
+    name = file.rsplit("/", 1)[1].removesuffix(".ko").replace("-", "_")
+    info = (*(("alias", alias) for alias in aliases), ("name", name), _vermagic(kernel))
+    return Module(file, info)
+
+
+def drivers_tables_miss(kernel: str) -> list[Module]:
+    """Drivers of an NVIDIA GPU's functions that proxgpu's fixed table does not name: nova-core
+    (Linux 6.15 and later; drivers/gpu/nova-core/driver.rs, VGA and 3D controllers of NVIDIA's,
+    any programming interface: ``ClassMask::ClassSubclass``), and i2c-nvidia-gpu, the USB-C UCSI
+    function's (drivers/i2c/busses/i2c-nvidia-gpu.c: NVIDIA's class 0x0c80 functions)."""
+    return [
+        module_with_aliases(
+            kernel,
+            "kernel/drivers/gpu/nova-core/nova_core.ko",
+            "pci:v000010DEd*sv*sd*bc03sc00i*",
+            "pci:v000010DEd*sv*sd*bc03sc02i*",
+        ),
+        module_with_aliases(
+            kernel, "kernel/drivers/i2c/busses/i2c-nvidia-gpu.ko", "pci:v000010DEd*sv*sd*bc0Csc80i*"
+        ),
+    ]
+
+
+#: A driver built into the kernel, as ``modules.builtin.modinfo`` lists its aliases: the xHCI
+#: controller's (drivers/usb/host/xhci-pci.c, ``PCI_CLASS_SERIAL_USB_XHCI``), which a GPU's USB-C
+#: function is.
+XHCI_BUILTIN = (("xhci_pci", "pci:v*d*sv*sd*bc0Csc03i30*"),)
+
+
+def build_tree(
+    kmod: Kmod,
+    root: Path,
+    kernel: str,
+    modules: Sequence[Module],
+    builtin: Sequence[tuple[str, str]] = (),
+) -> Path:
     """Write ``modules`` under ``root/lib/modules/KERNEL`` and index them with ``kmod``'s depmod
-    (which writes ``modules.softdep`` from their modinfo); the module directory."""
+    (which writes ``modules.softdep`` and ``modules.alias`` from their modinfo); ``builtin``, as
+    ``(module, alias)``, are the kernel's built-in modules' aliases (``modules.builtin.modinfo``,
+    each ``MODULE.alias=GLOB`` string ending in a NUL, which depmod indexes). The module
+    directory."""
     depmod = kmod.tool("depmod")
     directory = root / "lib/modules" / kernel
     for module in modules:
         path = directory / module.file
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(elf_module(module.modinfo))
-    for name in ("modules.order", "modules.builtin"):
-        (directory / name).touch()
+    (directory / "modules.order").touch()
+    names = sorted({name for name, _ in builtin})
+    (directory / "modules.builtin").write_text("".join(f"kernel/{n}.ko\n" for n in names))
+    modinfo = b"".join(f"{name}.alias={alias}".encode() + b"\0" for name, alias in builtin)
+    (directory / "modules.builtin.modinfo").write_bytes(modinfo)
     subprocess.run([depmod, "-b", str(root), kernel], check=True, capture_output=True)
     return directory
+
+
+def _modprobe(kmod: Kmod, root: Path, kernel: str, *words: str) -> list[str]:
+    """``kmod``'s ``modprobe`` on the host laid out under ``root``: kmod's own config
+    directories there, its module directory there."""
+    configs = [f"--config={root}{d.rstrip('/')}" for d in CONFIG_DIRS]
+    command = [kmod.tool("modprobe"), f"--dirname={root}", f"--set-version={kernel}", *configs]
+    result = subprocess.run([*command, *words], check=True, capture_output=True, text=True)
+    return result.stdout.splitlines()
+
+
+def resolve_alias(kmod: Kmod, root: Path, kernel: str, name: str) -> set[str]:
+    """The modules ``kmod``'s ``modprobe --resolve-alias`` finds for ``name`` (a modalias), as
+    udev's builtin kmod would load them; none when it finds none."""
+    try:
+        return set(_modprobe(kmod, root, kernel, "--resolve-alias", name))
+    except subprocess.CalledProcessError as error:
+        if "not found" in error.stderr:
+            return set()
+        raise
 
 
 def show_depends(kmod: Kmod, root: Path, kernel: str, name: str, *flags: str) -> list[str]:
     """What ``kmod``'s ``modprobe`` would run to load ``name`` (a module or a modalias) on the
     host laid out under ``root``: kmod's own config directories there, its module directory there.
     ``--use-blacklist`` among ``flags`` applies blacklists as udev does."""
-    modprobe = kmod.tool("modprobe")
-    configs = [f"--config={root}{d.rstrip('/')}" for d in CONFIG_DIRS]
-    command = [modprobe, "--show-depends", *flags, f"--dirname={root}", f"--set-version={kernel}"]
-    result = subprocess.run([*command, *configs, name], check=True, capture_output=True, text=True)
-    return result.stdout.splitlines()
+    return _modprobe(kmod, root, kernel, "--show-depends", *flags, name)

@@ -151,8 +151,11 @@ def changeset(root: Path, actions: Sequence[list[str]] = ()) -> ChangeSet:
             FileChange(
                 path=VFIO_CONF,
                 before=None,
-                # As proxgpu writes it for ct200: NVIDIA's own softdeps kept (verify checks).
-                after="softdep nvidia pre: vfio-pci ecdh_generic,ecdsa_generic\n",
+                # As proxgpu writes it for ct200: a line for each module that could take a moved
+                # function, NVIDIA's own softdeps kept (verify checks both).
+                after="softdep nouveau pre: vfio-pci\n"
+                "softdep nvidia pre: vfio-pci ecdh_generic,ecdsa_generic\n"
+                "softdep snd_hda_intel pre: vfio-pci\n",
                 mode=0o600,
             ),
         ],
