@@ -112,7 +112,8 @@ line_files() {
         sys/bus/pci/devices/*/mdev_supported_types/*/name \
         sys/bus/pci/devices/*/mdev_supported_types/*/available_instances \
         sys/bus/pci/devices/*/mdev_supported_types/*/device_api \
-        $resources $modalias_files usr/share/perl5/PVE/pvecfg.pm
+        $resources $modalias_files usr/share/perl5/PVE/pvecfg.pm $caps \
+        dev/.lxc-boot-id run/systemd/container
 }
 advice_files() {
     regular proc/fb sys/bus/pci/devices/*/reset_method
@@ -134,14 +135,12 @@ secure_boot=sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e09803
 
 rec section lines
 line_files | batched "reading the sysfs and procfs files" grep -H -s -Z -D skip ''
-grep -m 1 -H -s -Z -D skip '^vendor_id' proc/cpuinfo
-# Inside a container: LXC's mock boot id (LXC makes it with lxc.autodev, which pve-container
-# sets), or what systemd, as the container's init, writes from LXC's container=lxc.
-grep -H -s -Z -D skip '' dev/.lxc-boot-id run/systemd/container
+# The first CPU's vendor, flags (pdpe1gb, for the passthrough advice) and address bits: three
+# lines of its block, which come in that order.
+grep -m 3 -H -s -Z -D skip -E '^(vendor_id|flags|address sizes)[[:space:]]*:' proc/cpuinfo
 
-# Passthrough advice: the first CPU's flags (pdpe1gb) and address bits, the framebuffers the
-# kernel registered, and every function's reset methods (sysfs hides the file when there is none).
-grep -m 2 -H -s -Z -D skip -E '^(flags|address sizes)[[:space:]]*:' proc/cpuinfo
+# Passthrough advice: the framebuffers the kernel registered, and every function's reset
+# methods (sysfs hides the file when there is none).
 advice_files | batched "reading the reset methods" grep -H -s -Z -D skip ''
 if [ -n "$pciids" ]; then
     # Only the vendor and device lines of devices present: the whole file is over a megabyte.
@@ -254,11 +253,8 @@ if [ -n "$kernel" ] && [ -f "$initrd" ] && [ -r "$initrd" ]; then
     fi
 fi
 
-# Each NVIDIA capability's /proc file names its /dev/nvidia-caps node's minor and mode (the boot
-# unit makes the node from it), and pve-container's version decides whether a container takes
-# devN entries: only its dpkg status paragraph's Package, Status and Version lines are read.
-# shellcheck disable=SC2086 # $caps: globs, one word each
-grep -H -s -Z -D skip '' $caps
+# pve-container's version decides whether a container takes devN entries: only its dpkg status
+# paragraph's Package, Status and Version lines are read.
 [ -f var/lib/dpkg/status ] && awk -v path=var/lib/dpkg/status '
     /^Package: / { keep = ($2 == "pve-container") }
     keep && /^(Package|Status|Version): / { printf "%s%c%s\n", path, 0, $0 }
