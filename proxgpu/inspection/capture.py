@@ -80,7 +80,7 @@ def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Captur
     # This machine's tree is looked at directly; any other host's in the gather's own run.
     remote_check = checked and not isinstance(host, LocalHost)
     args = [host.root, "check"] if remote_check else [host.root]
-    output = run_script(host, "gather", *args, timeout=timeout, check=False)
+    output = run_script(host, "gather", *args, timeout=timeout, check=False, bulk=True)
     if not output.has("proxgpu-gather"):
         if output.has("error"):
             raise UsageError(f"{host.name}: {host.root}: no such directory to inspect")
