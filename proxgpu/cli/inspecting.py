@@ -32,10 +32,13 @@ def check_inspect(args: argparse.Namespace) -> None:
 
 
 def host_inspect(args: argparse.Namespace, host: Host, say: Say) -> Shown:
-    """One host's inventory, as text, a picture, and its JSON document."""
+    """One host's inventory: its JSON document with ``--json`` (all that is printed then), else
+    as text or a picture."""
     inventory = inspect(host, gpu_filter(args))
+    if args.json:
+        return Shown("", inventory_document(inventory))
     if args.tree or args.format == "svg":
         text = import_module("proxgpu.cli.report").picture_of(inventory, tree=args.tree)
     else:
         text = render_inventory(inventory) + "\n"
-    return Shown(text, None if not args.json else inventory_document(inventory))
+    return Shown(text)
