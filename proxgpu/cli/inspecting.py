@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import argparse
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.cli.shown import Shown, run_one
 from proxgpu.cli.text import render_inventory
 from proxgpu.errors import UsageError
-from proxgpu.fleet import Say
 from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
+
+if TYPE_CHECKING:
+    # Only a type here: the fleet's engine (threads, futures) loads with several hosts.
+    from proxgpu.fleet import Say
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
