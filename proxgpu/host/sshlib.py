@@ -54,7 +54,10 @@ class _Metadata(_OnFirstUse):
 
 def _version_beside(name: str) -> str | None:
     """The ``Version`` of the one ``NAME-*.dist-info`` beside the package ``name`` (where pip
-    installs both), or ``None`` when there is not exactly one such directory to read it from."""
+    installs both), or ``None`` when there is not exactly one such directory to read it from
+    (or ``name`` is a dotted one, which finding would import its parent)."""
+    if "." in name:
+        return None
     spec = importlib.util.find_spec(name)
     folders = list(spec.submodule_search_locations or []) if spec else []
     if len(folders) != 1:
