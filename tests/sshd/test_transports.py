@@ -8,6 +8,7 @@ import os
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -102,6 +103,25 @@ def test_a_bulk_script_answers_whole_with_its_status(
     assert (answer.returncode, answer.records[-1].kind) == (3, "error")
     inventory = inspect(transport(sshd.target, client_options(sshd, tmp_path)))
     assert inventory.hostname == socket.gethostname()
+
+
+def test_the_openssh_transport_never_loads_paramiko(sshd: Sshd, tmp_path: Path) -> None:
+    # A fresh interpreter running the whole command: paramiko takes longer to import than the
+    # OpenSSH transport's handshake, which needs none of it.
+    config = tmp_path / "ssh_config"
+    config.touch()
+    argv = ["inspect", "--host", sshd.target, "-i", str(sshd.identity_file), "--ssh-client"]
+    argv += ["openssh", "--known-hosts", str(sshd.known_hosts), "--ssh-config", str(config)]
+    script = (
+        "import sys\n"
+        "from proxgpu.cli import main\n"
+        f"code = main({[*argv, '--json']!r})\n"
+        "print(code, 'paramiko' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stderr.split()[-2:] == ["0", "False"]
 
 
 def test_unknown_host_key_is_refused_with_its_fingerprint(
