@@ -7,6 +7,12 @@ shape measures, in the same run:
 * proxgpu: connect, gather and build the inventory, in process, with the same key and known_hosts,
   over each transport (paramiko, and OpenSSH's ssh with one shared connection).
 
+Beside each wall time, where the CPU went per run: the client's (this process's own for what runs
+in process, and every child's: ssh, the whole ``proxgpu`` command) and the server's (every
+connection's sshd and the commands it ran, read from the test sshd's reaped children), so that the
+floor's and proxgpu's parts can be read side by side. On a machine of few cores where client and
+server share the CPUs, the wall time follows the sum of the two.
+
 Host shapes: this machine ("/"), the ct200 example (8 GPUs) and a synthetic 64-GPU tree, so that
 the round-trip count can be seen not to grow with the number of GPUs. Last, the whole command
 ``proxgpu inspect --host ... --json`` as a child process against the same floor, per transport.
@@ -26,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.timing import median_seconds  # noqa: E402
+from bench.timing import Sample, sample  # noqa: E402
 from proxgpu.host.base import Host  # noqa: E402
 from proxgpu.host.openssh import OpenSSHHost  # noqa: E402
 from proxgpu.host.ssh import SSHHost, SSHOptions  # noqa: E402
@@ -92,8 +98,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, running_sshd(Path(tmp)) as server:
         config = Path(tmp) / "empty_ssh_config"
         config.touch()
-        floor = median_seconds(lambda: ssh_true(server), RUNS, warmups=1)
-        print(f"floor: ssh true over loopback: {floor * 1000:.1f} ms (median of {RUNS})")
+        cpu = server.served_cpu_seconds
+        floor = sample(lambda: ssh_true(server), RUNS, warmups=1, server=cpu)
+        print(
+            f"floor: ssh true over loopback: {floor.wall * 1000:.1f} ms (median of {RUNS}); "
+            f"{floor.cpu_line()}"
+        )
         shapes = {
             "this machine (/)": "/",
             "ct200 (8 GPUs)": str(REPO / "examples/hosts/ct200"),
@@ -102,22 +112,29 @@ def main() -> None:
         for client in TRANSPORTS:
             for name, root in shapes.items():
                 trips = proxgpu_inspect(server, root, config, client)
-                seconds = median_seconds(
-                    partial(proxgpu_inspect, server, root, config, client), RUNS, warmups=1
+                taken = sample(
+                    partial(proxgpu_inspect, server, root, config, client),
+                    RUNS,
+                    warmups=1,
+                    server=cpu,
                 )
-                print(
-                    f"{client:8} {name:22} round trips {trips}  wall {seconds * 1000:7.1f} ms  "
-                    f"ratio to floor {seconds / floor:5.2f}"
-                )
+                print(f"{client:8} {name:22} round trips {trips}  {compared(taken, floor)}")
         # The whole command, as a user runs it: interpreter start, imports, connect, inspect.
         ct200 = str(REPO / "examples/hosts/ct200")
         for client in TRANSPORTS:
             run = partial(cli_inspect, server, ct200, config, client)
-            whole = median_seconds(run, RUNS, warmups=1)
+            whole = sample(run, RUNS, warmups=1, server=cpu)
             print(
-                f"{client:8} {'proxgpu inspect --json':22} whole process {whole * 1000:7.1f} ms  "
-                f"ratio to floor {whole / floor:5.2f}"
+                f"{client:8} {'proxgpu inspect --json':22} whole process  {compared(whole, floor)}"
             )
+
+
+def compared(taken: Sample, floor: Sample) -> str:
+    """A run's wall time, its ratio to the floor's, and its CPU beside the floor's."""
+    return (
+        f"wall {taken.wall * 1000:7.1f} ms  ratio to floor {taken.wall / floor.wall:5.2f}  "
+        f"{taken.cpu_line()}"
+    )
 
 
 def cli_inspect(server: Sshd, root: str, config: Path, client: str) -> None:

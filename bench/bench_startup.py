@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.timing import median_seconds  # noqa: E402
+from bench.timing import sample  # noqa: E402
 
 RUNS = 21
 COMMANDS = {
@@ -47,26 +47,27 @@ def run(args: list[str]) -> None:
     subprocess.run([sys.executable, *args], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
 
 
-def measure(runs: int = RUNS) -> dict[str, tuple[float, float]]:
-    """Median seconds and ratio to the ``python -c pass`` floor for each command.
+def measure(runs: int = RUNS) -> dict[str, tuple[float, float, float]]:
+    """Median seconds, ratio to the ``python -c pass`` floor and mean CPU seconds per run (the
+    child's, and the gather script's it ran) for each command.
 
     >>> measure(1)["floor: python -c pass"][1]
     1.0
     """
-    floor = median_seconds(partial(run, ["-c", "pass"]), runs, warmups=1)
-    results = {"floor: python -c pass": (floor, 1.0)}
+    floor = sample(partial(run, ["-c", "pass"]), runs, warmups=1)
+    results = {"floor: python -c pass": (floor.wall, 1.0, floor.client_cpu)}
     for name, args in COMMANDS.items():
-        seconds = median_seconds(partial(run, args), runs, warmups=1)
-        results[name] = (seconds, seconds / floor)
+        taken = sample(partial(run, args), runs, warmups=1)
+        results[name] = (taken.wall, taken.wall / floor.wall, taken.client_cpu)
     return results
 
 
 def main() -> None:
-    """Print each command's median wall time and its ratio to the floor."""
+    """Print each command's median wall time, its ratio to the floor and its CPU."""
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else RUNS
     print(f"median of {runs} runs, {sys.executable}")
-    for name, (seconds, ratio) in measure(runs).items():
-        print(f"{name:55} {seconds * 1000:8.1f} ms  {ratio:5.1f}x floor")
+    for name, (seconds, ratio, cpu) in measure(runs).items():
+        print(f"{name:55} {seconds * 1000:8.1f} ms  {ratio:5.1f}x floor  CPU {cpu * 1000:6.1f} ms")
 
 
 if __name__ == "__main__":

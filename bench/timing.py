@@ -1,19 +1,64 @@
-"""Wall-clock timing shared by the benchmarks: the median of repeated runs after warm-ups."""
+"""Timing shared by the benchmarks: the median wall time of repeated runs after warm-ups, and
+where the CPU went (this process and its children, and a server's)."""
 
 from __future__ import annotations
 
+import resource
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 def median_seconds(action: Callable[[], object], runs: int, warmups: int = 3) -> float:
     """Median wall time of ``action`` over ``runs`` runs, after ``warmups`` untimed runs."""
+    return sample(action, runs, warmups).wall
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One action's cost: its median wall time, and the CPU seconds each run took on average
+    on the client (this process and the children it waited for) and on the server (``None``
+    when none was watched)."""
+
+    wall: float
+    client_cpu: float
+    server_cpu: float | None
+
+    def cpu_line(self, per: int = 1) -> str:
+        """The CPU per run divided by ``per`` (hosts), client and server, in milliseconds.
+
+        >>> Sample(wall=1.0, client_cpu=0.5, server_cpu=0.25).cpu_line(per=5)
+        'CPU client 100.0 ms, server 50.0 ms'
+        """
+        server = "?" if self.server_cpu is None else f"{self.server_cpu / per * 1000:.1f} ms"
+        return f"CPU client {self.client_cpu / per * 1000:.1f} ms, server {server}"
+
+
+def client_cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process and of the children it has waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def sample(
+    action: Callable[[], object],
+    runs: int,
+    warmups: int = 3,
+    server: Callable[[], float] | None = None,
+) -> Sample:
+    """``action`` run ``warmups`` times untimed, then ``runs`` times: the median wall time and
+    the mean CPU per run, here and (``server``: its CPU seconds so far) on the server."""
     for _ in range(warmups):
         action()
+    served = server() if server else 0.0
+    used = client_cpu_seconds()
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         action()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    used = client_cpu_seconds() - used
+    per_run = (server() - served) / runs if server else None
+    return Sample(statistics.median(times), used / runs, per_run)

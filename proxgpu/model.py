@@ -1,4 +1,5 @@
-"""The base of every data class proxgpu passes between its stages.
+"""The base of the pydantic models proxgpu passes between its stages (plans, changes, journal
+entries); the inventory's plain records are :class:`proxgpu.record.Record`.
 
 >>> class Point(FrozenModel):
 ...     x: int

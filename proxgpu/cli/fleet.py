@@ -24,7 +24,6 @@ from proxgpu.cli.hosts import connector
 from proxgpu.cli.shown import HostWork, Shown
 from proxgpu.errors import UsageError
 from proxgpu.fleet import Event, Outcome, Target, each_host, roll_out
-from proxgpu.picture.svg import stack_svgs
 
 
 @dataclass(frozen=True)
@@ -179,6 +178,8 @@ def write_all(
         extra = {"cluster": header.document} if header.document else {}
         text = json.dumps({**extra, "hosts": documents}, indent=2) + "\n"
     elif getattr(args, "format", "text") == "svg" and not getattr(args, "tree", False):
+        # Loaded for pictures only: the picture package brings the planner, Jinja2 and pydantic.
+        stack_svgs = import_module("proxgpu.picture.svg").stack_svgs
         text = stack_svgs([(n, _svg_or_error(outcomes.get(n))) for n in hosts])
     else:
         text = header.text

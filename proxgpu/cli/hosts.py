@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import threading
-from importlib import import_module
 from typing import TYPE_CHECKING
 
 from proxgpu.host import connect
 from proxgpu.host.base import Host
+from proxgpu.host.sshcommon import SSHOptions
 
 if TYPE_CHECKING:
     from proxgpu.fleet.engine import Connect, Target
-    from proxgpu.host.ssh import SSHOptions
 
 _EARLY = "_early_host"
 
@@ -81,8 +80,9 @@ def _connect(args: argparse.Namespace) -> Host:
 
 
 def _ssh_options(args: argparse.Namespace) -> SSHOptions:
-    # Imported only for a remote host: paramiko would slow down every other command.
-    options: SSHOptions = import_module("proxgpu.host.ssh").SSHOptions(
+    # From sshcommon, not the paramiko transport's module: the OpenSSH transport needs no
+    # paramiko, and importing it costs more than its handshake.
+    return SSHOptions(
         user=args.user,
         port=args.port,
         identity_file=args.identity,
@@ -92,4 +92,3 @@ def _ssh_options(args: argparse.Namespace) -> SSHOptions:
         ssh_config=args.ssh_config,
         client=args.ssh_client,
     )
-    return options

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import argparse
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.cli.shown import Shown, run_one
 from proxgpu.cli.text import render_inventory
 from proxgpu.errors import UsageError
-from proxgpu.fleet import Say
 from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
+
+if TYPE_CHECKING:
+    # Only a type here: the fleet's engine (threads, futures) loads with several hosts.
+    from proxgpu.fleet import Say
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -32,10 +36,13 @@ def check_inspect(args: argparse.Namespace) -> None:
 
 
 def host_inspect(args: argparse.Namespace, host: Host, say: Say) -> Shown:
-    """One host's inventory, as text, a picture, and its JSON document."""
+    """One host's inventory: its JSON document with ``--json`` (all that is printed then), else
+    as text or a picture."""
     inventory = inspect(host, gpu_filter(args))
+    if args.json:
+        return Shown("", inventory_document(inventory))
     if args.tree or args.format == "svg":
         text = import_module("proxgpu.cli.report").picture_of(inventory, tree=args.tree)
     else:
         text = render_inventory(inventory) + "\n"
-    return Shown(text, None if not args.json else inventory_document(inventory))
+    return Shown(text)

@@ -16,12 +16,15 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxgpu.cli.console import write_output
 from proxgpu.cli.hosts import open_host
-from proxgpu.fleet import Say
 from proxgpu.host.base import Host
+
+if TYPE_CHECKING:
+    # Only a type here: the fleet's engine (threads, futures) loads with several hosts.
+    from proxgpu.fleet import Say
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Shown:
 
 
 #: A command's work on one opened host.
-HostWork = Callable[[argparse.Namespace, Host, Say], Shown]
+HostWork = Callable[[argparse.Namespace, Host, "Say"], Shown]
 
 
 class Progress:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import import_module
 from pathlib import Path
 
 from proxgpu.apply import ApplyOptions, ApplyResult
@@ -36,6 +35,7 @@ from proxgpu.fleet.engine import (
     roll_out,
 )
 from proxgpu.host import Host, connect
+from proxgpu.host.sshcommon import parse_target
 from proxgpu.inspection import GpuFilter, inspect
 from proxgpu.paths import MEMBERS, guest_config
 from proxgpu.pipeline import (
@@ -275,8 +275,6 @@ def _check_guests(
 
 def _address(first: str | None, ip: str) -> str:
     """``ip`` with the user and port of the first host's target, as SSH takes it."""
-    # Imported for a live cluster only: paramiko is slow to import.
-    parse_target = import_module("proxgpu.host.ssh").parse_target
     user, _, port = (None, "", None) if first is None else parse_target(first)
     address = f"[{ip}]" if ":" in ip else ip
     return f"{user + '@' if user else ''}{address}{f':{port}' if port else ''}"

@@ -95,9 +95,12 @@ def parse_records(text: str) -> list[Record]:
 @cache
 def script_text(name: str) -> str:
     """The prelude and ``scripts/NAME.sh``, as sent to the host."""
-    scripts = resources.files("proxgpu").joinpath("scripts")
-    prelude = scripts.joinpath("prelude.sh").read_text(encoding="utf-8")
-    return prelude + "\n" + scripts.joinpath(f"{name}.sh").read_text(encoding="utf-8")
+    return _script_file("prelude") + "\n" + _script_file(name)
+
+
+@cache
+def _script_file(name: str) -> str:
+    return resources.files("proxgpu").joinpath("scripts", f"{name}.sh").read_text(encoding="utf-8")
 
 
 def run_script(
@@ -107,8 +110,13 @@ def run_script(
     payload: bytes = b"",
     timeout: float = SCRIPT_TIMEOUT,
     check: bool = True,
+    bulk: bool = False,
 ) -> ScriptOutput:
     """Run ``scripts/NAME.sh`` on ``host`` with ``args`` (and ``payload`` on stdin).
+
+    ``bulk`` is for a script whose answer is only read once it has ended (nothing streams):
+    its stdout then leaves the host in blocks of up to 1 MiB (``scripts/blocks.sh``), a handful
+    of SSH packets instead of one per write (the gather makes hundreds).
 
     :raises CommandError: when ``check`` and the script exits non-zero, naming the step.
     :raises HostUnreachableError: when the transport fails.
@@ -116,7 +124,10 @@ def run_script(
     start = time.monotonic()
     # The prelude's `enter` keeps every path inside this root (see prelude.sh).
     text = f"proxgpu_prefix={shlex.quote(host.root.rstrip('/'))}\n{script_text(name)}"
-    result = host.run(["sh", "-c", text, "sh", *args], stdin=payload, timeout=timeout)
+    argv = ["sh", "-c", text, "sh", *args]
+    if bulk:
+        argv = ["sh", "-c", _script_file("blocks"), "blocks", text, *args]
+    result = host.run(argv, stdin=payload, timeout=timeout)
     log.info(
         "%s: %s.sh (%d args, %d bytes in, %d out) exited %d in %.2f s",
         host.name,

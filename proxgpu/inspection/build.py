@@ -25,6 +25,7 @@ from proxgpu.inspection.hardware import (
     gpu_bars,
     gpu_bars64,
     is_nvswitch,
+    mdev_type_ids,
     mdev_types,
     reads_reset_methods,
     reset_methods,
@@ -83,6 +84,17 @@ class GpuFilter:
         return self.vendors is None or vendor_id in self.vendors
 
 
+@dataclass(frozen=True)
+class _Found:
+    """What the capture says of every GPU, looked up once for all of them: each GPU's nvidia
+    ``information`` (by address), the NVIDIA capabilities (each GPU's MIG instances are among
+    them) and the mediated device types each function offers."""
+
+    nvidia: dict[str, dict[str, str]]
+    caps: list[NvidiaCap]
+    mdev_ids: dict[str, list[str]]
+
+
 def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inventory:
     """Interpret a capture. Pure: the same capture always gives the same inventory.
 
@@ -100,8 +112,8 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     ]
     names = _pci_names(capture)
     functions = _pci_functions(capture, source, names, warnings)
-    nvidia = _nvidia_info(capture)
-    gpus = _with_mig_uuids(_gpus(functions, gpu_filter, nvidia, capture, warnings), capture, source)
+    found = _Found(_nvidia_info(capture), _nvidia_caps(capture), mdev_type_ids(capture))
+    gpus = _with_mig_uuids(_gpus(functions, gpu_filter, found, capture, warnings), capture, source)
     warnings += capture.notes
     warnings += _accelerators_left_out(functions, gpus)
     warnings += _initramfs_warnings(capture)
@@ -137,7 +149,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         warnings=warnings,
         container=_container(capture),
         pve_container_version=_pve_container_version(capture),
-        nvidia_caps=_nvidia_caps(capture),
+        nvidia_caps=found.caps,
         cpu_phys_bits=hostfacts.cpu_phys_bits(capture),
         cpu_pdpe1gb=hostfacts.cpu_pdpe1gb(capture),
         secure_boot=hostfacts.secure_boot(capture),
@@ -262,7 +274,7 @@ def _numa(capture: Capture, source: str, address: str) -> int | None:
 def _gpus(
     functions: dict[str, PciFunction],
     gpu_filter: GpuFilter,
-    nvidia: dict[str, dict[str, str]],
+    found: _Found,
     capture: Capture,
     warnings: list[str],
 ) -> list[Gpu]:
@@ -282,7 +294,7 @@ def _gpus(
                     display[0],
                     slot_functions=by_slot[slot],
                     by_group=by_group,
-                    nvidia=nvidia,
+                    found=found,
                     capture=capture,
                     warnings=warnings,
                 )
@@ -295,7 +307,7 @@ def _gpu(
     *,
     slot_functions: list[PciFunction],
     by_group: dict[int, list[PciFunction]],
-    nvidia: dict[str, dict[str, str]],
+    found: _Found,
     capture: Capture,
     warnings: list[str],
 ) -> Gpu:
@@ -306,7 +318,7 @@ def _gpu(
         if (main.iommu_group is not None)
         else []
     )
-    info = nvidia.get(main.address, {})
+    info = found.nvidia.get(main.address, {})
     if main.driver == "nvidia" and not info:
         warnings.append(f"{NVIDIA_GPUS}{main.address}/information: missing; Device Minor unknown")
     if _attr(capture, main.address, "numa_node") is None:
@@ -336,9 +348,9 @@ def _gpu(
         drm_nodes=drm_nodes(capture, main.address),
         bmc_display=is_bmc_display(main.vendor_id, main.device_id),
         bar64_bytes=gpu_bars64(capture, main.address),
-        mdev_types=mdev_types(capture, main.address),
-        mig_instances=mig_instances(caps := _nvidia_caps(capture), minor),
-        mig_mode=in_mig_mode(caps, minor),
+        mdev_types=mdev_types(capture, main.address, found.mdev_ids.get(main.address, [])),
+        mig_instances=mig_instances(found.caps, minor),
+        mig_mode=in_mig_mode(found.caps, minor),
     )
 
 

@@ -89,7 +89,7 @@ def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Captur
     # This machine's tree is looked at directly; any other host's in the gather's own run.
     remote_check = checked and not isinstance(host, LocalHost)
     args = [host.root, "check"] if remote_check else [host.root]
-    output = run_script(host, "gather", *args, timeout=timeout, check=False)
+    output = run_script(host, "gather", *args, timeout=timeout, check=False, bulk=True)
     if not output.has("proxgpu-gather"):
         if output.has("error"):
             raise UsageError(f"{host.name}: {host.root}: no such directory to inspect")
@@ -131,8 +131,9 @@ def check_files(host: LocalHost, capture: Capture) -> None:
     (['/etc/modules'], {})
     """
     real_root = os.path.realpath(host.root).rstrip("/")
+    resolve = _Resolver(real_root)
     for path in _read_or_refused(capture):
-        real = os.path.realpath(real_root + path)
+        real = resolve(path)
         if not (real + "/").startswith(real_root + "/"):
             _drop_outside(capture, path, real)
             continue
@@ -140,6 +141,33 @@ def check_files(host: LocalHost, capture: Capture) -> None:
             capture.modes[path] = os.stat(real).st_mode & 0o777
         except OSError:
             continue  # gone since it was read: the copy gets the private mode
+
+
+class _Resolver:
+    """``os.path.realpath`` of paths under one root, each directory resolved once: a tree's
+    files share a few dozen directories, and resolving each file's whole path would look at
+    every component of it again (thousands of ``lstat`` calls for one host).
+
+    >>> resolve = _Resolver(os.path.realpath("examples/hosts/ct200"))
+    >>> path = "/sys/bus/pci/devices/0000:01:00.0/vendor"
+    >>> resolve(path) == os.path.realpath("examples/hosts/ct200" + path)
+    True
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.folders: dict[str, str] = {}
+
+    def __call__(self, path: str) -> str:
+        parent, _, name = path.rpartition("/")
+        if name in ("", ".", ".."):
+            return os.path.realpath(self.root + path)
+        folder = self.folders.get(parent)
+        if folder is None:
+            folder = self.folders[parent] = os.path.realpath(self.root + parent)
+        # The folder holds no link any more: only the last component can still be one.
+        joined = f"{folder.rstrip('/')}/{name}"
+        return os.path.realpath(joined) if os.path.islink(joined) else joined
 
 
 def _apply_checks(capture: Capture, stdout: bytes) -> None:

@@ -93,12 +93,32 @@ def drm_nodes(capture: Capture, address: str) -> list[str]:
     )
 
 
-def mdev_types(capture: Capture, address: str) -> list[MdevType]:
-    """The mediated device types ``mdev_supported_types/`` offers, by id: what qemu-server reads
-    to create a VM's ``mdev=`` device (``get_mdev_types`` in PVE/QemuServer/PCI/Mdev.pm), an
-    unreadable ``available_instances`` counting as none left, as there (``int`` of nothing)."""
+def mdev_type_ids(capture: Capture) -> dict[str, list[str]]:
+    """The ids of the mediated device types each function offers (its
+    ``mdev_supported_types/`` entries the capture read), by address: looked up once for every
+    GPU, not once per GPU through every file.
+
+    >>> mdev_type_ids(Capture(lines={
+    ...     f"{PCI_DEVICES}0000:01:00.0/mdev_supported_types/nvidia-1/name": ["A"],
+    ...     f"{PCI_DEVICES}0000:01:00.0/mdev_supported_types/nvidia-2/name": ["B"],
+    ...     f"{PCI_DEVICES}0000:01:00.0/vendor": ["0x10de"]}))
+    {'0000:01:00.0': ['nvidia-1', 'nvidia-2']}
+    """
+    found: dict[str, set[str]] = {}
+    for path in capture.lines:
+        if path.startswith(PCI_DEVICES) and "/mdev_supported_types/" in path:
+            address, _, rest = path[len(PCI_DEVICES) :].partition("/mdev_supported_types/")
+            if "/" not in address:
+                found.setdefault(address, set()).add(rest.split("/")[0])
+    return {address: sorted(ids) for address, ids in found.items()}
+
+
+def mdev_types(capture: Capture, address: str, ids: list[str]) -> list[MdevType]:
+    """The mediated device types ``mdev_supported_types/`` offers (``ids``, as
+    :func:`mdev_type_ids` finds them), by id: what qemu-server reads to create a VM's ``mdev=``
+    device (``get_mdev_types`` in PVE/QemuServer/PCI/Mdev.pm), an unreadable
+    ``available_instances`` counting as none left, as there (``int`` of nothing)."""
     prefix = f"{PCI_DEVICES}{address}/mdev_supported_types/"
-    ids = sorted({p[len(prefix) :].split("/")[0] for p in capture.lines if p.startswith(prefix)})
     types = []
     for type_id in ids:
         base = f"{prefix}{type_id}/"

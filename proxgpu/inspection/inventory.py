@@ -2,7 +2,9 @@
 
 The field names documented in the README's JSON contract keep their names and meaning across
 releases; new fields may be added. Everything here is plain data: building an inventory is the job
-of :mod:`proxgpu.inspection`, using it is the job of the planner and renderers.
+of :mod:`proxgpu.inspection`, using it is the job of the planner and renderers. The classes are
+frozen dataclasses with pydantic's model methods (:class:`~proxgpu.record.Record`), so that reading
+and printing a host's inventory never loads pydantic.
 
 >>> node = NumaNode(id=0, cpus="0-31", memory_kib=263678136)
 >>> node.cpu_ids()[:3]
@@ -11,20 +13,20 @@ of :mod:`proxgpu.inspection`, using it is the job of the planner and renderers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import Field
-
 from proxgpu.cpulist import parse_cpulist
-from proxgpu.model import FrozenModel
 from proxgpu.pci import module_name, returning_driver
+from proxgpu.record import Record
 
 SCHEMA_VERSION = 1
 
 BootLoader = Literal["grub", "systemd-boot", "unknown"]
 
 
-class NumaNode(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class NumaNode(Record):
     """One NUMA node: its id, CPUs (a kernel cpulist string) and memory."""
 
     id: int
@@ -36,7 +38,8 @@ class NumaNode(FrozenModel):
         return parse_cpulist(self.cpus)
 
 
-class MdevType(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class MdevType(Record):
     """A mediated device type a GPU offers (``mdev_supported_types/TYPE/``: NVIDIA vGPU on the
     host driver, Intel GVT-g): ``id`` is the directory's name, which a VM's ``hostpciN``
     ``mdev=`` names; ``available`` how many more instances the driver can create now;
@@ -51,10 +54,11 @@ class MdevType(FrozenModel):
     name: str | None = None
     available: int = 0
     device_api: str | None = None
-    instances: list[str] = Field(default_factory=list)
+    instances: list[str] = field(default_factory=list)
 
 
-class PciFunction(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class PciFunction(Record):
     """One PCI function as sysfs describes it.
 
     IDs are four lower-case hex digits without ``0x`` (``10de``), the form Proxmox and
@@ -89,7 +93,8 @@ class PciFunction(FrozenModel):
         return self.address.rsplit(".", 1)[0]
 
 
-class ModuleAlias(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class ModuleAlias(Record):
     """One alias of a module, as depmod lists it: the glob kmod matches a device's modalias
     against, and the module it names.
 
@@ -101,7 +106,8 @@ class ModuleAlias(FrozenModel):
     module: str
 
 
-class KernelModules(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class KernelModules(Record):
     """What an installed kernel's module directory says of the GPUs' functions: the lines of its
     ``modules.alias`` that can find a module for one of their modaliases (``aliases``), and the
     same of the modules built into it (``builtin_aliases``, from ``modules.builtin.modinfo``;
@@ -115,7 +121,8 @@ class KernelModules(FrozenModel):
     builtin_aliases: list[ModuleAlias] | None = None
 
 
-class NvidiaCap(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class NvidiaCap(Record):
     """One NVIDIA capability (MIG's ``config`` and ``monitor`` rights, a MIG instance's
     ``access``): the /proc file that describes it, and the minor and mode (``0o400``) that its
     ``/dev/nvidia-caps/nvidia-capN`` node takes, as that file's ``DeviceFileMinor`` and
@@ -126,7 +133,8 @@ class NvidiaCap(FrozenModel):
     mode: int
 
 
-class MigInstance(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class MigInstance(Record):
     """One MIG compute instance of a GPU in MIG mode, as NVIDIA's driver describes it in /proc:
     ``gi`` is its GPU instance's id and ``ci`` the compute instance's id within it (the ids
     ``nvidia-smi mig -lgi``/``-lci`` print), ``gi_cap`` and ``ci_cap`` the two ``access``
@@ -153,7 +161,8 @@ class MigInstance(FrozenModel):
         return f"GI {self.gi} CI {self.ci}"
 
 
-class Gpu(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class Gpu(Record):
     """A GPU: a display-class PCI function plus every function of its slot.
 
     ``functions`` lists the slot's addresses, the GPU's own first. ``iommu_group_peers`` lists
@@ -184,16 +193,16 @@ class Gpu(FrozenModel):
     boot_vga: bool = False
     functions: list[str]
     function_info: list[PciFunction]
-    iommu_group_peers: list[PciFunction] = Field(default_factory=list)
+    iommu_group_peers: list[PciFunction] = field(default_factory=list)
     nvidia_minor: int | None = None
     nvidia_uuid: str | None = None
     pci_path: list[str] | None = None
-    bar_bytes: list[int] = Field(default_factory=list)
-    drm_nodes: list[str] = Field(default_factory=list)
+    bar_bytes: list[int] = field(default_factory=list)
+    drm_nodes: list[str] = field(default_factory=list)
     bmc_display: bool = False
-    bar64_bytes: list[int] = Field(default_factory=list)
-    mdev_types: list[MdevType] = Field(default_factory=list)
-    mig_instances: list[MigInstance] = Field(default_factory=list)
+    bar64_bytes: list[int] = field(default_factory=list)
+    mdev_types: list[MdevType] = field(default_factory=list)
+    mig_instances: list[MigInstance] = field(default_factory=list)
     mig_mode: bool = False
 
     @property
@@ -208,7 +217,8 @@ class Gpu(FrozenModel):
         return self.address.rsplit(".", 1)[0]
 
 
-class Inventory(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class Inventory(Record):
     """Everything proxgpu knows about one host.
 
     ``guest_configs`` and ``host_files`` map absolute paths to the files' exact text so that later
@@ -238,15 +248,15 @@ class Inventory(FrozenModel):
     boot_loader: BootLoader = "unknown"
     kernel_cmdline: str | None = None
     iommu_enabled: bool = False
-    numa_nodes: list[NumaNode] = Field(default_factory=list)
-    gpus: list[Gpu] = Field(default_factory=list)
-    nics: list[PciFunction] = Field(default_factory=list)
-    nvswitches: list[PciFunction] = Field(default_factory=list)
-    char_majors: dict[str, int] = Field(default_factory=dict)
+    numa_nodes: list[NumaNode] = field(default_factory=list)
+    gpus: list[Gpu] = field(default_factory=list)
+    nics: list[PciFunction] = field(default_factory=list)
+    nvswitches: list[PciFunction] = field(default_factory=list)
+    char_majors: dict[str, int] = field(default_factory=dict)
     cpu_vendor: str | None = None
-    driver_modules: dict[str, str] = Field(default_factory=dict)
-    commands: list[str] = Field(default_factory=list)
-    device_nodes: list[str] = Field(default_factory=list)
+    driver_modules: dict[str, str] = field(default_factory=dict)
+    commands: list[str] = field(default_factory=list)
+    device_nodes: list[str] = field(default_factory=list)
     nvidia_driver_version: str | None = None
     #: The mode and group the nvidia driver gives its device files (``DeviceFileMode`` and
     #: ``DeviceFileGID`` in ``/proc/driver/nvidia/params``; NVIDIA's defaults are 0666 and 0).
@@ -256,19 +266,19 @@ class Inventory(FrozenModel):
     #: initramfs; ``None`` when it was not read (no ``lsinitramfs``, no initramfs).
     initramfs_files: list[str] | None = None
     is_root: bool = False
-    guest_configs: dict[str, str] = Field(default_factory=dict)
-    host_files: dict[str, str] = Field(default_factory=dict)
-    warnings: list[str] = Field(default_factory=list)
+    guest_configs: dict[str, str] = field(default_factory=dict)
+    host_files: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
     container: str | None = None
     pve_container_version: str | None = None
-    nvidia_caps: list[NvidiaCap] = Field(default_factory=list)
+    nvidia_caps: list[NvidiaCap] = field(default_factory=list)
     cpu_phys_bits: int | None = None
     cpu_pdpe1gb: bool | None = None
     secure_boot: bool | None = None
-    framebuffers: list[str] = Field(default_factory=list)
+    framebuffers: list[str] = field(default_factory=list)
     #: By kernel release, each installed kernel's module aliases that can name a driver for a
     #: GPU's function (see :class:`KernelModules`); empty when none were read.
-    kernel_modules: dict[str, KernelModules] = Field(default_factory=dict)
+    kernel_modules: dict[str, KernelModules] = field(default_factory=dict)
 
     @property
     def node_name(self) -> str:

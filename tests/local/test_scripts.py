@@ -10,6 +10,7 @@ and of a failure.
 from __future__ import annotations
 
 import os
+import subprocess
 from importlib import resources
 
 import pytest
@@ -20,6 +21,7 @@ from proxgpu.host.local import LocalHost
 from proxgpu.host.scripts import Record, run_script
 
 PRELUDE = resources.files("proxgpu").joinpath("scripts/prelude.sh").read_text(encoding="utf-8")
+BLOCKS = resources.files("proxgpu").joinpath("scripts/blocks.sh").read_text(encoding="utf-8")
 
 
 @pytest.fixture
@@ -86,3 +88,31 @@ def test_a_script_that_runs_too_long_is_a_timeout(scripts: dict[str, str]) -> No
     scripts["slow"] = "sleep 5\n"
     with pytest.raises(CommandTimeoutError):
         run_script(LocalHost(), "slow", timeout=0.3)
+
+
+def test_a_bulk_script_keeps_its_answer_status_stderr_and_stdin(scripts: dict[str, str]) -> None:
+    scripts["probe"] = 'cat; rec args "$#" "$2"; echo oops >&2; rec end; exit 5\n'
+    answer = run_script(LocalHost(), "probe", "a", "b c", payload=b"in\n", check=False, bulk=True)
+    assert answer.stdout == b"in\n#args\t2\tb c\n#end\n"
+    assert (answer.returncode, answer.stderr, answer.complete) == (5, "oops\n", True)
+    with pytest.raises(CommandError, match="the probe step"):
+        run_script(LocalHost(), "probe", "a", "b", bulk=True)
+
+
+def test_a_bulk_answer_leaves_in_one_write_not_one_per_line() -> None:
+    # Forty lines written apart: a reader gets each on its own, as an SSH server sends each
+    # read as a packet of its own, unless blocks.sh gathers them.
+    body = 'i=0; while [ $i -lt 40 ]; do echo "line $i"; sleep 0.01; i=$((i + 1)); done'
+
+    def reads(argv: list[str]) -> tuple[int, bytes]:
+        chunks = []
+        with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
+            assert proc.stdout is not None
+            while chunk := os.read(proc.stdout.fileno(), 1 << 20):
+                chunks.append(chunk)
+        return len(chunks), b"".join(chunks)
+
+    alone, text = reads(["sh", "-c", body])
+    gathered, same = reads(["sh", "-c", BLOCKS, "blocks", body])
+    assert alone > 10 and (gathered, same) == (1, text)
+    assert text.splitlines()[-1] == b"line 39"

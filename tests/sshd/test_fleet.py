@@ -5,6 +5,8 @@ is down), each reached over its own connection."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,27 @@ def test_inspect_of_several_hosts_is_one_document_keyed_by_target(
     assert all(len(hosts[h]["gpus"]) == 8 for h in ("gpu1", "gpu2", "gpu3"))
     assert hosts["down1"]["error"]["code"] == 3 == code, "the worst code; the others reported"
     assert "down1: failed (exit 3)" in captured.err and "gpu3: ok" in captured.err
+
+
+def test_inspect_of_several_hosts_loads_neither_pydantic_nor_the_planner(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    # A fresh interpreter running the whole command: reading a fleet needs no plan or picture.
+    root = copy_example(tmp_path)
+    config = fleet_config(sshd, tmp_path, ["gpu1", "gpu2"])
+    argv = ["inspect", "--ssh-config", str(config), "--root", str(root), "--json"]
+    script = (
+        "import sys\n"
+        "from proxgpu.cli import main\n"
+        f"code = main({[*argv, '--host', 'gpu1,gpu2']!r})\n"
+        "loaded = [m for m in ('pydantic', 'jinja2', 'proxgpu.planning') if m in sys.modules]\n"
+        "print(code, loaded, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stderr.splitlines()[-1] == "0 []"
+    assert list(json.loads(done.stdout)["hosts"]) == ["gpu1", "gpu2"]
 
 
 def test_text_output_is_one_section_per_host(

@@ -228,3 +228,12 @@ def test_a_remote_tree_is_not_the_live_host(sshd: Sshd, tmp_path: Path) -> None:
         result = apply_changes(host, changes)
     assert (root / "etc/x.conf").read_text() == "x\n"
     assert result.actions_run == [] and not (tmp_path / "ran").exists()
+
+
+def test_the_servers_cpu_counts_each_connection_it_served(sshd: Sshd, tmp_path: Path) -> None:
+    # What the benchmarks read as the server's part: a connection's sshd and its command.
+    before = sshd.served_cpu_seconds()
+    with SSHHost(sshd.target, client_options(sshd, tmp_path)) as host:
+        busy = host.run(["sh", "-c", "i=0; while [ $i -lt 100000 ]; do i=$((i + 1)); done"])
+    assert busy.ok
+    assert sshd.served_cpu_seconds() - before >= 0.02

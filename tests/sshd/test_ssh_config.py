@@ -65,6 +65,23 @@ def test_a_changed_key_is_refused_whatever_the_config_says_with_the_exact_fix(
     assert other not in known.read_text()
 
 
+def test_paramiko_is_imported_without_importlib_metadata_and_knows_its_version() -> None:
+    # A fresh interpreter: paramiko asks importlib.metadata for its version as it imports (its
+    # SSH banner names it); proxgpu answers from the dist-info instead, with the same version.
+    script = (
+        "import sys\n"
+        "from proxgpu.host.ssh import paramiko\n"
+        "deferred = 'importlib.metadata' not in sys.modules\n"
+        "from importlib import metadata\n"
+        "banner = 'paramiko_' + metadata.version('paramiko')\n"
+        "print(deferred, paramiko.Transport._CLIENT_ID == banner)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout == "True True\n"
+
+
 def test_match_exec_runs_though_paramiko_was_imported_without_invoke(
     sshd: Sshd, tmp_path: Path
 ) -> None:

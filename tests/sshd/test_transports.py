@@ -8,6 +8,7 @@ import os
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,8 +33,10 @@ from proxgpu.errors import (
 from proxgpu.host import connect
 from proxgpu.host.base import Host
 from proxgpu.host.openssh import OpenSSHHost
+from proxgpu.host.scripts import run_script
 from proxgpu.host.ssh import SSHHost, SSHOptions
 from proxgpu.host.sshcommon import parse_target
+from proxgpu.inspection import inspect
 from tests.support.sshd import (
     Sshd,
     client_options,
@@ -90,6 +93,35 @@ def test_commands_keep_their_arguments_input_and_status(
     assert host.run(["cat"], stdin=b"x" * 300_000).stdout == b"x" * 300_000
     failed = host.run(["sh", "-c", "echo oops >&2; exit 255"])
     assert (failed.returncode, failed.stderr) == (255, b"oops\n")
+
+
+def test_a_bulk_script_answers_whole_with_its_status(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    host = transport(sshd.target, client_options(sshd, tmp_path))
+    answer = run_script(host, "gather", str(tmp_path / "missing"), check=False, bulk=True)
+    assert (answer.returncode, answer.records[-1].kind) == (3, "error")
+    inventory = inspect(transport(sshd.target, client_options(sshd, tmp_path)))
+    assert inventory.hostname == socket.gethostname()
+
+
+def test_the_openssh_transport_never_loads_paramiko(sshd: Sshd, tmp_path: Path) -> None:
+    # A fresh interpreter running the whole command: paramiko takes longer to import than the
+    # OpenSSH transport's handshake, which needs none of it.
+    config = tmp_path / "ssh_config"
+    config.touch()
+    argv = ["inspect", "--host", sshd.target, "-i", str(sshd.identity_file), "--ssh-client"]
+    argv += ["openssh", "--known-hosts", str(sshd.known_hosts), "--ssh-config", str(config)]
+    script = (
+        "import sys\n"
+        "from proxgpu.cli import main\n"
+        f"code = main({[*argv, '--json']!r})\n"
+        "print(code, 'paramiko' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stderr.split()[-2:] == ["0", "False"]
 
 
 def test_unknown_host_key_is_refused_with_its_fingerprint(

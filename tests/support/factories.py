@@ -14,6 +14,8 @@ would have built it from sysfs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from proxgpu.inspection.inventory import Gpu, Inventory, NumaNode, PciFunction
 
 #: The CPUs of each NUMA node of a two-socket host with SMT (ct200's nodes, and most tests').
@@ -26,10 +28,10 @@ BRIDGE_CLASS = "0x060400"  # a PCI bridge
 
 
 def make_fn(
-    address: str, group: int | None, *, node: int | None = None, **fields: object
+    address: str, group: int | None, *, node: int | None = None, **fields: Any
 ) -> PciFunction:
     """A PCI function; by default an NVIDIA 3D controller bound to nvidia."""
-    values: dict[str, object] = {
+    values: dict[str, Any] = {
         "class_code": "0x030200",
         "vendor_id": "10de",
         "device_id": "2330",

@@ -66,7 +66,13 @@ def offering(work: Path, extra: str, host_key: str = "ed25519") -> Iterator[Sshd
         kind, key = (work / "host_key.pub").read_text().split()[:2]
         (work / "known_hosts").write_text(f"[127.0.0.1]:{port} {kind} {key}\n")
         yield Sshd(
-            port, getpass.getuser(), work / "user_key", work / "known_hosts", f"{kind} {key}", work
+            port,
+            getpass.getuser(),
+            work / "user_key",
+            work / "known_hosts",
+            f"{kind} {key}",
+            work,
+            proc.pid,
         )
     finally:
         proc.terminate()

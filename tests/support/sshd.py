@@ -40,11 +40,29 @@ class Sshd:
     known_hosts: Path
     host_public_key: str
     workdir: Path
+    #: The listening sshd's process id.
+    pid: int
 
     @property
     def target(self) -> str:
         """``user@127.0.0.1:port``, as ``--host`` takes it."""
         return f"{self.user}@127.0.0.1:{self.port}"
+
+    def served_cpu_seconds(self, settle: float = 5.0) -> float:
+        """CPU seconds (user and system) of every connection this sshd has served: each one's
+        sshd and the commands it ran, which the kernel adds to the listener's ``cutime`` and
+        ``cstime`` (``/proc/PID/stat``) as it reaps them. Waits up to ``settle`` seconds for
+        the connections still open to end, so that a benchmark's last ones are counted."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        deadline = time.monotonic() + settle
+        while children.exists() and children.read_text().strip():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        # The command name in parentheses may hold blanks: the numbers come after it.
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        # Fields 16 and 17 of proc(5), cutime and cstime: fields[13:15] after the name.
+        return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
 def keygen(path: Path) -> None:
@@ -136,7 +154,13 @@ def running_sshd(
         known = "".join(f"[{address}]:{port} {kind} {key}\n" for address in addresses)
         (work / "known_hosts").write_text(known)
         yield Sshd(
-            port, getpass.getuser(), work / "user_key", work / "known_hosts", f"{kind} {key}", work
+            port,
+            getpass.getuser(),
+            work / "user_key",
+            work / "known_hosts",
+            f"{kind} {key}",
+            work,
+            proc.pid,
         )
     finally:
         proc.terminate()
