@@ -59,7 +59,7 @@ from proxgpu.apply.remote import (
 )
 from proxgpu.apply.restore import restore
 from proxgpu.apply.result import ApplyResult
-from proxgpu.apply.trust import link_after
+from proxgpu.apply.trust import host_root, link_after
 from proxgpu.apply.vmapi import VmApiWriter
 from proxgpu.errors import (
     ApplyError,
@@ -318,7 +318,7 @@ class _Apply:
             id=self.id,
             status="in-progress",
             host=self.host.name,
-            root=self.host.root,
+            root=host_root(self.host),
             previous=link_after(probe.last_entry),
             lock=self.lock_id if self.lock_id != self.id else None,
             client=f"{getpass.getuser()}@{socket.gethostname()}",

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import posixpath
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +34,7 @@ from proxgpu.apply.journal import Journal, JournalEntry, signed_form
 from proxgpu.apply.layout import Layout
 from proxgpu.errors import JournalError
 from proxgpu.host.base import Host
+from proxgpu.host.local import LocalHost
 
 #: The ``previous`` of the first entry of a journal.
 START = "start"
@@ -170,8 +174,8 @@ def problems(host: Host, journal: Journal, key: bytes) -> dict[str, str]:
     ...                      root="/srv/pve9")
     >>> key = b"k" * 32
     >>> signed = JournalEntry.model_validate(signing.sign(signed_form(entry), key))
-    >>> problems(host, Journal([signed], {}), key)["1"][:33]
-    'made for root /srv/pve9, not exam'
+    >>> problems(host, Journal([signed], {}), key)["1"][:28]
+    'made for root /srv/pve9, not'
     """
     chain = chain_problems(journal)
     found = {}
@@ -211,6 +215,21 @@ def check_trusted(
         raise JournalError(host.name, where, f"{problem}; refused")
 
 
+def host_root(host: Host) -> str:
+    """The root a journal entry records, and is compared with, spelled one way: a tree on this
+    machine as the kernel finds it (``.``, a trailing ``/`` and every link resolved), a root on
+    another host without repeated or trailing slashes and ``.`` parts.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> tree = os.path.realpath("examples/hosts/ct200")
+    >>> host_root(DirectoryHost("examples/hosts/ct200/")) == tree
+    True
+    """
+    if isinstance(host, LocalHost):
+        return os.path.realpath(host.root)
+    return posixpath.normpath(re.sub("/+", "/", host.root))
+
+
 def other_host(host: Host, entry: JournalEntry) -> str | None:
     """Why ``entry`` is not one of ``host``'s: made for another root (``None``: it is
     ``host``'s, or was written before proxgpu recorded the root).
@@ -218,19 +237,22 @@ def other_host(host: Host, entry: JournalEntry) -> str | None:
     The host's name is not compared: it is how the admin reached the host (an ssh_config alias,
     an address, a port forwarded for this boot), which may differ between the apply and the
     rollback. An entry copied in from another host's journal is out of its place in this one's
-    chain; a tree's root is where its files are, so a tree copied elsewhere is told apart.
+    chain; a tree's root is where its files are (:func:`host_root`), so a tree copied elsewhere
+    is told apart however either is spelled. An entry of a release that recorded the root as
+    given is still taken where it is given the same way.
 
     >>> from proxgpu.host import DirectoryHost
     >>> from proxgpu.rendering.changes import ChangeSet
     >>> entry = JournalEntry(id="1", status="applied", host="pve9", client="me", started="now",
     ...                      changeset=ChangeSet(host="pve9"), files=[], root="/srv/pve9")
-    >>> other_host(DirectoryHost("examples/hosts/ct200"), entry)
-    'made for root /srv/pve9, not examples/hosts/ct200: copied from another tree, or use \
+    >>> other_host(DirectoryHost("examples/hosts/ct200"), entry) # doctest: +ELLIPSIS
+    'made for root /srv/pve9, not .../examples/hosts/ct200: copied from another tree, or use \
 --root /srv/pve9'
     """
-    if entry.root is not None and entry.root != host.root:
+    root = host_root(host)
+    if entry.root is not None and entry.root not in (root, host.root):
         return (
-            f"made for root {entry.root}, not {host.root}: copied from another tree, or use "
+            f"made for root {entry.root}, not {root}: copied from another tree, or use "
             f"--root {entry.root}"
         )
     return None

@@ -226,6 +226,26 @@ def test_a_tree_moved_elsewhere_is_not_rolled_back_from_its_journal(
         )
 
 
+def test_a_root_is_one_root_however_it_is_spelled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Applied as ``--root .``, the tree's entry is its own under its absolute name and with a
+    trailing slash; a copy of it elsewhere, named ``.`` in turn, is still another tree."""
+    hostile = scene(tmp_path)
+    monkeypatch.chdir(hostile.tree)
+    code, _, err = cli(capsys, "apply", "--root", ".", *SPLIT, "--yes")
+    assert code == 0, err
+    for spelling in (str(hostile.tree), f"{hostile.tree}/", "./"):
+        code, _, err = cli(capsys, "verify", "--root", spelling)
+        assert code == 0, (spelling, err)
+    moved = Path(shutil.copytree(hostile.tree, hostile.scratch / "moved", symlinks=True))
+    (entry,) = entries(moved)
+    monkeypatch.chdir(moved)
+    code, _, err = cli(capsys, "rollback", "--root", ".", "--yes")
+    assert code != 0 and f"{entry.name}: made for root {hostile.tree}, not {moved}:" in err, err
+    hostile.assert_outside_unchanged()
+
+
 def as_an_earlier_release_wrote_it(entry: Path) -> None:
     """Rewrite ``entry`` as the release before the chain wrote it: signed with the same key,
     with no link to the entry before it, no root (recorded since), and its plan's groups
