@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from proxgpu.inspection.claiming import claimants
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.kmod import KmodConfig, module_of
-from proxgpu.paths import MODPROBE_CONF_NAME
+from proxgpu.paths import BIND_SCRIPT_NAME, MODPROBE_CONF_NAME
 
 
 def table(rows: Sequence[Sequence[str]], indent: str = "") -> str:
@@ -103,12 +103,27 @@ def _boot_loading(inv: Inventory) -> list[str]:
         lines.append(f"initramfs of {inv.kernel or '?'}: not read")
     else:
         inside = sorted({m for f in inv.initramfs_files if (m := module_of(f)) in modules})
-        ours = MODPROBE_CONF_NAME in inv.initramfs_files
         lines.append(
             f"initramfs of {inv.kernel}: GPU drivers {', '.join(inside) or 'none'}; "
-            f"proxgpu's binding {'in it' if ours else 'not in it'}"
+            f"proxgpu's binding {_binding_in(inv.initramfs_files)}"
         )
     return lines
+
+
+def _binding_in(files: list[str]) -> str:
+    """Whether an initramfs holds proxgpu's binding: both its files, as the plan asks
+    (:func:`~proxgpu.rendering.binding.initramfs_lacks_binding`), or which one of them.
+
+    >>> _binding_in(["00-proxgpu-vfio.conf", "nvidia.ko"])
+    'partly in it (00-proxgpu-vfio.conf, not proxgpu-vfio-bind)'
+    """
+    parts = (MODPROBE_CONF_NAME, BIND_SCRIPT_NAME)
+    have = [name for name in parts if name in files]
+    if len(have) == len(parts):
+        return "in it"
+    if not have:
+        return "not in it"
+    return f"partly in it ({have[0]}, not {next(p for p in parts if p not in have)})"
 
 
 def _claiming_modules(inv: Inventory) -> tuple[list[str], list[str]]:

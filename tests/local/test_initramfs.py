@@ -105,6 +105,21 @@ def test_inspect_says_what_decides_the_boot(
     assert f"initramfs of {KERNEL}: GPU drivers nvidia; proxgpu's binding not in it" in out
 
 
+def test_inspect_and_the_plan_agree_on_an_initramfs_with_half_the_binding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An initramfs with proxgpu's modprobe.d file but not its bind script (whose install hook
+    the file names) lacks the binding for the plan; inspect says which half it has."""
+    require_tool("lsinitramfs", "initramfs-tools-core")
+    root = copy_example(tmp_path)
+    _initramfs(root, (*EARLY, MODPROBE_CONF.lstrip("/")))
+    assert main(["inspect", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    half = f"proxgpu's binding partly in it ({MODPROBE_CONF.rsplit('/', 1)[1]}, not "
+    assert f"initramfs of {KERNEL}: GPU drivers nvidia; {half}" in out, out
+    assert [w for w in _warnings(root) if w.startswith("nvidia loads from the initramfs")]
+
+
 def test_inspect_names_every_module_that_could_claim_a_gpu_with_its_install_and_blacklist(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
