@@ -159,7 +159,10 @@ def _softdep_line(
 ) -> str:
     """``softdep MODULE pre: vfio-pci ...``, keeping the pre and post modules of the line kmod
     would use without proxgpu's in each kernel's config (the module's own ``MODULE_SOFTDEP`` in
-    ``modules.softdep``, or an admin's line): ours comes first, so kmod would drop that one."""
+    ``modules.softdep``, or an admin's line): ours comes first, so kmod would drop that one.
+    modprobe.d serves every kernel, so the line keeps the modules of each kernel's: what one
+    kernel's driver alone declares loads with the others too (kmod passes over a softdep module
+    a kernel lacks), which is the price of never leaving out one a driver needs."""
     pre: list[str] = []
     post: list[str] = []
     for n, config in enumerate(configs):
