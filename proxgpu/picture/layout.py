@@ -21,7 +21,6 @@ from proxgpu.inspection.inventory import Gpu, Inventory, PciFunction
 from proxgpu.picture.legend import header_shapes, legend_items
 from proxgpu.picture.shapes import SANS_PX, Line, Rect, Text, text_width, wrap, wrap_parts
 from proxgpu.picture.topology import Assignment, Column, TreeNode, build_topology, shared_groups
-from proxgpu.planning.model import Role
 
 MARGIN = 16
 COLUMN_WIDTH = 330
@@ -38,13 +37,6 @@ FRAME_LABEL = 16
 MIN_WIDTH = 720
 #: Room around a column drawn alone, for its border.
 EDGE = 2
-#: The badge of a GPU whose group has no guest yet.
-_NO_GUEST = {
-    Role.HOST: "host",
-    Role.VFIO: "vfio, no guest",
-    Role.VGPU: "vGPU, no VM",
-    Role.MIG: "MIG, no container",
-}
 
 
 @dataclass
@@ -236,7 +228,7 @@ def _gpu_card(drawing: _Drawing, gpu: Gpu, muted: bool, place: _Place) -> Rect:
 
 def _badge(gpu: Gpu, role: Assignment | None) -> str | None:
     if role is not None:
-        return role.guest or _NO_GUEST[role.role]
+        return role.guest or role.role.badge_without_guest
     return None if gpu.nvidia_minor is None else f"nvidia{gpu.nvidia_minor}"
 
 

@@ -64,12 +64,27 @@ class Role(StrEnum):
         """What happens to the GPU, as the plan text and the picture's legend say it."""
         return _ACTIONS[self]
 
+    @property
+    def badge_without_guest(self) -> str:
+        """The picture's badge on a GPU of this role whose group has no guest yet.
+
+        >>> Role.VFIO.badge_without_guest
+        'vfio, no guest'
+        """
+        return _BADGES_WITHOUT_GUEST[self]
+
 
 _ACTIONS = {
     Role.HOST: "stays on the host driver",
     Role.VFIO: "goes to vfio-pci",
     Role.VGPU: "stays on the host driver for vGPU VMs",
     Role.MIG: "stays on the host driver, its MIG instances for containers",
+}
+_BADGES_WITHOUT_GUEST = {
+    Role.HOST: "host",
+    Role.VFIO: "vfio, no guest",
+    Role.VGPU: "vGPU, no VM",
+    Role.MIG: "MIG, no container",
 }
 ProblemCode = Literal[
     "no-gpus",

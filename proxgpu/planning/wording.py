@@ -57,5 +57,15 @@ def vgpu_list(uses: list[VgpuUse]) -> str:
 
 
 def mig_list(uses: list[MigUse]) -> str:
-    """``CT 200 (GI 2 CI 0), CT 201 (GI 9 CI 0)``: which containers get which MIG instance."""
-    return ", ".join(f"CT {u.vmid} (GI {u.gi} CI {u.ci})" for u in uses)
+    """``CT 200 (GI 2 CI 0, MIG-...), CT 201 (GI 9 CI 0)``: which containers get which MIG
+    instance, with the ``CUDA_VISIBLE_DEVICES`` value that selects it where it is known.
+
+    >>> from proxgpu.planning.model import MigUse
+    >>> mig_list([MigUse(vmid=200, gpu_minor=0, gi=2, ci=0, gi_minor=21, ci_minor=22,
+    ...                  uuid="MIG-4ba8a3ab-2fd8-5f0b-9b5c-02000000c7a2"),
+    ...           MigUse(vmid=201, gpu_minor=0, gi=9, ci=0, gi_minor=84, ci_minor=85)])
+    'CT 200 (GI 2 CI 0, MIG-4ba8a3ab-2fd8-5f0b-9b5c-02000000c7a2), CT 201 (GI 9 CI 0)'
+    """
+    return ", ".join(
+        f"CT {u.vmid} (GI {u.gi} CI {u.ci}{f', {u.uuid}' if u.uuid else ''})" for u in uses
+    )

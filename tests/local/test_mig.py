@@ -296,7 +296,10 @@ def test_the_picture_colours_the_mig_gpu_and_badges_its_containers() -> None:
 
 def test_the_report_says_which_container_has_which_instance() -> None:
     html = render_report([plan_report(mig_host(), TWO)])
-    assert "for MIG instances of it: CT 200 (GI 2 CI 0), CT 201 (GI 9 CI 0)" in html
+    said = (
+        f"for MIG instances of it: CT 200 (GI 2 CI 0, {UUID_2_0}), CT 201 (GI 9 CI 0, {UUID_9_0})"
+    )
+    assert said in html
 
 
 def test_a_mig_gpu_the_next_boot_numbers_anew_is_said_to_need_a_new_plan() -> None:
