@@ -47,15 +47,35 @@ TOOLS = (
 
 
 class Shell:
-    """Runs each command line with ``sh -c`` here, counting them."""
+    """Runs each command line with ``sh -c`` here, counting them; with ``path``, with only the
+    tools in that folder (see :func:`_tools`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path | None = None) -> None:
         self.commands = 0
+        self.env = None if path is None else {"PATH": str(path)}
 
     def __call__(self, command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
         self.commands += 1
-        done = subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, check=False)
+        done = subprocess.run(
+            ["sh", "-c", command], input=stdin, capture_output=True, env=self.env, check=False
+        )
         return done.returncode, done.stdout, done.stderr
+
+
+def _tools(folder: Path, tools: tuple[str, ...], scripts: dict[str, str] | None = None) -> Path:
+    """``folder`` as a PATH holding the real ``tools`` and, in place of some, the shell
+    ``scripts`` by name (each may run the real tool, whose path ``{real}`` stands for)."""
+    folder.mkdir()
+    for tool in tools:
+        found = shutil.which(tool)
+        assert found is not None, tool
+        script = (scripts or {}).get(tool)
+        if script is None:
+            (folder / tool).symlink_to(found)
+        else:
+            (folder / tool).write_text("#!/bin/sh\n" + script.replace("{real}", found))
+            (folder / tool).chmod(0o755)
+    return folder
 
 
 def both(hostile: Scene, *, modes: bool = False) -> tuple[Capture, Capture, int]:
@@ -118,20 +138,7 @@ def test_a_check_cut_short_is_an_error_not_a_tree_taken_as_inside(tmp_path: Path
     hostile = scene(tmp_path)
 
     # A PATH with every tool the gather uses but sort: the list of names to check is never whole.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in TOOLS:
-        found = shutil.which(tool)
-        assert found is not None, tool
-        (bin_dir / tool).symlink_to(found)
-
-    def no_sort(command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
-        env = {"PATH": str(bin_dir)}
-        done = subprocess.run(
-            ["sh", "-c", command], input=stdin, capture_output=True, env=env, check=False
-        )
-        return done.returncode, done.stdout, done.stderr
-
+    no_sort = Shell(_tools(tmp_path / "bin", TOOLS))
     with pytest.raises(CommandError, match="looking where each file is"):
         gather(CommandHost("pve1", no_sort, root=str(hostile.tree)))
 
@@ -143,20 +150,6 @@ def test_a_snapshot_copy_keeps_the_modes_the_script_found(tmp_path: Path) -> Non
     assert stat.S_IMODE((hostile.tree / MODULES).stat().st_mode) == remote.modes[f"/{MODULES}"]
 
 
-def _counting_tools(tmp_path: Path, log: Path) -> Path:
-    """A PATH where every tool the gather uses is a wrapper that logs its name, then runs the
-    real one."""
-    bin_dir = tmp_path / "counting-bin"
-    bin_dir.mkdir()
-    for tool in (*TOOLS, "sort"):
-        found = shutil.which(tool)
-        assert found is not None, tool
-        wrapper = bin_dir / tool
-        wrapper.write_text(f'#!/bin/sh\necho {tool} >>"{log}"\nexec {found} "$@"\n')
-        wrapper.chmod(0o755)
-    return bin_dir
-
-
 def test_thousands_of_functions_are_checked_by_a_few_commands_not_one_per_directory(
     tmp_path: Path,
 ) -> None:
@@ -165,14 +158,9 @@ def test_thousands_of_functions_are_checked_by_a_few_commands_not_one_per_direct
     stat per batch of names (xargs fits about two thousand in one), not a stat per directory."""
     tree = sriov_tree(tmp_path, 6000)
     log = tmp_path / "tools.log"
-    env = {"PATH": str(_counting_tools(tmp_path, log))}
-
-    def shell(command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
-        done = subprocess.run(
-            ["sh", "-c", command], input=stdin, capture_output=True, env=env, check=False
-        )
-        return done.returncode, done.stdout, done.stderr
-
+    tools = (*TOOLS, "sort")
+    counting = {tool: f'echo {tool} >>"{log}"\nexec {{real}} "$@"\n' for tool in tools}
+    shell = Shell(_tools(tmp_path / "counting-bin", tools, counting))
     remote = gather(CommandHost("pve1", shell, root=str(tree)), modes=True)
     local = gather(DirectoryHost(str(tree)), modes=True)
     assert len(remote.modes) > 54000
@@ -187,26 +175,8 @@ def test_a_check_whose_paths_are_not_all_resolved_is_no_check(tmp_path: Path) ->
     one line short (a stand-in, as no real one fails that way on a tree this machine can make)
     must fail the gather, not shift every verdict by one."""
     hostile = scene(tmp_path)
-    bin_dir = tmp_path / "short-bin"
-    bin_dir.mkdir()
-    for tool in TOOLS:
-        found = shutil.which(tool)
-        assert found is not None, tool
-        if tool != "realpath":
-            (bin_dir / tool).symlink_to(found)
-    real = shutil.which("realpath")
-    (bin_dir / "realpath").write_text(f'#!/bin/sh\n{real} "$@" | tail -z -n +2\n')
-    (bin_dir / "realpath").chmod(0o755)
-    (bin_dir / "tail").symlink_to(str(shutil.which("tail")))
-    (bin_dir / "sort").symlink_to(str(shutil.which("sort")))
-
-    def short(command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
-        env = {"PATH": str(bin_dir)}
-        done = subprocess.run(
-            ["sh", "-c", command], input=stdin, capture_output=True, env=env, check=False
-        )
-        return done.returncode, done.stdout, done.stderr
-
+    one_short = {"realpath": '{real} "$@" | tail -z -n +2\n'}
+    short = Shell(_tools(tmp_path / "short-bin", (*TOOLS, "sort", "tail"), one_short))
     with pytest.raises(CommandError, match="looking where each file is"):
         gather(CommandHost("pve1", short, root=str(hostile.tree)))
 

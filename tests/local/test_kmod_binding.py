@@ -34,6 +34,7 @@ from tests.support.kmodtree import (
     gpu_modules,
     pci_alias,
     show_depends,
+    write_files,
 )
 
 KERNEL = "6.8.12-11-pve"
@@ -64,16 +65,6 @@ def _changes(inventory: Inventory, policy: SplitPolicy | None = None) -> ChangeS
     return render(inventory, plan_split(inventory, policy or SplitPolicy()))
 
 
-def _write(root: Path, files: dict[str, str | None]) -> None:
-    for path, text in files.items():
-        target = root / path.lstrip("/")
-        if text is None:
-            target.unlink(missing_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-
-
 def _host(
     kmod: Kmod, tmp_path: Path, inventory: Inventory, modules: list[Module]
 ) -> tuple[Path, ChangeSet]:
@@ -83,9 +74,9 @@ def _host(
     softdep = (directory / "modules.softdep").read_text()
     files = {**inventory.host_files, f"/lib/modules/{KERNEL}/modules.softdep": softdep}
     inventory = _with_files(inventory, files)
-    _write(root, dict(files))
+    write_files(root, dict(files))
     changes = _changes(inventory)
-    _write(root, {c.path: c.after for c in changes.files})
+    write_files(root, {c.path: c.after for c in changes.files})
     return root, changes
 
 
@@ -135,7 +126,7 @@ def test_a_blacklisted_vfio_pci_still_loads_first_as_udev_loads_the_driver(
 ) -> None:
     """udev applies blacklists to the module it looks up by alias, not to its softdeps."""
     root, _ = _host(kmod, tmp_path, ct200(), gpu_modules(KERNEL))
-    _write(root, {"/etc/modprobe.d/local.conf": "blacklist vfio_pci\nblacklist nouveau\n"})
+    write_files(root, {"/etc/modprobe.d/local.conf": "blacklist vfio_pci\nblacklist nouveau\n"})
     alias = pci_alias("10de", "2bb1", "0x030000")
     lines = show_depends(kmod, root, KERNEL, alias, "--use-blacklist")
     assert _loads_vfio_first(lines, "nvidia") and not any("nouveau" in ln for ln in lines)
@@ -222,13 +213,13 @@ def test_kmod_order_matches_the_real_modprobe(kmod: Kmod, tmp_path: Path) -> Non
         *(extra_module(KERNEL, n) for n in ("from_lib_b", "from_etc_b", "from_run_a")),
     ]
     build_tree(kmod, root, KERNEL, modules)
-    _write(root, dict(files))
+    write_files(root, dict(files))
     for drop in (
         [],
         ["/run/modprobe.d/a.conf"],
         ["/run/modprobe.d/a.conf", "/etc/modprobe.d/b.conf"],
     ):
-        _write(root, dict.fromkeys(drop))
+        write_files(root, dict.fromkeys(drop))
         left = {p: t for p, t in files.items() if p not in drop}
         line = KmodConfig.of(left, KERNEL).softdep("amdgpu")
         assert line is not None
@@ -249,7 +240,7 @@ def test_backslashes_are_read_as_kmod_reads_them(kmod: Kmod, tmp_path: Path) -> 
     files = {
         "/etc/modprobe.d/a.conf": "softdep amdgpu post: from\\_a \\\\\nsoftdep amdgpu pre: from_b\n"
     }
-    _write(root, dict(files))
+    write_files(root, dict(files))
     inserted = [ln for ln in show_depends(kmod, root, KERNEL, "amdgpu") if ln.startswith("insmod")]
     extra = [ln.split()[1].rsplit("/", 1)[1] for ln in inserted if "from_" in ln]
     line = KmodConfig.of(files, KERNEL).softdep("amdgpu")
@@ -264,7 +255,7 @@ def test_an_alias_file_counts_as_kmod_before_33_reads_it(kmod: Kmod, tmp_path: P
     root = tmp_path / "host"
     build_tree(kmod, root, KERNEL, [*gpu_modules(KERNEL), extra_module(KERNEL, "from_alias")])
     files = {"/etc/modprobe.d/0-amd.alias": "softdep amdgpu post: from_alias\n"}
-    _write(root, dict(files))
+    write_files(root, dict(files))
     used = any("from_alias" in ln for ln in show_depends(kmod, root, KERNEL, "amdgpu"))
     assert used == (int(kmod.version.split(".")[0]) < 33)
     line = KmodConfig.of(files, KERNEL).softdep("amdgpu")

@@ -40,6 +40,7 @@ from tests.support.kmodtree import (
     module_with_aliases,
     resolve_alias,
     show_depends,
+    write_files,
 )
 from tests.support.trees import copy_example
 
@@ -106,16 +107,6 @@ def _own_aliases(directory: Path) -> tuple[list[tuple[str, str]], list[tuple[str
     return own, builtin
 
 
-def _write(root: Path, files: dict[str, str | None]) -> None:
-    for path, text in files.items():
-        target = root / path.lstrip("/")
-        if text is None:
-            target.unlink(missing_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-
-
 def _indexes_builtin(kmod: Kmod) -> bool:
     """Whether ``kmod``'s depmod indexes the built-in modules' aliases: kmod 28's writes
     ``modules.builtin.alias.bin`` empty (fixed in 29 by kmod's commit f0a1360, "depmod: fix
@@ -133,8 +124,8 @@ def test_the_lookup_finds_what_the_real_modprobe_resolves(kmod: Kmod, tmp_path: 
     indexed = builtin if _indexes_builtin(kmod) else []
     seen: set[frozenset[str]] = set()
     for config, files in CONFIGS.items():
-        _write(root, dict.fromkeys(f for c in CONFIGS.values() for f in c))
-        _write(root, dict(files))
+        write_files(root, dict.fromkeys(f for c in CONFIGS.values() for f in c))
+        write_files(root, dict(files))
         for kind, modalias in MODALIASES.items():
             found = lookup_modalias(modalias, KmodConfig.of(files, KERNEL), own, indexed)
             real = resolve_alias(kmod, root, KERNEL, modalias)
@@ -179,10 +170,10 @@ def _host(kmod: Kmod, tmp_path: Path, files: dict[str, str]) -> tuple[Path, Inve
     root = copy_example(tmp_path)
     _usb_c(root)
     build_tree(kmod, root, KERNEL, _modules(), XHCI_BUILTIN)
-    _write(root, dict(files))
+    write_files(root, dict(files))
     inventory = inspect(DirectoryHost(str(root)))
     changes = render(inventory, plan_split(inventory, SPLIT))
-    _write(root, {c.path: c.after for c in changes.files})
+    write_files(root, {c.path: c.after for c in changes.files})
     return root, inventory.model_copy(update={"warnings": changes.warnings})
 
 

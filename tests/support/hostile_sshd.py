@@ -9,15 +9,13 @@ takes the first value it reads.
 
 from __future__ import annotations
 
-import getpass
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.sshd import SSHD, Sshd, _config, _wait_listening, free_port, keygen
+from tests.support.sshd import Sshd, _config, free_port, keygen, serving
 
 #: A ProxyCommand: ``python3 RELAY LOG HOST PORT`` records ``HOST PORT`` in LOG, then relays
 #: stdin and stdout to that TCP port, as ``nc %h %p`` does.
@@ -56,24 +54,5 @@ def offering(work: Path, extra: str, host_key: str = "ed25519") -> Iterator[Sshd
     (work / "authorized_keys").write_text((work / "user_key.pub").read_text())
     port = free_port()
     (work / "sshd_config").write_text(extra + "\n" + _config(work, port, ["127.0.0.1"]))
-    if os.geteuid() == 0:
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    proc = subprocess.Popen(
-        [SSHD, "-D", "-e", "-f", str(work / "sshd_config")], stderr=subprocess.PIPE
-    )
-    try:
-        _wait_listening(port, proc)
-        kind, key = (work / "host_key.pub").read_text().split()[:2]
-        (work / "known_hosts").write_text(f"[127.0.0.1]:{port} {kind} {key}\n")
-        yield Sshd(
-            port,
-            getpass.getuser(),
-            work / "user_key",
-            work / "known_hosts",
-            f"{kind} {key}",
-            work,
-            proc.pid,
-        )
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with serving(work, port) as server:
+        yield server

@@ -186,6 +186,17 @@ def drivers_tables_miss(kernel: str) -> list[Module]:
 XHCI_BUILTIN = (("xhci_pci", "pci:v*d*sv*sd*bc0Csc03i30*"),)
 
 
+def write_files(root: Path, files: dict[str, str | None]) -> None:
+    """Write each of ``files`` (absolute host paths) under ``root``; ``None`` removes one."""
+    for path, text in files.items():
+        target = root / path.lstrip("/")
+        if text is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+
+
 def build_tree(
     kmod: Kmod,
     root: Path,

@@ -143,6 +143,14 @@ def running_sshd(
     port = free_port()
     extra = _certificates(work, addresses) if certificates else ""
     (work / "sshd_config").write_text(_config(work, port, addresses) + extra)
+    with serving(work, port, addresses) as server:
+        yield server
+
+
+@contextmanager
+def serving(work: Path, port: int, addresses: Sequence[str] = ("127.0.0.1",)) -> Iterator[Sshd]:
+    """Run sshd with ``work``'s config, keys and authorized_keys, listening on ``port``; write
+    its host key into ``work``/known_hosts for each of ``addresses``; stop it on exit."""
     if os.geteuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     proc = subprocess.Popen(
