@@ -86,6 +86,10 @@ def plan_inventory(
     :raises PlanRefusedError: when the planner refuses; RenderError when it cannot be rendered.
     """
     policy = policy or SplitPolicy()
+    if options is not None:
+        # The planner checks the other containers' entries against the minors this binding
+        # gives the kept GPUs at the next boot.
+        policy = policy.model_copy(update={"bind_method": options.bind_method})
     if options is not None and options.mapping and policy.mapping is None:
         # The planner checks that the mapping can be written (the IOMMU groups it needs).
         policy = policy.model_copy(update={"mapping": options.mapping})

@@ -87,6 +87,10 @@ ProblemCode = Literal[
     "fabric-split",
 ]
 
+#: How the vfio GPUs are bound at boot (``--bind-method``): it decides which nvidia minors the
+#: kept GPUs get at the next boot (see :mod:`~proxgpu.planning.minors`).
+BindMethod = Literal["modprobe", "driverctl"]
+
 #: The VMIDs Proxmox accepts (pve-common's ``pve-vmid`` format: 3 to 9 digits, no leading 0).
 VMID_MIN, VMID_MAX = 100, 999_999_999
 
@@ -127,6 +131,9 @@ class SplitPolicy(FrozenModel):
     ``enable_iommu`` says the kernel command line change that turns the IOMMU on will be planned.
     ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
     :class:`~proxgpu.rendering.RenderOptions` ``mapping``); the planner checks it can be written.
+    ``bind_method`` is the binding the plan is rendered with (``RenderOptions.bind_method``): it
+    decides the kept GPUs' nvidia minors after the reboot, which the planner checks the device
+    entries of the containers it does not rewrite against.
 
     ``lxc_mig`` are :class:`MigSpec`: each such container gets one MIG instance of a GPU in
     MIG mode (``--lxc 200:mig=0/1``), and the GPU stays on nvidia.
@@ -159,6 +166,7 @@ class SplitPolicy(FrozenModel):
     lxc_mig: list[MigSpec] = Field(default_factory=list)
     enable_iommu: bool = False
     mapping: str | None = None
+    bind_method: BindMethod = "modprobe"
 
     @field_validator("vms", mode="before")
     @classmethod

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.model import FrozenModel
-from proxgpu.planning.model import Plan
+from proxgpu.planning.model import BindMethod, Plan
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering.changes import FileChange
-
-BindMethod = Literal["modprobe", "driverctl"]
 
 
 class RenderOptions(FrozenModel):

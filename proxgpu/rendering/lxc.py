@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Inventory
+from proxgpu.planning.minors import boot_minors
 from proxgpu.planning.model import MigUse, PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
 from proxgpu.pve.config import GuestConfig, format_property_string, parse_property_string
@@ -25,30 +26,13 @@ _MADE_AT_BOOT = frozenset({"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm
 
 
 def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
-    """``/dev/nvidiaN`` for each GPU that is on nvidia after the plan.
-
-    The driver hands out minors in probe order, lowest free number first, so they hold only while
-    the same GPUs are probed. With the modprobe binding the vfio GPUs carry their override before
-    nvidia loads, so the next boot numbers the kept ones 0, 1, ... in probe order (see
-    :func:`_probe_order`). driverctl sets
-    its override from a udev rule that runs after udev has loaded nvidia for the first GPU, and
-    nvidia probes every GPU it matches at once: each keeps the minor of its rank among all of
-    them, and the vfio ones' numbers are left free.
-    """
-    kept = [
-        ctx.inventory.gpu(a) for g in ctx.plan.groups if not g.role.moves_to_vfio for a in g.gpus
-    ]
-    planned = sorted(g.address for g in kept if g.host_driver == "nvidia")
-    current = sorted(g.address for g in ctx.inventory.gpus if g.driver == "nvidia")
+    """``/dev/nvidiaN`` for each GPU that is on nvidia after the plan, as the binding numbers
+    them at the next boot (:func:`~proxgpu.planning.minors.boot_minors`); a warning names each
+    GPU whose number changes."""
+    kept = [a for g in ctx.plan.groups if not g.role.moves_to_vfio for a in g.gpus]
+    ranks = boot_minors(ctx.inventory, kept, ctx.options.bind_method)
     minors = {g.address: g.nvidia_minor for g in ctx.inventory.gpus}
-    if planned == current and all(minors[a] is not None for a in planned):
-        return {a: m for a, m in minors.items() if a in planned and m is not None}
-    probed = planned
-    if ctx.options.bind_method == "driverctl":
-        probed = sorted(g.address for g in ctx.inventory.gpus if g.host_driver == "nvidia")
-    probed = _probe_order(probed, minors)
-    ranks = {address: probed.index(address) for address in planned}
-    moved = [a for a in planned if minors[a] != ranks[a]]
+    moved = [a for a in ranks if minors[a] != ranks[a]]
     if moved:
         ctx.warnings.append(
             "the nvidia driver numbers its GPUs anew at the next boot: "
@@ -56,20 +40,6 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
             + f"; start {containers_named(ctx)} only after the reboot"
         )
     return ranks
-
-
-def _probe_order(addresses: list[str], minors: dict[str, int | None]) -> list[str]:
-    """``addresses`` in the order the driver probes them: the kernel's PCI enumeration, which
-    the GPUs' minors today record (each took the lowest free one as it was probed) and which
-    need not be the addresses' order (host bridges are enumerated in firmware order); in PCI
-    order when a GPU has no minor today.
-
-    >>> _probe_order(["0000:21:00.0", "0000:81:00.0"], {"0000:21:00.0": 1, "0000:81:00.0": 0})
-    ['0000:81:00.0', '0000:21:00.0']
-    """
-    if any(minors.get(a) is None for a in addresses):
-        return sorted(addresses)
-    return sorted(addresses, key=lambda a: (minors[a], a))
 
 
 def _control_nodes(ctx: RenderContext, vmid: int, *, with_caps: bool = True) -> list[DeviceNode]:
