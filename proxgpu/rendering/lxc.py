@@ -15,7 +15,14 @@ from proxgpu.pve.config import GuestConfig, format_property_string, parse_proper
 from proxgpu.pve.versions import dev_entries
 from proxgpu.rendering.context import RenderContext, containers_named, guest_config_of
 from proxgpu.rendering.dri import KFD, DeviceNode, dri_nodes, drm_device_nodes, managed_dri_paths
-from proxgpu.rendering.nodes import NODES_INCLUDE, capability, render_nodes_unit
+from proxgpu.rendering.nodes import (
+    NODES_INCLUDE,
+    NODES_UNIT_NAME,
+    capability,
+    kept_for_others,
+    render_nodes_unit,
+    say_once,
+)
 from proxgpu.rendering.templating import render_template
 
 #: The mode the nvidia driver gives its nodes on the host (its NVreg_DeviceFileMode default).
@@ -117,6 +124,15 @@ def _every_containers_boot_nodes(ctx: RenderContext, dev_mode: bool) -> list[str
         if _at_boot(node.path, dev_mode)
     ]
     unique = list(dict.fromkeys(paths))
+    kept = kept_for_others(ctx, unique, set(_nvidia_minors(quiet).values()))
+    for vmid, nodes in kept.items():
+        say_once(
+            ctx,
+            f"CT {vmid}, which this plan does not name, still names {', '.join(nodes)} (given "
+            f"it by an earlier plan): {NODES_UNIT_NAME} keeps making them at boot, so that CT "
+            f"{vmid} still starts (remove those entries from it for the unit to stop)",
+        )
+        unique += [path for path in nodes if path not in unique]
     gpu_nodes = [path for path in unique if re.fullmatch(r"/dev/nvidia\d+", path)]
     return gpu_nodes + [path for path in unique if path not in gpu_nodes]
 
