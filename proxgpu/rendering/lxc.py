@@ -334,8 +334,11 @@ def _match_cores(ctx: RenderContext, config: GuestConfig, cpus: str, vmid: int) 
 
 def _driver_modes(ctx: RenderContext, paths: list[str], vmid: int) -> dict[str, int]:
     """The mode the host's nvidia driver gives its device files (``NVreg_DeviceFileMode``), for
-    the container's GPU and control nodes when it is narrower than NVIDIA's 0666 default: the
-    container never gets them wider than the host has them. Its group (``DeviceFileGID``) is the
+    the container's GPU nodes, ``nvidiactl`` and ``nvidia-modeset`` when it is narrower than
+    NVIDIA's 0666 default: the container never gets them wider than the host has them.
+    nvidia-modprobe makes all of them from the driver's params file (``nvidia-modprobe-utils.c``,
+    ``nvidia_mknod`` and ``nvidia_modeset_mknod``), and nvidia-uvm's nodes 0666 whatever it
+    says (``nvidia_uvm_mknod`` reads no params file). Its group (``DeviceFileGID``) is the
     admin's to give to the container's users."""
     mode = ctx.inventory.nvidia_device_file_mode
     if mode is None or mode & 0o777 == 0o666:
@@ -347,7 +350,9 @@ def _driver_modes(ctx: RenderContext, paths: list[str], vmid: int) -> dict[str, 
             f"(NVreg_DeviceFileMode/GID): its entries get that mode; add gid={gid} to them (or "
             "its users to that group) for those users to reach the GPUs"
         )
-    return {path: mode & 0o777 for path in paths if re.fullmatch(r"/dev/nvidia(\d+|ctl)", path)}
+    return {
+        path: mode & 0o777 for path in paths if re.fullmatch(r"/dev/nvidia(\d+|ctl|-modeset)", path)
+    }
 
 
 def _sync_dev_entries(
