@@ -198,6 +198,20 @@ class SplitPolicy(FrozenModel):
             + [m.vmid for m in self.lxc_mig]
         )
 
+    @property
+    def guests(self) -> list[GuestRef]:
+        """Every guest the policy names, once each: its :attr:`containers`, then its VMs
+        (``vms``, then ``vgpus``).
+
+        >>> policy = SplitPolicy(lxc=200, vms=[300], vgpus=[(400, "nvidia-1155")])
+        >>> [guest.label for guest in policy.guests]
+        ['CT 200', 'VM 300', 'VM 400']
+        """
+        vms = [vmid for vmid, _ in [*self.vms, *self.vgpus]]
+        guests = [GuestRef(type="lxc", vmid=vmid) for vmid in self.containers]
+        guests += [GuestRef(type="vm", vmid=vmid) for vmid in vms]
+        return list(dict.fromkeys(guests))
+
     @model_validator(mode="wrap")
     @classmethod
     def _as_usage_error(cls, data: Any, handler: ModelWrapValidatorHandler[SplitPolicy]) -> Any:
