@@ -355,14 +355,16 @@ class TensorParallelAdvice(FrozenModel):
     The advice is for one host group: the containers in ``guests`` (none: a group no container
     gets), each seeing exactly the group's GPUs. The numbers are the indexes the runtime gives
     them there: the position of each GPU among the group's GPUs on that runtime's driver (nvidia
-    for CUDA), sorted by PCI address. ``gpu_sets`` are the same sets as PCI addresses.
+    for CUDA), sorted by PCI address, which the runtime follows with the environment in
+    ``ordering`` (``CUDA_DEVICE_ORDER=PCI_BUS_ID``; empty for ROCm, which has no such variable:
+    its order is KFD's). ``gpu_sets`` are the same sets as PCI addresses.
 
     >>> advice = TensorParallelAdvice(size=2, device_sets=["0,1", "2,3"],
     ...                               gpu_sets=[["0000:01:00.0", "0000:11:00.0"],
     ...                                         ["0000:61:00.0", "0000:71:00.0"]],
     ...                               guests=[{"type": "lxc", "vmid": 201}])
-    >>> advice.device_sets[1], advice.gpu_sets[1][0], advice.for_whom
-    ('2,3', '0000:61:00.0', 'CT 201')
+    >>> advice.device_sets[1], advice.gpu_sets[1][0], advice.for_whom, advice.ordering
+    ('2,3', '0000:61:00.0', 'CT 201', 'CUDA_DEVICE_ORDER=PCI_BUS_ID')
     """
 
     size: int
@@ -370,6 +372,23 @@ class TensorParallelAdvice(FrozenModel):
     variable: str = "CUDA_VISIBLE_DEVICES"
     gpu_sets: list[list[str]] = Field(default_factory=list)
     guests: list[GuestRef] = Field(default_factory=list)
+    #: Filled from ``variable`` where not given (see :meth:`_ordering_of_the_runtime`).
+    ordering: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ordering_of_the_runtime(cls, data: Any) -> Any:
+        """``ordering`` from the runtime ``variable`` selects GPUs of, where not given (a plan
+        recorded before the field existed).
+
+        >>> TensorParallelAdvice(size=1, device_sets=["0"], variable="ZE_AFFINITY_MASK").ordering
+        'ZE_ENABLE_PCI_ID_DEVICE_ORDER=1'
+        """
+        if not isinstance(data, dict) or "ordering" in data:
+            return data
+        variable = data.get("variable", "CUDA_VISIBLE_DEVICES")
+        runtime = next((r for r in RUNTIMES if r.variable == variable), None)
+        return {**data, "ordering": "" if runtime is None else runtime.ordering_environment}
 
     @property
     def for_whom(self) -> str:
@@ -388,10 +407,11 @@ class TensorParallelAdvice(FrozenModel):
         )
 
     @property
-    def ordering(self) -> str:
-        """How to make the runtime number GPUs in PCI order.
+    def ordering_note(self) -> str:
+        """How the runtime numbers the GPUs in PCI order, in words.
 
-        >>> TensorParallelAdvice(size=1, device_sets=["0"], variable="ZE_AFFINITY_MASK").ordering
+        >>> TensorParallelAdvice(size=1, device_sets=["0"],
+        ...                      variable="ZE_AFFINITY_MASK").ordering_note
         'with ZE_ENABLE_PCI_ID_DEVICE_ORDER=1'
         """
         return next((r.ordering_note for r in RUNTIMES if r.variable == self.variable), "")

@@ -66,10 +66,27 @@ def _control_nodes(ctx: RenderContext, vmid: int, *, with_caps: bool = True) -> 
     if missing:
         # Proxmox refuses to start a container whose devN node is missing.
         ctx.warnings.append(
-            f"{', '.join(missing)} missing on the host, so not given to CT {vmid} (nvidia-uvm "
-            "appears once loaded, e.g. nvidia-modprobe -u -c0; nvidia-modeset with nvidia_modeset)"
+            f"{', '.join(missing)} missing on the host, so not given to CT {vmid} "
+            f"({'; '.join(_how_to_make(missing))}; plan again once "
+            f"{'it exists' if len(missing) == 1 else 'they exist'})"
         )
     return [n for n in nodes if n.path in present]
+
+
+def _how_to_make(missing: list[str]) -> list[str]:
+    """What makes each of the missing control nodes: its module, loaded by nvidia-modprobe.
+
+    >>> _how_to_make(["/dev/nvidia-modeset"])
+    ['nvidia-modprobe -m loads nvidia-modeset and makes /dev/nvidia-modeset']
+    """
+    how = {
+        "/dev/nvidiactl": "nvidia-modprobe -c 255 loads nvidia and makes /dev/nvidiactl",
+        "/dev/nvidia-modeset": "nvidia-modprobe -m loads nvidia-modeset and makes "
+        "/dev/nvidia-modeset",
+        "/dev/nvidia-uvm": "nvidia-modprobe -u -c 0 loads nvidia-uvm and makes its two nodes",
+        "/dev/nvidia-uvm-tools": "nvidia-modprobe -u -c 0 loads nvidia-uvm and makes its two nodes",
+    }
+    return list(dict.fromkeys(how[path] for path in missing if path in how))
 
 
 def _capability_nodes(ctx: RenderContext, present: set[str], vmid: int) -> list[DeviceNode]:
@@ -89,8 +106,8 @@ def _capability_nodes(ctx: RenderContext, present: set[str], vmid: int) -> list[
     if instances:
         ctx.warnings.append(
             f"{', '.join(instances)}: a MIG instance's capability exists only while the instance "
-            f"does; create the instances again before the guests start at boot, or CT {vmid} "
-            "will not start"
+            f"does; create the instances again at each boot before {NODES_UNIT_NAME} runs (it "
+            f"makes their nodes, and the guests start after it), or CT {vmid} will not start"
         )
     return [DeviceNode(path, major, cap.minor) for path, cap in caps.items() if cap]
 
@@ -164,8 +181,9 @@ def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
     paths = use.cap_nodes
     ctx.warnings.append(
         f"CT {vmid}: MIG GI {use.gi} CI {use.ci} ({', '.join(paths)}) exists only while the "
-        "instance does: make it again before the guests start at boot (nvidia-smi mig -cgi ... "
-        f"-C), or CT {vmid} will not start"
+        f"instance does: make it again at each boot before {NODES_UNIT_NAME} runs (it makes "
+        f"the instance's nodes, and the guests start after it: nvidia-smi mig -cgi ... -C), or "
+        f"CT {vmid} will not start"
     )
     gpu = next(g for g in ctx.inventory.gpus if g.nvidia_minor == use.gpu_minor)
     if _nvidia_minors(ctx).get(gpu.address, use.gpu_minor) != use.gpu_minor:

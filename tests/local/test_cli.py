@@ -58,6 +58,14 @@ def test_errors_are_one_line_with_a_kind_specific_exit_code(
     assert needle in err and err.count("\n") == 1
 
 
+def test_plan_json_says_how_the_tensor_parallel_indexes_are_numbered(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--root", CT200, "--lxc", "200", "--json"]) == 0
+    advice = json.loads(capsys.readouterr().out)["tensor_parallel"]
+    assert advice and {a["ordering"] for a in advice} == {"CUDA_DEVICE_ORDER=PCI_BUS_ID"}
+
+
 @pytest.mark.parametrize(
     ("guests", "missing"),
     [

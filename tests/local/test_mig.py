@@ -184,11 +184,13 @@ def test_a_node_the_unit_can_no_longer_make_is_said_not_kept(tmp_path: Path) -> 
         (
             MigSpec(vmid=200, gpu="2a:00.0", gi=1),
             "CT 200: 0000:2a:00.0 has no MIG instance (MIG mode off, or no instance made)",
-            None,
+            "turn MIG on and make the instances (nvidia-smi -i 1 -mig 1; nvidia-smi mig -i 1 -cgi "
+            "PROFILE -C), then inspect again",
         ),
         (
             MigSpec(vmid=200, gpu="4", gi=1),
-            "CT 200: --lxc 200:mig=4/...: CUDA numbers 4 GPU(s) on nvidia here, from 0",
+            "CT 200: --lxc 200:mig=4/...: CUDA numbers 4 GPUs on nvidia here, from 0, with "
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID; CUDA's default, FASTEST_FIRST, may differ",
             "name the GPU by its index in nvidia-smi -L or by its PCI address",
         ),
     ],
