@@ -130,7 +130,8 @@ def _every_containers_boot_nodes(ctx: RenderContext, dev_mode: bool) -> list[str
     """The nodes the boot unit takes care of (:func:`_at_boot`) for every container the plan
     gives GPUs or MIG instances: the one unit serves them all (containers with GPUs or an
     instance of their own each need theirs), listed alike from each container so that each
-    renders the same unit: GPU nodes first."""
+    renders the same unit: GPU nodes first. The nodes it made that containers the plan does not
+    name still name it keeps making (:func:`~proxgpu.rendering.nodes.kept_for_others`)."""
     quiet = replace(ctx, warnings=[])  # each container's own render says its warnings
     paths = [
         node.path

@@ -161,7 +161,15 @@ def _makeable(inventory: Inventory, path: str, gpu_minors: set[int]) -> bool:
 
 
 def say_once(ctx: RenderContext, warning: str) -> None:
-    """A warning, once: the unit is rendered for each container the plan gives GPUs."""
+    """A warning, once: the unit is rendered for each container the plan gives GPUs.
+
+    >>> from proxgpu.planning.model import Plan
+    >>> from proxgpu.rendering.context import RenderOptions
+    >>> ctx = RenderContext(Inventory(source="s", hostname="h"),
+    ...                     Plan(groups=[], warnings=[], tensor_parallel=[]), RenderOptions())
+    >>> say_once(ctx, "CT 201: ..."); say_once(ctx, "CT 201: ..."); ctx.warnings
+    ['CT 201: ...']
+    """
     if warning not in ctx.warnings:
         ctx.warnings.append(warning)
 
