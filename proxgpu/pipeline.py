@@ -47,6 +47,7 @@ from proxgpu.pve.mapping import PciMappingConfig, with_node_maps
 from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet, FileChange
+from proxgpu.rendering.context import require_guests
 from proxgpu.rendering.vm import map_entries
 
 
@@ -83,12 +84,19 @@ def plan_inventory(
     >>> [group.role for group in plan.groups], changes.changed
     (['host', 'vfio'], True)
 
-    :raises PlanRefusedError: when the planner refuses; RenderError when it cannot be rendered.
+    :raises RenderError: when a guest the policy names has no config (before any refusal), or
+        the plan cannot be rendered; PlanRefusedError when the planner refuses.
     """
     policy = policy or SplitPolicy()
+    if options is not None:
+        # The planner checks the other containers' entries against the minors this binding
+        # gives the kept GPUs at the next boot.
+        policy = policy.model_copy(update={"bind_method": options.bind_method})
     if options is not None and options.mapping and policy.mapping is None:
         # The planner checks that the mapping can be written (the IOMMU groups it needs).
         policy = policy.model_copy(update={"mapping": options.mapping})
+    # A mistyped VMID is said first: the plan's refusals would otherwise hide it.
+    require_guests(inventory, policy.guests)
     plan = plan_split(inventory, policy)
     return plan, render(inventory, plan, options)
 

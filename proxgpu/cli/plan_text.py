@@ -72,7 +72,7 @@ def _tensor_parallel_lines(plan: Plan) -> list[str]:
             seen_by = "the container will" if advice.guests else "a container given them would"
             lines.append(
                 f"  NUMA-local {advice.variable} for {heading}, numbered as {seen_by} "
-                f"see them ({advice.ordering}):"
+                f"see them ({advice.ordering_note}):"
             )
         # A plan recorded before gpu_sets existed (an older journal entry) has numbers only.
         gpu_sets = advice.gpu_sets or [[] for _ in advice.device_sets]

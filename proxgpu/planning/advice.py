@@ -174,6 +174,7 @@ def group_sets(ctx: Context, group: PlanGroup) -> list[TensorParallelAdvice]:
                     size=size,
                     device_sets=[",".join(map(str, chunk)) for chunk in chunks],
                     variable=runtime.variable,
+                    ordering=runtime.ordering_environment,
                     gpu_sets=[[numbered_gpus[i].address for i in chunk] for chunk in chunks],
                     guests=group.guests,
                 )

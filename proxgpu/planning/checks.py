@@ -9,6 +9,7 @@ from proxgpu.inspection.inventory import Gpu, PciFunction
 from proxgpu.pci import normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context, GpuIndex
+from proxgpu.planning.minors import boot_minors
 from proxgpu.planning.model import PlanGroup, Role
 from proxgpu.pve.claims import DeviceClaim, GuestRef, device_claims
 from proxgpu.pve.mapping import is_mapping_id
@@ -126,20 +127,77 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
         for gpu in _claimed_gpus(ctx.index, claims[0]):
             _tell_kept_binding(ctx, group_of.get(gpu.address), gpu, claims)
     taken: dict[GuestRef, list[str]] = defaultdict(list)  # container -> GPUs going to vfio-pci
+    renumbered: dict[GuestRef, list[str]] = defaultdict(list)  # -> kept GPUs it names stale
+    minors = boot_minors(ctx.inventory, _kept(groups), ctx.policy.bind_method)
     for (guest, address), claims in held.items():
+        group = group_of[address]
         if guest.type != "lxc":
-            _judge_vm_claim(ctx, group_of[address], address, claims)
-        elif group_of[address].role.moves_to_vfio:
+            _judge_vm_claim(ctx, group, address, claims)
+        elif group.role.moves_to_vfio:
             taken[guest].append(address)
-        elif ctx.policy.containers:
-            ctx.warnings.append(
-                f"{address} is also used by CT {guest.vmid} ("
-                f"{wording.claim_lines(claims)}); "
-                f"{wording.join(f'CT {vmid}' for vmid in ctx.policy.containers)} will share it"
-            )
+        else:
+            if _stale(claims, minors.get(address)):
+                renumbered[guest].append(address)
+            _tell_shared(ctx, group, address, claims)
     for guest, addresses in taken.items():
         lines = [c for a in addresses for c in held[guest, a]]
         _refuse_container_claim(ctx, guest.vmid, addresses, list(dict.fromkeys(lines)))
+    for guest, addresses in renumbered.items():
+        stale = {a: [c for c in held[guest, a] if _stale([c], minors[a])] for a in addresses}
+        _refuse_renumbered(ctx, guest.vmid, stale, minors)
+
+
+def _kept(groups: list[PlanGroup]) -> list[str]:
+    """The GPUs the plan keeps on their host driver."""
+    return [address for group in groups if not group.role.moves_to_vfio for address in group.gpus]
+
+
+def _stale(claims: list[DeviceClaim], minor: int | None) -> bool:
+    """Whether a claim names its GPU by a minor other than the one it has after the reboot."""
+    return minor is not None and any(
+        isinstance(c.nvidia_minor, int) and c.nvidia_minor != minor for c in claims
+    )
+
+
+def _tell_shared(ctx: Context, group: PlanGroup, address: str, claims: list[DeviceClaim]) -> None:
+    """A container the plan does not name uses a GPU the plan gives the group's containers."""
+    if group.guests:
+        ctx.warnings.append(
+            f"{address} is also used by CT {claims[0].guest.vmid} ("
+            f"{wording.claim_lines(claims)}); "
+            f"{wording.join(guest.label for guest in group.guests)} will share it"
+        )
+
+
+def _refuse_renumbered(
+    ctx: Context, vmid: int, stale: dict[str, list[DeviceClaim]], minors: dict[str, int]
+) -> None:
+    """One problem for a container the plan does not name whose entries name GPUs kept on nvidia
+    by the minors they have today, when the next boot numbers those GPUs anew: the entries
+    would then name a node that does not exist, or another GPU's."""
+    after = {minor: address for address, minor in minors.items()}
+    clauses, outcomes = [], []
+    for address, claims in stale.items():
+        old = next(c.nvidia_minor for c in claims if isinstance(c.nvidia_minor, int))
+        then = f"will be {after[old]}, another GPU" if old in after else "will not exist"
+        # Proxmox refuses to start a container whose devN node is missing; a raw mount entry
+        # (optional, as a rule) or cgroup rule only loses the GPU there.
+        missing = "not start" if any(c.line.startswith("dev") for c in claims) else "lose the GPU"
+        outcomes.append("get the wrong GPU" if old in after else missing)
+        clauses.append(
+            f"{address} becomes /dev/nvidia{minors[address]}, and /dev/nvidia{old} {then}"
+        )
+    lines = [claim for claims in stale.values() for claim in claims]
+    new = wording.join(f"/dev/nvidia{minors[address]}" for address in stale)
+    ctx.problem(
+        "claimed",
+        f"CT {vmid} names GPUs kept on nvidia by the numbers they have today "
+        f"({wording.claim_lines(lines)}), but the split numbers them anew at the next boot: "
+        f"{'; '.join(clauses)}; CT {vmid} would "
+        f"{' or '.join(sorted(set(outcomes), reverse=True))} after the reboot",
+        f"name CT {vmid} too (--lxc {vmid}: proxgpu rewrites its GPU entries with the new "
+        f"numbers), or remove those entries and give it {new} after the reboot",
+    )
 
 
 def kept_group_container(ctx: Context, roles: dict[str, Role]) -> int | None:

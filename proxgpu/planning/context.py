@@ -81,7 +81,4 @@ class Context:
             raise PlanRefusedError(self.inventory.source, self.problems)
 
     def targets(self) -> set[GuestRef]:
-        vms = [vmid for vmid, _ in [*self.policy.vms, *self.policy.vgpus]]
-        guests = {GuestRef(type="vm", vmid=vmid) for vmid in vms}
-        guests.update(GuestRef(type="lxc", vmid=vmid) for vmid in self.policy.containers)
-        return guests
+        return set(self.policy.guests)

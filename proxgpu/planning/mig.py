@@ -56,7 +56,10 @@ def _gpu(ctx: Context, spec: MigSpec) -> Gpu | None:
     if spec.gpu.isdigit():
         if int(spec.gpu) < len(cuda):
             return cuda[int(spec.gpu)]
-        what = f"CUDA numbers {len(cuda)} GPU(s) on nvidia here, from 0"
+        what = (
+            f"CUDA numbers {wording.count(len(cuda), 'GPU')} on nvidia here, from 0, "
+            f"{CUDA.ordering_note}"
+        )
     else:
         try:
             found = ctx.index.at(normalize_pci_address(spec.gpu))
@@ -81,8 +84,9 @@ def _instance(ctx: Context, spec: MigSpec, gpu: Gpu) -> MigInstance | None:
         return chosen[0]
     if not gpu.mig_instances:
         what = "has no MIG instance (MIG mode off, or no instance made)"
-        fix = "turn MIG on and make the instances (nvidia-smi -i N -mig 1; nvidia-smi mig -cgi "
-        fix += "PROFILE -C), then inspect again"
+        smi = _smi_index(ctx, gpu)
+        fix = f"turn MIG on and make the instances (nvidia-smi -i {smi} -mig 1; nvidia-smi mig "
+        fix += f"-i {smi} -cgi PROFILE -C), then inspect again"
     elif not chosen and of_gi:
         what = f"has no compute instance {spec.ci} in GPU instance {spec.gi}"
         fix = f"name one it has: {wording.join(i.label for i in of_gi)}"
@@ -94,6 +98,13 @@ def _instance(ctx: Context, spec: MigSpec, gpu: Gpu) -> MigInstance | None:
         fix = f"name one as {spec.gpu}/{spec.gi}/CI: {wording.join(i.label for i in chosen)}"
     ctx.problem("policy", f"CT {spec.vmid}: {gpu.address} {what}", fix)
     return None
+
+
+def _smi_index(ctx: Context, gpu: Gpu) -> str:
+    """How ``nvidia-smi -i`` names ``gpu``: its index (nvidia-smi's are CUDA's in PCI order),
+    or its PCI address where CUDA numbers it not."""
+    cuda = [g.address for g in numbered(ctx.inventory, CUDA)]
+    return str(cuda.index(gpu.address)) if gpu.address in cuda else gpu.address
 
 
 def _free(

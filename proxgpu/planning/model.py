@@ -102,6 +102,10 @@ ProblemCode = Literal[
     "fabric-split",
 ]
 
+#: How the vfio GPUs are bound at boot (``--bind-method``): it decides which nvidia minors the
+#: kept GPUs get at the next boot (see :mod:`~proxgpu.planning.minors`).
+BindMethod = Literal["modprobe", "driverctl"]
+
 #: The VMIDs Proxmox accepts (pve-common's ``pve-vmid`` format: 3 to 9 digits, no leading 0).
 VMID_MIN, VMID_MAX = 100, 999_999_999
 
@@ -142,6 +146,9 @@ class SplitPolicy(FrozenModel):
     ``enable_iommu`` says the kernel command line change that turns the IOMMU on will be planned.
     ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
     :class:`~proxgpu.rendering.RenderOptions` ``mapping``); the planner checks it can be written.
+    ``bind_method`` is the binding the plan is rendered with (``RenderOptions.bind_method``): it
+    decides the kept GPUs' nvidia minors after the reboot, which the planner checks the device
+    entries of the containers it does not rewrite against.
 
     ``lxc_mig`` are :class:`MigSpec`: each such container gets one MIG instance of a GPU in
     MIG mode (``--lxc 200:mig=0/1``), and the GPU stays on nvidia.
@@ -174,6 +181,7 @@ class SplitPolicy(FrozenModel):
     lxc_mig: list[MigSpec] = Field(default_factory=list)
     enable_iommu: bool = False
     mapping: str | None = None
+    bind_method: BindMethod = "modprobe"
 
     @field_validator("vms", mode="before")
     @classmethod
@@ -204,6 +212,20 @@ class SplitPolicy(FrozenModel):
             + [c[0] for c in self.lxc_nodes]
             + [m.vmid for m in self.lxc_mig]
         )
+
+    @property
+    def guests(self) -> list[GuestRef]:
+        """Every guest the policy names, once each: its :attr:`containers`, then its VMs
+        (``vms``, then ``vgpus``).
+
+        >>> policy = SplitPolicy(lxc=200, vms=[300], vgpus=[(400, "nvidia-1155")])
+        >>> [guest.label for guest in policy.guests]
+        ['CT 200', 'VM 300', 'VM 400']
+        """
+        vms = [vmid for vmid, _ in [*self.vms, *self.vgpus]]
+        guests = [GuestRef(type="lxc", vmid=vmid) for vmid in self.containers]
+        guests += [GuestRef(type="vm", vmid=vmid) for vmid in vms]
+        return list(dict.fromkeys(guests))
 
     @model_validator(mode="wrap")
     @classmethod
@@ -348,14 +370,16 @@ class TensorParallelAdvice(FrozenModel):
     The advice is for one host group: the containers in ``guests`` (none: a group no container
     gets), each seeing exactly the group's GPUs. The numbers are the indexes the runtime gives
     them there: the position of each GPU among the group's GPUs on that runtime's driver (nvidia
-    for CUDA), sorted by PCI address. ``gpu_sets`` are the same sets as PCI addresses.
+    for CUDA), sorted by PCI address, which the runtime follows with the environment in
+    ``ordering`` (``CUDA_DEVICE_ORDER=PCI_BUS_ID``; empty for ROCm, which has no such variable:
+    its order is KFD's). ``gpu_sets`` are the same sets as PCI addresses.
 
     >>> advice = TensorParallelAdvice(size=2, device_sets=["0,1", "2,3"],
     ...                               gpu_sets=[["0000:01:00.0", "0000:11:00.0"],
     ...                                         ["0000:61:00.0", "0000:71:00.0"]],
     ...                               guests=[{"type": "lxc", "vmid": 201}])
-    >>> advice.device_sets[1], advice.gpu_sets[1][0], advice.for_whom
-    ('2,3', '0000:61:00.0', 'CT 201')
+    >>> advice.device_sets[1], advice.gpu_sets[1][0], advice.for_whom, advice.ordering
+    ('2,3', '0000:61:00.0', 'CT 201', 'CUDA_DEVICE_ORDER=PCI_BUS_ID')
     """
 
     size: int
@@ -363,6 +387,23 @@ class TensorParallelAdvice(FrozenModel):
     variable: str = "CUDA_VISIBLE_DEVICES"
     gpu_sets: list[list[str]] = Field(default_factory=list)
     guests: list[GuestRef] = Field(default_factory=list)
+    #: Filled from ``variable`` where not given (see :meth:`_ordering_of_the_runtime`).
+    ordering: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ordering_of_the_runtime(cls, data: Any) -> Any:
+        """``ordering`` from the runtime ``variable`` selects GPUs of, where not given (a plan
+        recorded before the field existed).
+
+        >>> TensorParallelAdvice(size=1, device_sets=["0"], variable="ZE_AFFINITY_MASK").ordering
+        'ZE_ENABLE_PCI_ID_DEVICE_ORDER=1'
+        """
+        if not isinstance(data, dict) or "ordering" in data:
+            return data
+        variable = data.get("variable", "CUDA_VISIBLE_DEVICES")
+        runtime = next((r for r in RUNTIMES if r.variable == variable), None)
+        return {**data, "ordering": "" if runtime is None else runtime.ordering_environment}
 
     @property
     def for_whom(self) -> str:
@@ -381,10 +422,11 @@ class TensorParallelAdvice(FrozenModel):
         )
 
     @property
-    def ordering(self) -> str:
-        """How to make the runtime number GPUs in PCI order.
+    def ordering_note(self) -> str:
+        """How the runtime numbers the GPUs in PCI order, in words.
 
-        >>> TensorParallelAdvice(size=1, device_sets=["0"], variable="ZE_AFFINITY_MASK").ordering
+        >>> TensorParallelAdvice(size=1, device_sets=["0"],
+        ...                      variable="ZE_AFFINITY_MASK").ordering_note
         'with ZE_ENABLE_PCI_ID_DEVICE_ORDER=1'
         """
         return next((r.ordering_note for r in RUNTIMES if r.variable == self.variable), "")

@@ -83,6 +83,15 @@ class Runtime:
         """
         return driver in self.drivers
 
+    @property
+    def ordering_environment(self) -> str:
+        """The variables that fix its order, as a shell sets them (empty: none does).
+
+        >>> CUDA.ordering_environment, ROCM.ordering_environment
+        ('CUDA_DEVICE_ORDER=PCI_BUS_ID', '')
+        """
+        return " ".join(f"{name}={value}" for name, value in self.ordering)
+
     def environment(self, indexes: Iterable[int]) -> dict[str, str]:
         """The variables that select the GPUs of these indexes, ordering first.
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.model import FrozenModel
-from proxgpu.planning.model import Plan
+from proxgpu.paths import guest_config
+from proxgpu.planning.model import VMID_MAX, VMID_MIN, BindMethod, Plan
+from proxgpu.pve.claims import GuestRef
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering.changes import FileChange
-
-BindMethod = Literal["modprobe", "driverctl"]
 
 
 class RenderOptions(FrozenModel):
@@ -91,19 +91,42 @@ def functions_by_address(inventory: Inventory) -> dict[str, PciFunction]:
     return {f.address: f for g in inventory.gpus for f in [*g.function_info, *g.iommu_group_peers]}
 
 
+def require_guests(inventory: Inventory, guests: Iterable[GuestRef]) -> None:
+    """Refuse the first of ``guests`` that has no config on the host, as rendering it would:
+    said before any refusal of the plan, which a guest that is not there would only hide. A VMID
+    Proxmox cannot have is left to the planner, whose refusal says so.
+
+    >>> require_guests(Inventory(source="pve1", hostname="pve1"), [GuestRef(type="lxc", vmid=999)])
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.RenderError: pve1: /etc/pve/lxc/999.conf: no such container config; create \
+the container first (`pct create`) or name one that exists (none on this host)
+
+    :raises RenderError: naming the config and the guests of that kind the host has.
+    """
+    for guest in guests:
+        path = guest_config(guest.type, guest.vmid)
+        if VMID_MIN <= guest.vmid <= VMID_MAX and path not in inventory.guest_configs:
+            raise _no_such_guest(inventory, path, "container" if guest.type == "lxc" else "VM")
+
+
 def guest_config_of(ctx: RenderContext, path: str, kind: str) -> GuestConfig:
     before = ctx.inventory.guest_configs.get(path)
     if before is None:
-        existing = sorted(
-            p.rsplit("/", 1)[1].removesuffix(".conf")
-            for p in ctx.inventory.guest_configs
-            if p.startswith(path.rsplit("/", 1)[0] + "/")
-        )
-        raise RenderError(
-            ctx.inventory.source,
-            path,
-            f"no such {kind} config",
-            f"create the {kind} first (`{'pct create' if kind == 'container' else 'qm create'}`)"
-            f" or name one that exists ({', '.join(existing) or 'none on this host'})",
-        )
+        raise _no_such_guest(ctx.inventory, path, kind)
     return GuestConfig.parse(before)
+
+
+def _no_such_guest(inventory: Inventory, path: str, kind: str) -> RenderError:
+    existing = sorted(
+        p.rsplit("/", 1)[1].removesuffix(".conf")
+        for p in inventory.guest_configs
+        if p.startswith(path.rsplit("/", 1)[0] + "/")
+    )
+    return RenderError(
+        inventory.source,
+        path,
+        f"no such {kind} config",
+        f"create the {kind} first (`{'pct create' if kind == 'container' else 'qm create'}`)"
+        f" or name one that exists ({', '.join(existing) or 'none on this host'})",
+    )

@@ -8,13 +8,21 @@ from dataclasses import dataclass, replace
 from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Inventory
+from proxgpu.planning.minors import boot_minors
 from proxgpu.planning.model import MigUse, PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
 from proxgpu.pve.config import GuestConfig, format_property_string, parse_property_string
 from proxgpu.pve.versions import dev_entries
 from proxgpu.rendering.context import RenderContext, containers_named, guest_config_of
 from proxgpu.rendering.dri import KFD, DeviceNode, dri_nodes, drm_device_nodes, managed_dri_paths
-from proxgpu.rendering.nodes import NODES_INCLUDE, capability, render_nodes_unit
+from proxgpu.rendering.nodes import (
+    NODES_INCLUDE,
+    NODES_UNIT_NAME,
+    capability,
+    kept_for_others,
+    render_nodes_unit,
+    say_once,
+)
 from proxgpu.rendering.templating import render_template
 
 #: The mode the nvidia driver gives its nodes on the host (its NVreg_DeviceFileMode default).
@@ -25,30 +33,13 @@ _MADE_AT_BOOT = frozenset({"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm
 
 
 def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
-    """``/dev/nvidiaN`` for each GPU that is on nvidia after the plan.
-
-    The driver hands out minors in probe order, lowest free number first, so they hold only while
-    the same GPUs are probed. With the modprobe binding the vfio GPUs carry their override before
-    nvidia loads, so the next boot numbers the kept ones 0, 1, ... in probe order (see
-    :func:`_probe_order`). driverctl sets
-    its override from a udev rule that runs after udev has loaded nvidia for the first GPU, and
-    nvidia probes every GPU it matches at once: each keeps the minor of its rank among all of
-    them, and the vfio ones' numbers are left free.
-    """
-    kept = [
-        ctx.inventory.gpu(a) for g in ctx.plan.groups if not g.role.moves_to_vfio for a in g.gpus
-    ]
-    planned = sorted(g.address for g in kept if g.host_driver == "nvidia")
-    current = sorted(g.address for g in ctx.inventory.gpus if g.driver == "nvidia")
+    """``/dev/nvidiaN`` for each GPU that is on nvidia after the plan, as the binding numbers
+    them at the next boot (:func:`~proxgpu.planning.minors.boot_minors`); a warning names each
+    GPU whose number changes."""
+    kept = [a for g in ctx.plan.groups if not g.role.moves_to_vfio for a in g.gpus]
+    ranks = boot_minors(ctx.inventory, kept, ctx.options.bind_method)
     minors = {g.address: g.nvidia_minor for g in ctx.inventory.gpus}
-    if planned == current and all(minors[a] is not None for a in planned):
-        return {a: m for a, m in minors.items() if a in planned and m is not None}
-    probed = planned
-    if ctx.options.bind_method == "driverctl":
-        probed = sorted(g.address for g in ctx.inventory.gpus if g.host_driver == "nvidia")
-    probed = _probe_order(probed, minors)
-    ranks = {address: probed.index(address) for address in planned}
-    moved = [a for a in planned if minors[a] != ranks[a]]
+    moved = [a for a in ranks if minors[a] != ranks[a]]
     if moved:
         ctx.warnings.append(
             "the nvidia driver numbers its GPUs anew at the next boot: "
@@ -56,20 +47,6 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
             + f"; start {containers_named(ctx)} only after the reboot"
         )
     return ranks
-
-
-def _probe_order(addresses: list[str], minors: dict[str, int | None]) -> list[str]:
-    """``addresses`` in the order the driver probes them: the kernel's PCI enumeration, which
-    the GPUs' minors today record (each took the lowest free one as it was probed) and which
-    need not be the addresses' order (host bridges are enumerated in firmware order); in PCI
-    order when a GPU has no minor today.
-
-    >>> _probe_order(["0000:21:00.0", "0000:81:00.0"], {"0000:21:00.0": 1, "0000:81:00.0": 0})
-    ['0000:81:00.0', '0000:21:00.0']
-    """
-    if any(minors.get(a) is None for a in addresses):
-        return sorted(addresses)
-    return sorted(addresses, key=lambda a: (minors[a], a))
 
 
 def _control_nodes(ctx: RenderContext, vmid: int, *, with_caps: bool = True) -> list[DeviceNode]:
@@ -89,10 +66,27 @@ def _control_nodes(ctx: RenderContext, vmid: int, *, with_caps: bool = True) -> 
     if missing:
         # Proxmox refuses to start a container whose devN node is missing.
         ctx.warnings.append(
-            f"{', '.join(missing)} missing on the host, so not given to CT {vmid} (nvidia-uvm "
-            "appears once loaded, e.g. nvidia-modprobe -u -c0; nvidia-modeset with nvidia_modeset)"
+            f"{', '.join(missing)} missing on the host, so not given to CT {vmid} "
+            f"({'; '.join(_how_to_make(missing))}; plan again once "
+            f"{'it exists' if len(missing) == 1 else 'they exist'})"
         )
     return [n for n in nodes if n.path in present]
+
+
+def _how_to_make(missing: list[str]) -> list[str]:
+    """What makes each of the missing control nodes: its module, loaded by nvidia-modprobe.
+
+    >>> _how_to_make(["/dev/nvidia-modeset"])
+    ['nvidia-modprobe -m loads nvidia-modeset and makes /dev/nvidia-modeset']
+    """
+    how = {
+        "/dev/nvidiactl": "nvidia-modprobe -c 255 loads nvidia and makes /dev/nvidiactl",
+        "/dev/nvidia-modeset": "nvidia-modprobe -m loads nvidia-modeset and makes "
+        "/dev/nvidia-modeset",
+        "/dev/nvidia-uvm": "nvidia-modprobe -u -c 0 loads nvidia-uvm and makes its two nodes",
+        "/dev/nvidia-uvm-tools": "nvidia-modprobe -u -c 0 loads nvidia-uvm and makes its two nodes",
+    }
+    return list(dict.fromkeys(how[path] for path in missing if path in how))
 
 
 def _capability_nodes(ctx: RenderContext, present: set[str], vmid: int) -> list[DeviceNode]:
@@ -112,8 +106,8 @@ def _capability_nodes(ctx: RenderContext, present: set[str], vmid: int) -> list[
     if instances:
         ctx.warnings.append(
             f"{', '.join(instances)}: a MIG instance's capability exists only while the instance "
-            f"does; create the instances again before the guests start at boot, or CT {vmid} "
-            "will not start"
+            f"does; create the instances again at each boot before {NODES_UNIT_NAME} runs (it "
+            f"makes their nodes, and the guests start after it), or CT {vmid} will not start"
         )
     return [DeviceNode(path, major, cap.minor) for path, cap in caps.items() if cap]
 
@@ -136,7 +130,8 @@ def _every_containers_boot_nodes(ctx: RenderContext, dev_mode: bool) -> list[str
     """The nodes the boot unit takes care of (:func:`_at_boot`) for every container the plan
     gives GPUs or MIG instances: the one unit serves them all (containers with GPUs or an
     instance of their own each need theirs), listed alike from each container so that each
-    renders the same unit: GPU nodes first."""
+    renders the same unit: GPU nodes first. The nodes it made that containers the plan does not
+    name still name it keeps making (:func:`~proxgpu.rendering.nodes.kept_for_others`)."""
     quiet = replace(ctx, warnings=[])  # each container's own render says its warnings
     paths = [
         node.path
@@ -147,6 +142,15 @@ def _every_containers_boot_nodes(ctx: RenderContext, dev_mode: bool) -> list[str
         if _at_boot(node.path, dev_mode)
     ]
     unique = list(dict.fromkeys(paths))
+    kept = kept_for_others(ctx, unique, set(_nvidia_minors(quiet).values()))
+    for vmid, nodes in kept.items():
+        say_once(
+            ctx,
+            f"CT {vmid}, which this plan does not name, still names {', '.join(nodes)} (given "
+            f"it by an earlier plan): {NODES_UNIT_NAME} keeps making them at boot, so that CT "
+            f"{vmid} still starts (remove those entries from it for the unit to stop)",
+        )
+        unique += [path for path in nodes if path not in unique]
     gpu_nodes = [path for path in unique if re.fullmatch(r"/dev/nvidia\d+", path)]
     return gpu_nodes + [path for path in unique if path not in gpu_nodes]
 
@@ -178,8 +182,9 @@ def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
     paths = use.cap_nodes
     ctx.warnings.append(
         f"CT {vmid}: MIG GI {use.gi} CI {use.ci} ({', '.join(paths)}) exists only while the "
-        "instance does: make it again before the guests start at boot (nvidia-smi mig -cgi ... "
-        f"-C), or CT {vmid} will not start"
+        f"instance does: make it again at each boot before {NODES_UNIT_NAME} runs (it makes "
+        f"the instance's nodes, and the guests start after it: nvidia-smi mig -cgi ... -C), or "
+        f"CT {vmid} will not start"
     )
     gpu = next(g for g in ctx.inventory.gpus if g.nvidia_minor == use.gpu_minor)
     if _nvidia_minors(ctx).get(gpu.address, use.gpu_minor) != use.gpu_minor:
@@ -348,8 +353,11 @@ def _match_cores(ctx: RenderContext, config: GuestConfig, cpus: str, vmid: int) 
 
 def _driver_modes(ctx: RenderContext, paths: list[str], vmid: int) -> dict[str, int]:
     """The mode the host's nvidia driver gives its device files (``NVreg_DeviceFileMode``), for
-    the container's GPU and control nodes when it is narrower than NVIDIA's 0666 default: the
-    container never gets them wider than the host has them. Its group (``DeviceFileGID``) is the
+    the container's GPU nodes, ``nvidiactl`` and ``nvidia-modeset`` when it is narrower than
+    NVIDIA's 0666 default: the container never gets them wider than the host has them.
+    nvidia-modprobe makes all of them from the driver's params file (``nvidia-modprobe-utils.c``,
+    ``nvidia_mknod`` and ``nvidia_modeset_mknod``), and nvidia-uvm's nodes 0666 whatever it
+    says (``nvidia_uvm_mknod`` reads no params file). Its group (``DeviceFileGID``) is the
     admin's to give to the container's users."""
     mode = ctx.inventory.nvidia_device_file_mode
     if mode is None or mode & 0o777 == 0o666:
@@ -361,7 +369,9 @@ def _driver_modes(ctx: RenderContext, paths: list[str], vmid: int) -> dict[str, 
             f"(NVreg_DeviceFileMode/GID): its entries get that mode; add gid={gid} to them (or "
             "its users to that group) for those users to reach the GPUs"
         )
-    return {path: mode & 0o777 for path in paths if re.fullmatch(r"/dev/nvidia(\d+|ctl)", path)}
+    return {
+        path: mode & 0o777 for path in paths if re.fullmatch(r"/dev/nvidia(\d+|ctl|-modeset)", path)
+    }
 
 
 def _sync_dev_entries(

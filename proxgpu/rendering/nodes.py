@@ -14,6 +14,11 @@ with ``mknod``, as nvidia-modprobe would: the owner, mode and ``ModifyDeviceFile
 for nvidia-uvm's nodes, each capability's ``DeviceFileMinor`` and ``DeviceFileMode`` from its
 /proc file, and the dynamic majors (nvidia-uvm, nvidia-caps) from ``/proc/devices`` at that boot.
 
+The unit is one for the whole host, rendered from the containers a plan names; the nodes it made
+that a container the plan does not name still names (an earlier plan gave them) it keeps making
+(:func:`kept_for_others`), so that planning one container again never stops another from
+starting.
+
 >>> from proxgpu.inspection.inventory import Inventory
 >>> inventory = Inventory(source="pve1", hostname="pve1")
 >>> boot_steps(inventory, ["/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm",
@@ -26,6 +31,8 @@ from __future__ import annotations
 import re
 
 from proxgpu.inspection.inventory import Inventory, NvidiaCap
+from proxgpu.paths import GUEST_CONFIG
+from proxgpu.pve.config import GuestConfig, parse_property_string
 from proxgpu.rendering.context import RenderContext, containers_named
 from proxgpu.rendering.dri import KFD
 from proxgpu.rendering.templating import render_template
@@ -48,6 +55,12 @@ _MIG_CAPS = {
     2: NvidiaCap(proc_path="/proc/driver/nvidia/capabilities/mig/monitor", minor=2, mode=0o444),
 }
 _CAP_NODE = re.compile(r"/dev/nvidia-caps/nvidia-cap(\d+)")
+#: The nodes the unit makes that belong to no one GPU.
+_CONTROL_NODES = frozenset(
+    {"/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+)
+#: The script's list of the nodes it makes (``set -- \\`` and one name a line).
+_LISTED = re.compile(r"^set --((?: \\\n\s+\S+)*)$", re.MULTILINE)
 
 
 def capability(inventory: Inventory, path: str) -> NvidiaCap | None:
@@ -64,6 +77,101 @@ def capability(inventory: Inventory, path: str) -> NvidiaCap | None:
     minor = int(match[1])
     known = {cap.minor: cap for cap in inventory.nvidia_caps}
     return known.get(minor, _MIG_CAPS.get(minor))
+
+
+def unit_nodes(inventory: Inventory) -> list[str]:
+    """The nodes the unit proxgpu wrote on the host makes today (its script's list), as /dev
+    paths; none where there is no such script.
+
+    >>> script = "set -- \\\\\\n    nvidia0 \\\\\\n    nvidia-caps/nvidia-cap21\\nfor node; do\\n"
+    >>> unit_nodes(Inventory(source="s", hostname="h", host_files={NODES_SCRIPT: script}))
+    ['/dev/nvidia0', '/dev/nvidia-caps/nvidia-cap21']
+    """
+    listed = _LISTED.search(inventory.host_files.get(NODES_SCRIPT, ""))
+    names = [] if listed is None else listed[1].replace("\\", " ").split()
+    return [f"/dev/{name}" for name in names]
+
+
+def named_nodes(config: str) -> list[str]:
+    """The ``/dev/nvidia*`` nodes a container config's ``devN`` and ``lxc.mount.entry`` entries
+    name (its main section: pending changes and snapshots hold no devices).
+
+    >>> named_nodes("dev0: /dev/nvidia0,mode=0666\\nlxc.mount.entry: /dev/nvidiactl dev/nvidiactl "
+    ...             "none bind,optional,create=file\\ndev1: /dev/dri/renderD128\\n")
+    ['/dev/nvidia0', '/dev/nvidiactl']
+    """
+    paths = []
+    for key, value in GuestConfig.parse(config).entries():
+        if re.fullmatch(r"dev\d+", key):
+            try:
+                paths.append(parse_property_string(value, "path").get("path", ""))
+            except ValueError:
+                continue  # pve-container refuses it: it names no node
+        elif key == "lxc.mount.entry":
+            paths.append(value.split(maxsplit=1)[0] if value else "")
+    return [path for path in paths if path.startswith("/dev/nvidia")]
+
+
+def kept_for_others(
+    ctx: RenderContext, planned: list[str], gpu_minors: set[int]
+) -> dict[int, list[str]]:
+    """The nodes the unit makes today that containers the plan does not name still name, by
+    container, beyond ``planned`` (the nodes the plan's containers get): the unit keeps making
+    them, so that rewriting it for some containers does not stop the others (given their nodes
+    by an earlier plan) from starting. A GPU's node counts only where its minor is one of
+    ``gpu_minors`` (the GPUs on nvidia after the next boot), a capability's only where its /proc
+    file says how to make it; a warning names any other such node, which the unit leaves."""
+    made = set(unit_nodes(ctx.inventory)) - set(planned)
+    named = {guest.vmid for group in ctx.plan.groups for guest in group.guests}
+    kept: dict[int, list[str]] = {}
+    for vmid, config in _containers(ctx.inventory):
+        if vmid in named:
+            continue
+        theirs = [path for path in dict.fromkeys(named_nodes(config)) if path in made]
+        makeable = [path for path in theirs if _makeable(ctx.inventory, path, gpu_minors)]
+        if makeable:
+            kept[vmid] = makeable
+        lost = [path for path in theirs if path not in makeable]
+        if lost:
+            say_once(
+                ctx,
+                f"CT {vmid}: its entries name {', '.join(lost)}, which the nodes unit made but "
+                "can no longer make (their MIG instance or GPU is gone): CT "
+                f"{vmid} will not start until those entries are removed",
+            )
+    return kept
+
+
+def _containers(inventory: Inventory) -> list[tuple[int, str]]:
+    """Each container config of the host by VMID."""
+    found = (
+        (GUEST_CONFIG.match(path), text) for path, text in sorted(inventory.guest_configs.items())
+    )
+    return [(int(m[2]), text) for m, text in found if m is not None and m[1] == "lxc"]
+
+
+def _makeable(inventory: Inventory, path: str, gpu_minors: set[int]) -> bool:
+    """Whether the unit can make node ``path`` at the next boot."""
+    gpu = re.fullmatch(r"/dev/nvidia(\d+)", path)
+    if gpu is not None:
+        return int(gpu[1]) in gpu_minors
+    if _CAP_NODE.fullmatch(path):
+        return capability(inventory, path) is not None
+    return path in _CONTROL_NODES
+
+
+def say_once(ctx: RenderContext, warning: str) -> None:
+    """A warning, once: the unit is rendered for each container the plan gives GPUs.
+
+    >>> from proxgpu.planning.model import Plan
+    >>> from proxgpu.rendering.context import RenderOptions
+    >>> ctx = RenderContext(Inventory(source="s", hostname="h"),
+    ...                     Plan(groups=[], warnings=[], tensor_parallel=[]), RenderOptions())
+    >>> say_once(ctx, "CT 201: ..."); say_once(ctx, "CT 201: ..."); ctx.warnings
+    ['CT 201: ...']
+    """
+    if warning not in ctx.warnings:
+        ctx.warnings.append(warning)
 
 
 def boot_steps(inventory: Inventory, paths: list[str]) -> list[str]:

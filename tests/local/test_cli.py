@@ -58,6 +58,34 @@ def test_errors_are_one_line_with_a_kind_specific_exit_code(
     assert needle in err and err.count("\n") == 1
 
 
+def test_plan_json_says_how_the_tensor_parallel_indexes_are_numbered(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--root", CT200, "--lxc", "200", "--json"]) == 0
+    advice = json.loads(capsys.readouterr().out)["tensor_parallel"]
+    assert advice and {a["ordering"] for a in advice} == {"CUDA_DEVICE_ORDER=PCI_BUS_ID"}
+
+
+@pytest.mark.parametrize(
+    ("guests", "missing"),
+    [
+        # Alone, CT 999 would get node 0's GPUs and CT 200 lose node 1's to vfio-pci: a refusal
+        # (exit 9) about CT 200 that says nothing of the VMID mistyped.
+        (["--lxc", "999"], "/etc/pve/lxc/999.conf: no such container config"),
+        (
+            ["--lxc", "200", "--vm", "998", "--mapping", "9-gpus"],  # a name Proxmox refuses
+            "/etc/pve/qemu-server/998.conf: no such VM config",
+        ),
+    ],
+)
+def test_a_guest_that_does_not_exist_is_said_before_any_refusal(
+    guests: list[str], missing: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--root", CT200, *guests]) == 16
+    err = capsys.readouterr().err
+    assert missing in err and "plan refused" not in err
+
+
 def test_snapshot_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x").write_text("keep")
     assert main(["snapshot", "--root", CT200, "-o", str(tmp_path)]) == 2

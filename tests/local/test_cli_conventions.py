@@ -48,7 +48,9 @@ def test_a_failure_with_json_is_a_json_error_document_with_the_same_code(tmp_pat
 
 
 def test_a_refused_plan_in_json_carries_the_fixes() -> None:
-    done = run("plan", "--root", str(EXAMPLES / "ct200"), "--lxc", "201", "--vm", "300", "--json")
+    # A mapping name Proxmox refuses (it must start with a letter).
+    argv = ["--lxc", "200", "--vm", "300", "--mapping", "9-gpus", "--json"]
+    done = run("plan", "--root", str(EXAMPLES / "ct200"), *argv)
     error = json.loads(done.stdout)["error"]
     assert done.returncode == 9 and error["kind"] == "PlanRefusedError" and error["fix"]
 

@@ -113,6 +113,10 @@ def test_a_host_that_narrows_nvidias_device_files_narrows_the_containers_too(
     entries = dev_entries(changes)
     assert entries["/dev/nvidia0"] == "/dev/nvidia0,mode=0660"
     assert entries["/dev/nvidiactl"] == "/dev/nvidiactl,mode=0660"
+    # nvidia-modprobe makes nvidia-modeset from the same params (nvidia_modeset_mknod), but
+    # nvidia-uvm's nodes 0666 whatever they say (nvidia_uvm_mknod reads no params file).
+    assert entries["/dev/nvidia-modeset"] == "/dev/nvidia-modeset,mode=0660"
+    assert entries["/dev/nvidia-uvm"] == "/dev/nvidia-uvm,mode=0666"
     assert any("add gid=44" in w for w in changes.warnings)
 
 

@@ -133,12 +133,18 @@ def test_intel_gpus_get_no_kfd() -> None:
 
 
 @pytest.mark.parametrize(
-    ("vendor", "driver", "variable"),
-    [("1002", "amdgpu", "HIP_VISIBLE_DEVICES"), ("8086", "xe", "ZE_AFFINITY_MASK")],
+    ("vendor", "driver", "variable", "ordering"),
+    [
+        ("1002", "amdgpu", "HIP_VISIBLE_DEVICES", ""),  # KFD's order: no variable sets it
+        ("8086", "xe", "ZE_AFFINITY_MASK", "ZE_ENABLE_PCI_ID_DEVICE_ORDER=1"),
+    ],
 )
-def test_the_advice_names_the_vendors_variable(vendor: str, driver: str, variable: str) -> None:
+def test_the_advice_names_the_vendors_variable(
+    vendor: str, driver: str, variable: str, ordering: str
+) -> None:
     plan = plan_split(host(vendor, driver), SplitPolicy(lxc=200))
     assert {advice.variable for advice in plan.tensor_parallel} == {variable}
+    assert {advice.ordering for advice in plan.tensor_parallel} == {ordering}
 
 
 def test_nodes_without_captured_names_fall_back_to_by_path_with_a_warning() -> None:

@@ -12,11 +12,12 @@ import pytest
 
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import probe
-from proxgpu.errors import RenderError
+from proxgpu.errors import PlanRefusedError, RenderError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.paths import INITRAMFS_HOOK
+from proxgpu.pipeline import plan_inventory
 from proxgpu.planning import SplitPolicy, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import RenderOptions, render
@@ -97,6 +98,21 @@ def test_driverctl_numbers_a_gpu_back_from_vfio_among_all_it_probes() -> None:
     policy = SplitPolicy(lxc=200, host_gpus=["0000:01:00.0", "0000:11:00.0"])
     changes = rendered(inventory, policy, "driverctl")
     assert sorted(container_nvidia_nodes(changes)) == ["/dev/nvidia0", "/dev/nvidia1"]
+
+
+def test_another_containers_minor_is_judged_by_the_binding_the_plan_is_rendered_with() -> None:
+    # CT 202 uses 0000:91:00.0 as /dev/nvidia5: kept alone with node 1, it is /dev/nvidia1 after
+    # the modprobe binding's boot and still /dev/nvidia5 after driverctl's.
+    configs = {**ct200().guest_configs, "/etc/pve/lxc/202.conf": "dev0: /dev/nvidia5\n"}
+    inventory = ct200().model_copy(update={"guest_configs": configs})
+    policy = SplitPolicy(lxc=200, host_gpus=NODE_1)
+    with pytest.raises(PlanRefusedError) as refused:
+        plan_inventory(inventory, policy, RenderOptions(bind_method="modprobe"))
+    assert "0000:91:00.0 becomes /dev/nvidia1, and /dev/nvidia5 will not exist" in str(
+        refused.value
+    )
+    plan, _ = plan_inventory(inventory, policy, RenderOptions(bind_method="driverctl"))
+    assert any("used by CT 202" in warning for warning in plan.warnings)
 
 
 # --- kmod runs only the first install command for a module ----------------------------------------

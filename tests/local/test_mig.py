@@ -27,6 +27,7 @@ from proxgpu.picture.report import plan_report
 from proxgpu.pipeline import load_plan, save_plan
 from proxgpu.planning import MigSpec, MigUse, Role, SplitPolicy, plan_split
 from proxgpu.rendering import render
+from proxgpu.rendering.nodes import NODES_SCRIPT
 from tests.support.pvevalidate import assert_all_ok, validate_tree, write_tree
 from tests.support.trees import EXAMPLES, copy_example
 
@@ -114,6 +115,54 @@ def test_the_boot_unit_makes_both_containers_capability_nodes_from_their_proc_fi
     ]
 
 
+def test_planning_one_container_again_keeps_the_nodes_another_one_was_given(
+    tmp_path: Path,
+) -> None:
+    # Both containers applied, then CT 200 planned alone: CT 201's dev4/dev5 still name its
+    # instance's nodes, which only the unit makes at boot.
+    root = copy_example(tmp_path, "mig")
+    host = DirectoryHost(str(root))
+    apply_changes(host, render(inspect(host), plan_split(inspect(host), TWO)))
+    made = (root / NODES_SCRIPT.lstrip("/")).read_text()
+    inventory = inspect(host)
+    changes = render(inventory, plan_split(inventory, SplitPolicy(lxc_mig=TWO.lxc_mig[:1])))
+    assert not [f.path for f in changes.changed_files() if f.path == NODES_SCRIPT], (
+        "the unit still makes CT 201's nodes as it did"
+    )
+    assert (
+        "CT 201, which this plan does not name, still names /dev/nvidia-caps/nvidia-cap84, "
+        "/dev/nvidia-caps/nvidia-cap85 (given it by an earlier plan): "
+        "proxgpu-nvidia-nodes.service keeps making them at boot, so that CT 201 still starts "
+        "(remove those entries from it for the unit to stop)"
+    ) in changes.warnings
+    assert "cap driver/nvidia/capabilities/gpu0/mig/gi9/ci0/access" in made
+    # Without CT 201's entries the unit lets them go.
+    config = (root / CT_201.lstrip("/")).read_text()
+    (root / CT_201.lstrip("/")).write_text(re.sub(r"^dev[45]: .*\n", "", config, flags=re.M))
+    inventory = inspect(host)
+    changes = render(inventory, plan_split(inventory, SplitPolicy(lxc_mig=TWO.lxc_mig[:1])))
+    (script,) = [f.after for f in changes.changed_files() if f.path == NODES_SCRIPT]
+    assert script is not None and "gi9" not in script and "nvidia-cap84" not in script
+    assert not [w for w in changes.warnings if w.startswith("CT 201")]
+
+
+def test_a_node_the_unit_can_no_longer_make_is_said_not_kept(tmp_path: Path) -> None:
+    root = copy_example(tmp_path, "mig")
+    host = DirectoryHost(str(root))
+    apply_changes(host, render(inspect(host), plan_split(inspect(host), TWO)))
+    # The admin destroys GPU instance 9: its /proc files go.
+    shutil.rmtree(root / CAPS / "gi9")
+    inventory = inspect(host)
+    changes = render(inventory, plan_split(inventory, SplitPolicy(lxc_mig=TWO.lxc_mig[:1])))
+    (script,) = [f.after for f in changes.changed_files() if f.path == NODES_SCRIPT]
+    assert script is not None and "nvidia-cap84" not in script
+    assert (
+        "CT 201: its entries name /dev/nvidia-caps/nvidia-cap84, /dev/nvidia-caps/nvidia-cap85, "
+        "which the nodes unit made but can no longer make (their MIG instance or GPU is gone): "
+        "CT 201 will not start until those entries are removed"
+    ) in changes.warnings
+
+
 @pytest.mark.parametrize(
     ("spec", "what", "fix"),
     [
@@ -135,11 +184,13 @@ def test_the_boot_unit_makes_both_containers_capability_nodes_from_their_proc_fi
         (
             MigSpec(vmid=200, gpu="2a:00.0", gi=1),
             "CT 200: 0000:2a:00.0 has no MIG instance (MIG mode off, or no instance made)",
-            None,
+            "turn MIG on and make the instances (nvidia-smi -i 1 -mig 1; nvidia-smi mig -i 1 -cgi "
+            "PROFILE -C), then inspect again",
         ),
         (
             MigSpec(vmid=200, gpu="4", gi=1),
-            "CT 200: --lxc 200:mig=4/...: CUDA numbers 4 GPU(s) on nvidia here, from 0",
+            "CT 200: --lxc 200:mig=4/...: CUDA numbers 4 GPUs on nvidia here, from 0, with "
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID; CUDA's default, FASTEST_FIRST, may differ",
             "name the GPU by its index in nvidia-smi -L or by its PCI address",
         ),
     ],

@@ -25,7 +25,7 @@ from proxgpu.pipeline import node_policy, split_host
 from proxgpu.planning import SplitPolicy, parse_lxc_specs, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
-from proxgpu.rendering.nodes import NODES_UNIT
+from proxgpu.rendering.nodes import NODES_SCRIPT, NODES_UNIT
 from tests.support.trees import EXAMPLES, copy_example, inspect_example
 
 CT = "/etc/pve/lxc/{}.conf"
@@ -157,6 +157,26 @@ def test_the_memory_of_every_sharing_container_is_weighed_against_the_node() -> 
         f"CT 201 has 900000 MiB of memory and its memory is kept on NUMA node 0, which has "
         f"{NODE_0_MIB} MiB: more than the node has"
     ]
+
+
+def test_planning_one_counted_container_again_keeps_the_gpu_nodes_the_other_was_given() -> None:
+    inventory = with_containers(201)
+    both = SplitPolicy(lxc_subsets=[(200, 2), (201, 2)], vms=[(300, None)])
+    applied = {f.path: f.after or "" for f in render(inventory, plan_split(inventory, both)).files}
+    inventory = inventory.model_copy(
+        update={
+            "guest_configs": {**inventory.guest_configs, CT.format(201): applied[CT.format(201)]},
+            "host_files": {**inventory.host_files, NODES_SCRIPT: applied[NODES_SCRIPT]},
+        }
+    )
+    one = SplitPolicy(lxc_subsets=[(200, 2)], vms=[(300, None)])
+    changes = render(inventory, plan_split(inventory, one))
+    (script,) = [f.after for f in changes.files if f.path == NODES_SCRIPT]
+    assert script == applied[NODES_SCRIPT], "CT 201's /dev/nvidia2 and nvidia3 are still made"
+    assert any(
+        w.startswith("CT 201, which this plan does not name, still names /dev/nvidia2, ")
+        for w in changes.warnings
+    )
 
 
 # --- --lxc VMID:N: NUMA-local subsets of the host GPUs ------------------------------------------

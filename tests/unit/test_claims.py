@@ -51,6 +51,75 @@ def test_other_container_sharing_a_host_gpu_is_reported_not_refused() -> None:
     ]
 
 
+def test_the_sharing_warning_names_the_containers_of_the_gpus_group() -> None:
+    inventory = ct200({"/etc/pve/lxc/202.conf": "dev0: /dev/nvidia2\n"})
+    plan = plan_split(inventory, SplitPolicy(lxc_subsets=[(200, 2), (201, 2)]))
+    (group,) = [g for g in plan.groups if "0000:61:00.0" in g.gpus]
+    assert [guest.vmid for guest in group.guests] == [201], "the GPU is CT 201's alone"
+    assert plan.warnings == [
+        "0000:61:00.0 is also used by CT 202 ('dev0: /dev/nvidia2' in /etc/pve/lxc/202.conf); "
+        "CT 201 will share it"
+    ]
+
+
+NODE_1_KEPT = SplitPolicy(lxc=200, host_nodes=[1], vfio_nodes=[0])
+
+
+@pytest.mark.parametrize(
+    ("line", "outcome"),
+    [
+        ("dev0: /dev/nvidia5", "CT 201 would not start after the reboot"),
+        (
+            "lxc.mount.entry: /dev/nvidia5 dev/nvidia5 none bind,optional,create=file",
+            "CT 201 would lose the GPU after the reboot",
+        ),
+    ],
+)
+def test_a_container_naming_a_kept_gpu_by_a_minor_the_split_changes_is_refused(
+    line: str, outcome: str
+) -> None:
+    # Node 1's GPUs are /dev/nvidia4-7 today; kept alone, the next boot numbers them 0-3.
+    error = refusal(ct200({LXC_201: f"{line}\n"}), NODE_1_KEPT)
+    assert codes(error) == ["claimed"]
+    (problem,) = error.problems
+    assert problem.what == (
+        f"CT 201 names GPUs kept on nvidia by the numbers they have today ('{line}' in "
+        "/etc/pve/lxc/201.conf), but the split numbers them anew at the next boot: 0000:91:00.0 "
+        f"becomes /dev/nvidia1, and /dev/nvidia5 will not exist; {outcome}"
+    )
+    assert problem.fix == (
+        "name CT 201 too (--lxc 201: proxgpu rewrites its GPU entries with the new numbers), or "
+        "remove those entries and give it /dev/nvidia1 after the reboot"
+    )
+
+
+def test_a_minor_that_will_name_another_kept_gpu_is_refused_as_the_wrong_gpu() -> None:
+    # Kept: /dev/nvidia1 and /dev/nvidia3 today, numbered 0 and 1 at the next boot, so CT 201's
+    # /dev/nvidia1 would then be the other GPU.
+    policy = SplitPolicy(lxc=200, host_gpus=["0000:11:00.0", "0000:71:00.0"])
+    error = refusal(ct200({LXC_201: "dev0: /dev/nvidia1\n"}), policy)
+    assert codes(error) == ["claimed"]
+    assert (
+        "0000:11:00.0 becomes /dev/nvidia0, and /dev/nvidia1 will be 0000:71:00.0, another GPU; "
+        "CT 201 would get the wrong GPU after the reboot"
+    ) in error.problems[0].what
+
+
+def test_with_driverctl_the_kept_gpus_keep_their_minors_so_the_container_only_shares() -> None:
+    inventory = ct200({LXC_201: "dev0: /dev/nvidia5\n"})
+    plan = plan_split(inventory, NODE_1_KEPT.model_copy(update={"bind_method": "driverctl"}))
+    assert plan.warnings == [
+        "0000:91:00.0 is also used by CT 201 ('dev0: /dev/nvidia5' in /etc/pve/lxc/201.conf); "
+        "CT 200 will share it"
+    ]
+
+
+def test_naming_the_container_lets_proxgpu_renumber_its_entries() -> None:
+    inventory = ct200({LXC_201: "dev0: /dev/nvidia5\n"})
+    policy = NODE_1_KEPT.model_copy(update={"shared_lxc": [201]})
+    assert plan_split(inventory, policy).warnings == []
+
+
 def test_claims_in_snapshot_and_pending_sections_do_not_count() -> None:
     text = "cores: 4\n\n[pve:pending]\ndev0: /dev/nvidia4\n[snap1]\ndev0: /dev/nvidia5\n"
     assert plan_split(ct200({LXC_201: text}), SplitPolicy(lxc=200)).warnings == []

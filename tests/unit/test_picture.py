@@ -187,7 +187,8 @@ def test_report_references_nothing_outside_itself() -> None:
 
 
 def test_refused_plan_report_says_why_and_shows_the_host_as_it_is() -> None:
-    inventory = ct200(iommu=False)
+    configs = {"/etc/pve/qemu-server/300.conf": "memory: 4096\n", "/etc/pve/lxc/200.conf": ""}
+    inventory = ct200(configs, iommu=False)
     section = plan_report(inventory, _policy())
     assert section.plan is None and section.refusals
     html = _report(section)
