@@ -137,7 +137,9 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         char_majors=_char_majors(capture),
         cpu_vendor=_cpu_vendor(capture),
         driver_modules=_driver_modules(capture),
-        commands=sorted({p.rsplit("/", 1)[1] for p in capture.files if not p.startswith("/dev/")}),
+        commands=sorted(
+            {p.rsplit("/", 1)[1] for p in capture.files if not p.startswith(("/dev/", "/proc/"))}
+        ),
         device_nodes=sorted(p for p in capture.files if p.startswith("/dev/")),
         nvidia_driver_version=_nvidia_version(capture),
         nvidia_device_file_mode=_nvidia_param(capture, "DeviceFileMode"),

@@ -237,7 +237,8 @@ class Inventory(Record):
     describes in /proc, by minor.
     ``cpu_phys_bits`` and ``cpu_pdpe1gb`` are the first CPU's physical address bits and 1 GiB page
     flag (``/proc/cpuinfo``), ``secure_boot`` whether UEFI Secure Boot is on (``None``: not
-    known), ``framebuffers`` the names ``/proc/fb`` lists (``EFI VGA``, ``simpledrmdrmfb``).
+    known), ``framebuffers`` the names ``/proc/fb`` lists (``EFI VGA``, ``simpledrmdrmfb``;
+    ``None``: the file was not read, so whether the kernel made one is unknown).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -275,7 +276,7 @@ class Inventory(Record):
     cpu_phys_bits: int | None = None
     cpu_pdpe1gb: bool | None = None
     secure_boot: bool | None = None
-    framebuffers: list[str] = field(default_factory=list)
+    framebuffers: list[str] | None = None
     #: By kernel release, each installed kernel's module aliases that can name a driver for a
     #: GPU's function (see :class:`KernelModules`); empty when none were read.
     kernel_modules: dict[str, KernelModules] = field(default_factory=dict)
