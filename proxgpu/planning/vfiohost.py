@@ -1,5 +1,6 @@
 """What moving GPUs to vfio-pci does to the host, for the first day: the console's framebuffer,
-legacy VGA routing, Secure Boot and the kept GPUs' driver, resets, and qemu-server's ``new_id``.
+legacy VGA routing, Secure Boot and the kept GPUs' driver, resets, qemu-server's ``new_id``, and
+the MIG instances of a GPU in MIG mode.
 
 >>> kernel_version("6.8.12-11-pve"), kernel_version(None)
 ((6, 8), None)
@@ -13,6 +14,7 @@ from proxgpu.inspection.inventory import Gpu, PciFunction
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import PlanGroup
+from proxgpu.pve.claims import nvidia_cap_users
 
 #: The kernel whose vfio-pci removes firmware framebuffers on the VGA devices it binds
 #: (commit d17378062079 "vfio/pci: Remove console drivers", Linux 6.0).
@@ -39,6 +41,7 @@ def advise_host(ctx: Context, groups: list[PlanGroup]) -> None:
         if group.role.moves_to_vfio:
             _resets(ctx, group)
     _new_id(ctx, moved, kept)
+    _mig_instances(ctx, moved)
 
 
 def kernel_version(release: str | None) -> tuple[int, int] | None:
@@ -257,3 +260,31 @@ def _new_id(ctx: Context, moved: list[Gpu], kept: list[Gpu]) -> None:
         f"{driver}) before starting VMs; from the next boot with the modprobe binding, proxgpu's "
         f"bind script sets their driver_override to {driver}, so new_id cannot take them"
     )
+
+
+def _mig_instances(ctx: Context, moved: list[Gpu]) -> None:
+    """A GPU in MIG mode keeps its MIG instances only while nvidia drives it: they are the
+    driver's, gone when it lets the GPU go, and NVIDIA's MIG user guide says they do not outlive
+    a reboot either (the admin makes them again, ``nvidia-smi mig -cgi ... -C``). Whatever runs
+    on them stops, and a container given one (its capability nodes in its config) loses it."""
+    users = nvidia_cap_users(ctx.inventory.guest_configs)
+    for gpu in (gpu for gpu in moved if gpu.mig_instances):
+        instances = wording.join(i.label for i in gpu.mig_instances)
+        used = [
+            f"{guest.label} ({instance.label})"
+            for instance in gpu.mig_instances
+            for guest in users.get(instance.ci_cap.minor, [])
+        ]
+        who = (
+            f"{wording.join(used)} {'uses' if len(used) == 1 else 'use'} them and lose"
+            f"{'s' if len(used) == 1 else ''} {'it' if len(used) == 1 else 'them'}"
+            if used
+            else "no container's config names them, but any process on them stops"
+        )
+        ctx.warnings.append(
+            f"{gpu.address} goes to vfio-pci in MIG mode with "
+            f"{wording.count(len(gpu.mig_instances), 'MIG instance')} ({instances}): they are "
+            f"nvidia's and go when it lets the GPU go; {who} (nvidia-smi -L lists what runs "
+            "there): move that work first, or keep the GPU on nvidia "
+            f"(--host-gpus {gpu.address})"
+        )
