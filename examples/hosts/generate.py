@@ -452,6 +452,100 @@ def vgpu_host() -> HostSpec:
     )
 
 
+def sriov_vfs(address: str, count: int = 8) -> list[str]:
+    """The addresses of a GPU's first ``count`` SR-IOV virtual functions: NVIDIA's GPUs put the
+    first one at function 4 of their own slot and number on from there (ARI: up to eight
+    functions a slot), as ``sriov-manage -e`` enables them."""
+    slot = int(address[8:10], 16)
+    return [f"{address[:8]}{slot + (4 + n) // 8:02x}.{(4 + n) % 8}" for n in range(count)]
+
+
+#: The vGPU types an L40S's VFs list as creatable (vGPU 17 and later: the VF's
+#: nvidia/creatable_vgpu_types, "ID : name"; synthetic ids, as for the vgpu host).
+SRIOV_TYPES = ((1155, "NVIDIA L40S-8Q"), (1158, "NVIDIA L40S-48Q"))
+
+VGPU_SRIOV_VM_310 = VGPU_VM_310.replace(
+    "#CAD desktops%3A an NVIDIA vGPU of the node-1 L40S",
+    "#CAD desktops%3A an NVIDIA vGPU on a VF of the node-1 L40S",
+).replace("hostpci0: 0000:81:00.0,", "hostpci0: 0000:81:01.2,")
+
+VGPU_SRIOV_VM_311 = (
+    VGPU_SRIOV_VM_310.replace("#CAD desktops%3A", "#CAD desktops (stopped)%3A")
+    .replace("name: cad", "name: cad-2")
+    .replace("vm-310-", "vm-311-")
+    .replace("BC:24:11:5D:21:0C", "BC:24:11:5D:21:0E")
+    .replace("hostpci0: 0000:81:01.2,", "hostpci0: 0000:81:00.4,")
+)
+
+
+def sriov_vgpu_files(address: str, running: str | None) -> dict[str, str]:
+    """The nvidia/ files of each VF of GPU ``address``: the VF ``running`` holds an 8Q vGPU (a
+    running VM's), the others hold none (a stopped VM's VF too, until the VM starts); once one
+    exists, a GPU in NVIDIA's default (homogeneous) mode lets its other VFs make only that
+    type, and the VF holding it lists nothing."""
+    files = {}
+    for vf in sriov_vfs(address):
+        base = f"/sys/bus/pci/devices/{vf}/nvidia/"
+        held = vf == running
+        if held:
+            creatable = []
+        elif running is not None:
+            creatable = [t for t in SRIOV_TYPES if t[0] == 1155]
+        else:
+            creatable = list(SRIOV_TYPES)
+        files[base + "current_vgpu_type"] = "1155\n" if held else "0\n"
+        files[base + "creatable_vgpu_types"] = "".join(f"{i:<5} : {n}\n" for i, n in creatable)
+    return files
+
+
+def vgpu_sriov_host() -> HostSpec:
+    """The vgpu host's four L40S with NVIDIA vGPU 17 on SR-IOV: every GPU's VFs enabled
+    (sriov-manage -e ALL), VM 310 running a vGPU on VF 0000:81:01.2, stopped VM 311 configured
+    with one on VF 0000:81:00.4, VM 400 without a GPU."""
+    l40s = ("10de", "26b9", "030200")
+    subsys = ("10de", "1851")
+    layout = [
+        ("0000:01:00.0", 0, 12, "0000:00:01.1", 11),
+        ("0000:11:00.0", 0, 20, "0000:10:01.1", 19),
+        ("0000:81:00.0", 1, 60, "0000:80:01.1", 59),
+        ("0000:91:00.0", 1, 68, "0000:90:01.1", 67),
+    ]
+    spec = vgpu_host()
+    devices: list[Dev] = []
+    files = {
+        path: text
+        for path, text in spec.files.items()
+        if not path.startswith("/sys/") and path != "/etc/pve/qemu-server/310.conf"
+    }
+    files["/etc/pve/qemu-server/310.conf"] = VGPU_SRIOV_VM_310
+    files["/etc/pve/qemu-server/311.conf"] = VGPU_SRIOV_VM_311
+    for i, (address, node, group, port, port_group) in enumerate(layout):
+        devices.append(root_port(port, node, port_group))
+        devices += gpu_pair(address, node, group, l40s, None, subsys, parent=port)
+        devices += [
+            Dev(vf, *l40s, "nvidia", 200 + 8 * i + n, node, subsys, parent=port, physfn=address)
+            for n, vf in enumerate(sriov_vfs(address))
+        ]
+        running = "0000:81:01.2" if address == "0000:81:00.0" else None
+        files.update(sriov_vgpu_files(address, running))
+    return HostSpec(
+        name="vgpu-sriov",
+        cpu_vendor=spec.cpu_vendor,
+        address_bits=spec.address_bits,
+        kernel=spec.kernel,
+        pve=spec.pve,
+        cmdline=spec.cmdline,
+        nodes=spec.nodes,
+        devices=devices,
+        efi=True,
+        nvidia_minors={address: i for i, (address, *_rest) in enumerate(layout)},
+        model=spec.model,
+        char_devices=NVIDIA_CHARS,
+        pci_ids=spec.pci_ids,
+        files=files,
+    )
+
+
 MIG_CT = """\
 #Notebook%3A one MIG instance
 arch: amd64
@@ -616,7 +710,8 @@ def mig_host() -> HostSpec:
 
 
 def main() -> None:
-    for spec in (ct200(), single_socket(), uneven(), shared_group(), vgpu_host(), mig_host()):
+    hosts = (ct200(), single_socket(), uneven(), shared_group(), vgpu_host(), vgpu_sriov_host())
+    for spec in (*hosts, mig_host()):
         write_host(spec)
         print(f"wrote {HERE / spec.name}")
 

@@ -33,6 +33,8 @@ class Dev:
     boot_vga: bool | None = None
     #: The bridge above (a root port or switch port); None: on a root bus.
     parent: str | None = None
+    #: An SR-IOV virtual function's physical function (its sibling below the same bridge).
+    physfn: str | None = None
 
 
 @dataclass
@@ -148,6 +150,8 @@ def write_device(root: Path, spec: HostSpec, dev: Dev) -> None:
         link(root, f"{base}/iommu_group", f"{up}kernel/iommu_groups/{dev.group}")
     if dev.bridge:
         mark_dir(root, f"{base}/pci_bus")
+    if dev.physfn:
+        link(root, f"{base}/physfn", f"../{dev.physfn}")
 
 
 def modalias(dev: Dev) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pydantic import Field
+
 from proxgpu.errors import DeviceBusyError, HostUnreachableError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import Record, run_script
@@ -20,7 +22,9 @@ from proxgpu.pci import normalize_pci_address
 
 class BusyDevice(FrozenModel):
     """A function that is in use, and why: who holds its device nodes, persistence mode;
-    ``in_kernel`` when something inside the kernel holds it (only a reboot frees it for sure).
+    ``in_kernel`` when something inside the kernel holds it (only a reboot frees it for sure);
+    ``removals`` the commands that remove the vGPUs that exist on it or its VFs (its driver
+    holds it for them).
 
     >>> BusyDevice(address="0000:81:00.0", driver="nvidia", reasons=["persistence is on"]).reasons
     ['persistence is on']
@@ -30,6 +34,7 @@ class BusyDevice(FrozenModel):
     driver: str | None
     reasons: list[str]
     in_kernel: bool = False
+    removals: list[str] = Field(default_factory=list)
 
 
 def find_busy(host: Host, addresses: Sequence[str], timeout: float = 60.0) -> list[BusyDevice]:
@@ -37,7 +42,9 @@ def find_busy(host: Host, addresses: Sequence[str], timeout: float = 60.0) -> li
 
     A function is busy when a process holds its device node (``/dev/nvidia<minor>`` for nvidia,
     ``/dev/vfio/<group>`` for vfio-pci, ``/dev/dri/by-path/pci-<addr>-{card,render}`` otherwise;
-    all under ``host.root``), or, for nvidia, when persistence mode is on or cannot be read.
+    all under ``host.root``), or, for nvidia, when persistence mode is on or cannot be read; and
+    whatever its driver, while a vGPU exists on it or on one of its SR-IOV virtual functions (a
+    mediated device, a VF's NVIDIA vGPU type): the driver that made it holds the GPU.
 
     :raises HostUnreachableError: when the host cannot run the check.
     """
@@ -52,6 +59,7 @@ def find_busy(host: Host, addresses: Sequence[str], timeout: float = 60.0) -> li
 def _busy_from(records: Sequence[Record], addresses: Sequence[str]) -> list[BusyDevice]:
     drivers: dict[str, str | None] = {}
     reasons: dict[str, list[str]] = {a: [] for a in addresses}
+    removals: dict[str, list[str]] = {a: [] for a in addresses}
     smi_rc, smi_lines = None, []
     kernel = _KernelClients.of(records)
     in_kernel: set[str] = set()
@@ -66,6 +74,15 @@ def _busy_from(records: Sequence[Record], addresses: Sequence[str]) -> list[Busy
             reasons[fields[0]].append("its /dev/nvidia minor is unknown (no procfs information)")
         elif word == "nofuser":
             reasons[fields[0]].append(f"fuser is missing, so who holds {fields[1]} is unknown")
+        elif word == "mdev":
+            address, holder, uuid, kind = fields
+            where = "" if holder == address else f" on its VF {holder}"
+            reasons[address].append(f"mediated device {uuid} ({kind}) exists{where}")
+            removals[address].append(f"echo 1 > /sys/bus/mdev/devices/{uuid}/remove")
+        elif word == "vfvgpu":
+            address, vf, kind = fields
+            reasons[address].append(f"its VF {vf} holds a vGPU (type nvidia-{kind})")
+            removals[address].append(f"echo 0 > /sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type")
         elif word == "smi":
             smi_rc = int(fields[0])
         elif word == "smiline":
@@ -81,7 +98,13 @@ def _busy_from(records: Sequence[Record], addresses: Sequence[str]) -> list[Busy
             if mode != "Disabled":
                 reasons[address].append(_persistence_reason(mode, smi_rc, smi_lines))
     return [
-        BusyDevice(address=a, driver=drivers.get(a), reasons=r, in_kernel=a in in_kernel)
+        BusyDevice(
+            address=a,
+            driver=drivers.get(a),
+            reasons=r,
+            in_kernel=a in in_kernel,
+            removals=removals[a],
+        )
         for a, r in reasons.items()
         if r
     ]
@@ -151,13 +174,25 @@ def check_not_busy(host: Host, addresses: Sequence[str]) -> None:
         raise DeviceBusyError(
             host.name,
             [b.address for b in busy],
-            f"in use, so unbinding could block the kernel: {described}; "
-            + (
-                "apply without --live and reboot (or load nvidia_drm with modeset=0 and unbind "
-                "the console: echo 0 > /sys/class/vtconsole/vtcon1/bind)"
-                if any(b.in_kernel for b in busy)
-                else "stop the processes (and the containers) using these GPUs and turn "
-                "persistence off (nvidia-smi -i <address> -pm 0, or stop nvidia-persistenced), "
-                "then retry"
-            ),
+            f"in use, so unbinding could block the kernel: {described}; {_what_to_do(busy)}",
         )
+
+
+def _what_to_do(busy: list[BusyDevice]) -> str:
+    """What frees the busy functions, for the refusal."""
+    if any(b.in_kernel for b in busy):
+        return (
+            "apply without --live and reboot (or load nvidia_drm with modeset=0 and unbind "
+            "the console: echo 0 > /sys/class/vtconsole/vtcon1/bind)"
+        )
+    removals = [command for b in busy for command in b.removals]
+    if removals:
+        return (
+            "stop the VMs using those vGPUs; if nothing uses one, remove it "
+            f"({'; '.join(removals)}); then plan again, since a GPU serving vGPUs stays on its "
+            "host driver"
+        )
+    return (
+        "stop the processes (and the containers) using these GPUs and turn persistence off "
+        "(nvidia-smi -i <address> -pm 0, or stop nvidia-persistenced), then retry"
+    )

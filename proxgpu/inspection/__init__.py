@@ -15,7 +15,15 @@ from __future__ import annotations
 from proxgpu.host.base import Host
 from proxgpu.inspection.build import GpuFilter, build_inventory
 from proxgpu.inspection.capture import gather
-from proxgpu.inspection.inventory import Gpu, Inventory, MdevType, NumaNode, PciFunction
+from proxgpu.inspection.inventory import (
+    Gpu,
+    Inventory,
+    MdevType,
+    NumaNode,
+    PciFunction,
+    VgpuType,
+    VirtualFunction,
+)
 
 
 def inspect(host: Host, gpu_filter: GpuFilter | None = None) -> Inventory:
@@ -33,6 +41,8 @@ __all__ = [
     "MdevType",
     "NumaNode",
     "PciFunction",
+    "VgpuType",
+    "VirtualFunction",
     "build_inventory",
     "inspect",
 ]

@@ -21,6 +21,8 @@ from proxgpu.errors import SysfsError
 from proxgpu.inspection import hostfacts
 from proxgpu.inspection.capture import ALIAS_LIST, Capture
 from proxgpu.inspection.hardware import (
+    creatable_vgpu_types,
+    current_vgpu_type,
     drm_nodes,
     gpu_bars,
     gpu_bars64,
@@ -39,6 +41,7 @@ from proxgpu.inspection.inventory import (
     NumaNode,
     NvidiaCap,
     PciFunction,
+    VirtualFunction,
 )
 from proxgpu.inspection.mig import in_mig_mode, mig_instances
 from proxgpu.inspection.names import check_names
@@ -88,11 +91,13 @@ class GpuFilter:
 class _Found:
     """What the capture says of every GPU, looked up once for all of them: each GPU's nvidia
     ``information`` (by address), the NVIDIA capabilities (each GPU's MIG instances are among
-    them) and the mediated device types each function offers."""
+    them), the mediated device types each function offers, and each SR-IOV virtual function's
+    physical function (VF -> PF)."""
 
     nvidia: dict[str, dict[str, str]]
     caps: list[NvidiaCap]
     mdev_ids: dict[str, list[str]]
+    parents: dict[str, str]
 
 
 def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inventory:
@@ -112,10 +117,11 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     ]
     names = _pci_names(capture)
     functions = _pci_functions(capture, source, names, warnings)
-    found = _Found(_nvidia_info(capture), _nvidia_caps(capture), mdev_type_ids(capture))
+    parents = _sriov_parents(capture, source, functions)
+    found = _Found(_nvidia_info(capture), _nvidia_caps(capture), mdev_type_ids(capture), parents)
     gpus = _with_mig_uuids(_gpus(functions, gpu_filter, found, capture, warnings), capture, source)
     warnings += capture.notes
-    warnings += _accelerators_left_out(functions, gpus)
+    warnings += _accelerators_left_out(functions, gpus, parents)
     warnings += _initramfs_warnings(capture)
     numa_nodes = _numa_nodes(capture)
     cmdline = capture.first_line("/proc/cmdline")
@@ -137,7 +143,9 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         char_majors=_char_majors(capture),
         cpu_vendor=_cpu_vendor(capture),
         driver_modules=_driver_modules(capture),
-        commands=sorted({p.rsplit("/", 1)[1] for p in capture.files if not p.startswith("/dev/")}),
+        commands=sorted(
+            {p.rsplit("/", 1)[1] for p in capture.files if not p.startswith(("/dev/", "/proc/"))}
+        ),
         device_nodes=sorted(p for p in capture.files if p.startswith("/dev/")),
         nvidia_driver_version=_nvidia_version(capture),
         nvidia_device_file_mode=_nvidia_param(capture, "DeviceFileMode"),
@@ -216,6 +224,38 @@ def _pci_functions(
     return functions
 
 
+def _sriov_parents(
+    capture: Capture, source: str, functions: dict[str, PciFunction]
+) -> dict[str, str]:
+    """Each SR-IOV virtual function's physical function, from its ``physfn`` link (VF -> PF).
+
+    :raises SysfsError: when a link names a function the host does not have, or one that is
+        itself a VF: the kernel links a VF to its physical function only.
+    """
+    parents = {
+        address: parent
+        for address in functions
+        if (parent := _link_name(capture, address, "physfn")) is not None
+    }
+    for address, parent in sorted(parents.items()):
+        path = f"{PCI_DEVICES}{address}/physfn"
+        if parent not in functions:
+            raise SysfsError(
+                source,
+                path,
+                f"names {parent}, which is not among the host's PCI functions: refusing the "
+                "host's data",
+            )
+        if parent in parents:
+            raise SysfsError(
+                source,
+                path,
+                f"names {parent}, which is itself a virtual function: the kernel links a VF "
+                "to its physical function only; refusing the host's data",
+            )
+    return parents
+
+
 def _pci_path(capture: Capture, address: str) -> list[str] | None:
     """The bridges above ``address``, root port first, from its entry's link into
     ``/sys/devices/pci0000:00/...``; ``None`` when the capture holds no such link."""
@@ -279,8 +319,13 @@ def _gpus(
     warnings: list[str],
 ) -> list[Gpu]:
     by_slot: dict[str, list[PciFunction]] = defaultdict(list)
+    vfs_of: dict[str, list[PciFunction]] = defaultdict(list)
     for function in functions.values():
-        by_slot[function.slot].append(function)
+        # A VF is a part of its GPU, never a function that moves with its slot's.
+        if function.address in found.parents:
+            vfs_of[found.parents[function.address]].append(function)
+        else:
+            by_slot[function.slot].append(function)
     by_group: dict[int, list[PciFunction]] = defaultdict(list)
     for function in functions.values():
         if function.iommu_group is not None:
@@ -293,6 +338,7 @@ def _gpus(
                 _gpu(
                     display[0],
                     slot_functions=by_slot[slot],
+                    vfs=vfs_of.get(display[0].address, []),
                     by_group=by_group,
                     found=found,
                     capture=capture,
@@ -306,13 +352,14 @@ def _gpu(
     main: PciFunction,
     *,
     slot_functions: list[PciFunction],
+    vfs: list[PciFunction],
     by_group: dict[int, list[PciFunction]],
     found: _Found,
     capture: Capture,
     warnings: list[str],
 ) -> Gpu:
     ordered = [main] + [f for f in slot_functions if f is not main]
-    own = {f.address for f in ordered}
+    own = {f.address for f in [*ordered, *vfs]}
     peers = (
         [f for f in by_group.get(main.iommu_group, []) if f.address not in own]
         if (main.iommu_group is not None)
@@ -351,6 +398,21 @@ def _gpu(
         mdev_types=mdev_types(capture, main.address, found.mdev_ids.get(main.address, [])),
         mig_instances=mig_instances(found.caps, minor),
         mig_mode=in_mig_mode(found.caps, minor),
+        virtual_functions=[_virtual_function(capture, vf, found) for vf in vfs],
+    )
+
+
+def _virtual_function(capture: Capture, function: PciFunction, found: _Found) -> VirtualFunction:
+    """An SR-IOV VF of a GPU with the vGPU types it offers, either way NVIDIA's driver shows
+    them (see :class:`~proxgpu.inspection.inventory.VirtualFunction`)."""
+    address = function.address
+    return VirtualFunction(
+        address=address,
+        driver=function.driver,
+        iommu_group=function.iommu_group,
+        mdev_types=mdev_types(capture, address, found.mdev_ids.get(address, [])),
+        creatable_vgpu_types=creatable_vgpu_types(capture, address),
+        current_vgpu_type=current_vgpu_type(capture, address),
     )
 
 
@@ -469,16 +531,19 @@ def _cpu_vendor(capture: Capture) -> str | None:
     return hostfacts.cpuinfo_field(capture, "vendor_id") or None
 
 
-def _accelerators_left_out(functions: dict[str, PciFunction], gpus: list[Gpu]) -> list[str]:
+def _accelerators_left_out(
+    functions: dict[str, PciFunction], gpus: list[Gpu], parents: dict[str, str]
+) -> list[str]:
     """Processing accelerators (class 0x12: Habana Gaudi, some AMD Instinct) that the GPU filter
     did not take: the split does not move them, so say how to include them. NVIDIA's driver
-    binds only VGA and 3D controllers (0x0300, 0x0302), so its GPUs are never among them."""
+    binds only VGA and 3D controllers (0x0300, 0x0302), so its GPUs are never among them. An
+    SR-IOV VF goes with its physical function, which is named instead."""
     taken = {address for gpu in gpus for address in gpu.functions}
     return [
         f"{f.address} ({f.name or f'{f.vendor_id}:{f.device_id}'}) is a processing accelerator "
         "(PCI class 0x12), not taken as a GPU: add --gpu-class 03 --gpu-class 12 to split it too"
         for f in functions.values()
-        if f.class_code.startswith("0x12") and f.address not in taken
+        if f.class_code.startswith("0x12") and f.address not in taken and f.address not in parents
     ]
 
 

@@ -16,7 +16,7 @@ True
 from __future__ import annotations
 
 from proxgpu.inspection.capture import Capture
-from proxgpu.inspection.inventory import MdevType, PciFunction
+from proxgpu.inspection.inventory import MdevType, PciFunction, VgpuType
 from proxgpu.paths import PCI_DEVICES
 
 #: ``IORESOURCE_MEM`` in a sysfs ``resource`` line's flags: a memory (not I/O port) region.
@@ -136,6 +136,36 @@ def mdev_types(capture: Capture, address: str, ids: list[str]) -> list[MdevType]
                 ),
             )
         )
+    return types
+
+
+def current_vgpu_type(capture: Capture, address: str) -> int | None:
+    """The id of the vGPU type a VF holds (``nvidia/current_vgpu_type``: 0 for none), ``None``
+    when the VF has no such file (not NVIDIA's vGPU 17 interface, or not read)."""
+    value = capture.first_line(f"{PCI_DEVICES}{address}/nvidia/current_vgpu_type")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def creatable_vgpu_types(capture: Capture, address: str) -> list[VgpuType] | None:
+    """The vGPU types NVIDIA's driver can create on a VF now, as its
+    ``nvidia/creatable_vgpu_types`` lists them (``1155 : NVIDIA L40S-8Q``, after a header line
+    on some drivers); ``None`` when the VF has no ``nvidia/`` files. The file is empty when
+    nothing can be made there now (a read of it gives no line), so ``current_vgpu_type``, which
+    always holds a number, says that the files exist.
+
+    >>> cap = Capture(lines={f"{PCI_DEVICES}0000:81:00.4/nvidia/current_vgpu_type": ["0"],
+    ...     f"{PCI_DEVICES}0000:81:00.4/nvidia/creatable_vgpu_types": [
+    ...         "ID    : vGPU Name", "1155  : NVIDIA L40S-8Q"]})
+    >>> creatable_vgpu_types(cap, "0000:81:00.4"), creatable_vgpu_types(cap, "0000:81:00.5")
+    ([VgpuType(id=1155, name='NVIDIA L40S-8Q')], None)
+    """
+    if current_vgpu_type(capture, address) is None:
+        return None
+    types = []
+    for line in capture.lines.get(f"{PCI_DEVICES}{address}/nvidia/creatable_vgpu_types", []):
+        type_id, _, name = line.partition(":")
+        if type_id.strip().isdigit():
+            types.append(VgpuType(id=int(type_id), name=name.strip()))
     return types
 
 

@@ -45,9 +45,16 @@ def cpu_pdpe1gb(capture: Capture) -> bool | None:
     return None if flags is None else "pdpe1gb" in flags.split()
 
 
-def framebuffers(capture: Capture) -> list[str]:
+def framebuffers(capture: Capture) -> list[str] | None:
     """The framebuffer names ``/proc/fb`` lists, one per ``N NAME`` line (efifb's is
-    ``EFI VGA``, vesafb's ``VESA VGA``, simpledrm's ``simpledrmdrmfb``)."""
+    ``EFI VGA``, vesafb's ``VESA VGA``, simpledrm's ``simpledrmdrmfb``); ``None`` when the file
+    was not read (a snapshot taken before proxgpu read it), which is not "no framebuffer".
+
+    >>> framebuffers(Capture()), framebuffers(Capture(files={PROC_FB}))
+    (None, [])
+    """
+    if PROC_FB not in capture.lines and PROC_FB not in capture.files:
+        return None
     names = []
     for line in capture.lines.get(PROC_FB, []):
         number, _, name = line.strip().partition(" ")

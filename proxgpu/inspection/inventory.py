@@ -58,6 +58,75 @@ class MdevType(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class VgpuType(Record):
+    """A vGPU type NVIDIA's driver can create on an SR-IOV virtual function now, as the VF's
+    ``nvidia/creatable_vgpu_types`` lists it (``1155 : NVIDIA L40S-8Q``; vGPU 17 and later, Linux
+    6.8 and later): a VM's ``hostpciN: VF,mdev=nvidia-ID`` names it, and qemu-server writes
+    the id into the VF's ``nvidia/current_vgpu_type`` at the VM's start.
+
+    >>> VgpuType(id=1155, name="NVIDIA L40S-8Q").mdev_type
+    'nvidia-1155'
+    """
+
+    id: int
+    name: str
+
+    @property
+    def mdev_type(self) -> str:
+        """The type as a VM's ``mdev=`` names it (qemu-server's ``nvidia-ID``)."""
+        return f"nvidia-{self.id}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VirtualFunction(Record):
+    """An SR-IOV virtual function of a GPU (its sysfs ``physfn`` link names the GPU): on
+    Ampere and later NVIDIA's vGPU runs on these, one vGPU each, and they exist only while the
+    GPU's own driver keeps SR-IOV on, so a VF is a part of its GPU, never a GPU of its own.
+
+    A VF offers its vGPU types one of two ways: ``mdev_types``, its ``mdev_supported_types/``
+    (NVIDIA vGPU before 17: a VM's ``mdev=`` makes a mediated device on the VF), or
+    ``creatable_vgpu_types`` and ``current_vgpu_type`` from its ``nvidia/`` directory (vGPU 17
+    and later: the type id written there makes the vGPU, 0 none; ``None`` when the VF has no
+    such files).
+
+    >>> vf = VirtualFunction(address="0000:81:01.2", current_vgpu_type=1155,
+    ...                      creatable_vgpu_types=[])
+    >>> vf.live_vgpus, vf.offers("nvidia-1155")
+    (['nvidia-1155'], False)
+    """
+
+    address: str
+    driver: str | None = None
+    iommu_group: int | None = None
+    mdev_types: list[MdevType] = field(default_factory=list)
+    creatable_vgpu_types: list[VgpuType] | None = None
+    current_vgpu_type: int | None = None
+
+    @property
+    def live_vgpus(self) -> list[str]:
+        """The types of the vGPUs the VF holds now: its current vGPU type, or the types of its
+        mediated devices that exist."""
+        live = [f"nvidia-{self.current_vgpu_type}"] if self.current_vgpu_type else []
+        return live + [t.id for t in self.mdev_types for _ in t.instances]
+
+    @property
+    def known_types(self) -> list[str]:
+        """Every type the VF shows: creatable now, offered as an mdev type, or held now."""
+        found = [t.mdev_type for t in self.creatable_vgpu_types or []]
+        found += [t.id for t in self.mdev_types] + self.live_vgpus
+        return sorted(set(found))
+
+    def offers(self, mdev_type: str) -> bool:
+        """Whether a vGPU of ``mdev_type`` can be made on the VF now: it holds none, and the
+        driver lists the type as creatable (or has an mdev instance of it available)."""
+        if self.live_vgpus:
+            return False
+        creatable = [t.mdev_type for t in self.creatable_vgpu_types or []]
+        available = [t.id for t in self.mdev_types if t.available > 0]
+        return mdev_type in creatable + available
+
+
+@dataclass(frozen=True, kw_only=True)
 class PciFunction(Record):
     """One PCI function as sysfs describes it.
 
@@ -176,6 +245,8 @@ class Gpu(Record):
     instance made yet), by GPU instance then compute instance id; ``mig_mode`` says it is in MIG
     mode, as a GPU instance of it shows (one put in MIG mode before any instance is made shows
     none, see :mod:`~proxgpu.inspection.mig`): CUDA then runs only on its MIG devices.
+    ``virtual_functions`` are its SR-IOV virtual functions (:class:`VirtualFunction`, by
+    address): parts of it, not among ``functions``, which move with it.
     """
 
     address: str
@@ -204,6 +275,7 @@ class Gpu(Record):
     mdev_types: list[MdevType] = field(default_factory=list)
     mig_instances: list[MigInstance] = field(default_factory=list)
     mig_mode: bool = False
+    virtual_functions: list[VirtualFunction] = field(default_factory=list)
 
     @property
     def host_driver(self) -> str | None:
@@ -237,7 +309,8 @@ class Inventory(Record):
     describes in /proc, by minor.
     ``cpu_phys_bits`` and ``cpu_pdpe1gb`` are the first CPU's physical address bits and 1 GiB page
     flag (``/proc/cpuinfo``), ``secure_boot`` whether UEFI Secure Boot is on (``None``: not
-    known), ``framebuffers`` the names ``/proc/fb`` lists (``EFI VGA``, ``simpledrmdrmfb``).
+    known), ``framebuffers`` the names ``/proc/fb`` lists (``EFI VGA``, ``simpledrmdrmfb``;
+    ``None``: the file was not read, so whether the kernel made one is unknown).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -275,7 +348,7 @@ class Inventory(Record):
     cpu_phys_bits: int | None = None
     cpu_pdpe1gb: bool | None = None
     secure_boot: bool | None = None
-    framebuffers: list[str] = field(default_factory=list)
+    framebuffers: list[str] | None = None
     #: By kernel release, each installed kernel's module aliases that can name a driver for a
     #: GPU's function (see :class:`KernelModules`); empty when none were read.
     kernel_modules: dict[str, KernelModules] = field(default_factory=dict)

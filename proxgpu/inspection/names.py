@@ -50,6 +50,12 @@ DRM_NODE = re.compile(r"(card|renderD)[0-9]{1,4}")
 #: "/", "." and ":" in ``mdev=`` (PVE/QemuServer/PCI.pm), and ",", "=" or blanks would end the
 #: property in the VM's config line.
 MDEV_TYPE = re.compile(r"[A-Za-z0-9_+-]{1,64}")
+#: A line of a VF's ``nvidia/creatable_vgpu_types``: a vGPU type's id (which goes into a VM's
+#: ``mdev=nvidia-ID`` as written) and its name, ``1155 : NVIDIA L40S-8Q``; or the header some
+#: drivers print first (``ID : vGPU Name``, which pve-common's reader skips).
+VGPU_TYPE_LINE = re.compile(r"\s*(?:[0-9]{1,10}|ID)\s*:\s*[ -~]{0,128}")
+#: A VF's ``nvidia/current_vgpu_type``: the id of the vGPU type it holds, 0 for none.
+VGPU_TYPE_ID = re.compile(r"[0-9]{1,10}")
 #: The NVIDIA capability files the boot unit reads (nv-caps.c's names).
 NVIDIA_CAP = re.compile(
     r"/proc/driver/nvidia/capabilities/(mig/config|mig/monitor|fabric-imex-mgmt"
@@ -133,6 +139,8 @@ def _check_link(source: str, path: str, target: str) -> None:
         _expect(source, path, "driver", last, (DRIVER_NAME, "letters, digits and _ . + -"))
     elif path.endswith("/iommu_group"):
         _expect(source, path, "IOMMU group", last, (re.compile(r"[0-9]{1,6}"), "a number"))
+    elif path.endswith("/physfn"):
+        _expect(source, path, "physical function", last, (PCI_ADDRESS, "DDDD:BB:DD.F"))
     elif path.startswith(_DRIVERS) and path.endswith("/module"):
         driver = path[len(_DRIVERS) :].split("/", 1)[0]
         _expect(source, path, "driver", driver, (DRIVER_NAME, "letters, digits and _ . + -"))
@@ -156,6 +164,12 @@ def _check_attribute(source: str, path: str, lines: list[str]) -> None:
         _expect(source, path, "driver", value, (DRIVER_NAME, "letters, digits and _ . + -"))
     elif path.startswith(PCI_DEVICES) and attribute == "modalias":
         _expect(source, path, "modalias", value, (PCI_MODALIAS, "pci:v...i.., as sysfs has it"))
+    elif path.startswith(PCI_DEVICES) and path.endswith("/nvidia/current_vgpu_type"):
+        _expect(source, path, "vGPU type id", value, (VGPU_TYPE_ID, "a number, 0 for none"))
+    elif path.startswith(PCI_DEVICES) and path.endswith("/nvidia/creatable_vgpu_types"):
+        for line in (line for line in lines if line.strip()):
+            form = "ID : NAME, the id a number and the name printable"
+            _expect(source, path, "vGPU type line", line, (VGPU_TYPE_LINE, form))
     elif path == "/proc/sys/kernel/osrelease":
         _expect(source, path, "kernel release", value, (KERNEL_RELEASE, "as uname -r prints it"))
     elif path == "/proc/sys/kernel/hostname":

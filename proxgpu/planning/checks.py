@@ -109,8 +109,9 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
     vgpus: dict[GuestRef, dict[str, list[DeviceClaim]]] = defaultdict(lambda: defaultdict(list))
     unbound: dict[tuple[GuestRef, str], list[DeviceClaim]] = defaultdict(list)  # driver=keep
     for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
-        # A vGPU entry stays as it is, a target's too: it needs its GPU on the host driver.
-        if claim.keeps_host_driver:
+        # A vGPU entry stays as it is, a target's too: it needs its GPU on the host driver (so
+        # does an SR-IOV virtual function, which exists only while that driver keeps it).
+        if claim.keeps_host_driver or ctx.index.virtual_function(claim.pci_address):
             for gpu in _claimed_gpus(ctx.index, claim):
                 vgpus[claim.guest][gpu.address].append(claim)
             continue

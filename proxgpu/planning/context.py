@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from proxgpu.errors import PlanRefusedError
-from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.inspection.inventory import Gpu, Inventory, VirtualFunction
 from proxgpu.pci import is_bmc_display, normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.model import Problem, ProblemCode, SplitPolicy
@@ -14,7 +14,8 @@ from proxgpu.pve.claims import GuestRef
 
 
 class GpuIndex:
-    """The GPUs in PCI bus order, found by any address or minor a user or a config names."""
+    """The GPUs in PCI bus order, found by any address or minor a user or a config names (an
+    SR-IOV virtual function's address finds the GPU it is a part of)."""
 
     def __init__(self, gpus: list[Gpu]) -> None:
         self.gpus = gpus
@@ -22,11 +23,22 @@ class GpuIndex:
         self._by_address = {gpu.address: gpu for gpu in gpus}
         self._by_function: dict[str, list[Gpu]] = defaultdict(list)
         self._by_slot: dict[str, list[Gpu]] = defaultdict(list)
+        self._virtual: dict[str, VirtualFunction] = {}
         for gpu in gpus:
             self._by_slot[gpu.slot].append(gpu)
             for function in gpu.functions:
                 self._by_function[function].append(gpu)
+            for vf in gpu.virtual_functions:
+                self._by_function[vf.address].append(gpu)
+                self._virtual[vf.address] = vf
         self.by_minor = {gpu.nvidia_minor: gpu for gpu in gpus if gpu.nvidia_minor is not None}
+
+    def virtual_function(self, text: str | None) -> VirtualFunction | None:
+        """The SR-IOV virtual function at an address as written (``81:01.2``), if it is one."""
+        try:
+            return self._virtual.get(normalize_pci_address(text or ""))
+        except ValueError:
+            return None
 
     def get(self, address: str) -> Gpu:
         """The GPU whose own address this is."""

@@ -29,8 +29,9 @@ class Role(StrEnum):
 
     ``HOST`` keeps the GPU on its host driver for the container; ``VFIO`` binds it to vfio-pci
     for a VM; ``VGPU`` keeps it on its host driver for VMs using mediated devices (``mdev=``) of
-    it, which qemu-server creates through that driver (``prepare_pci_device`` in
-    PVE/QemuServer/PCI.pm), so it never moves and no container gets it. ``MIG`` keeps a GPU in
+    it or of its SR-IOV virtual functions, which qemu-server creates through that driver
+    (``prepare_pci_device`` in PVE/QemuServer/PCI.pm), or for vGPUs that exist on it, so it
+    never moves and no container gets it. ``MIG`` keeps a GPU in
     MIG mode on nvidia for containers that each get one of its MIG instances
     (``--lxc 200:mig=0/1``): its node and that instance's capability nodes, nothing wider.
 
@@ -252,14 +253,19 @@ to parse string as an integer (got 'two hundred')
 class VgpuUse(FrozenModel):
     """One VM's vGPU of a GPU: the mediated device type, and whether the plan adds its
     ``hostpciN: ADDR,mdev=TYPE`` entry (``added``) or found it in the VM's config.
+    ``function`` is the SR-IOV virtual function of the GPU it is on (NVIDIA vGPU on Ampere and
+    later), which the entry names; ``None``: the GPU's own function. ``mdev_type`` is ``None``
+    for a VF passed through whole (an entry without ``mdev=``), which needs the GPU kept the
+    same way.
 
     >>> VgpuUse(vmid=400, mdev_type="nvidia-1155", added=True).added
     True
     """
 
     vmid: int
-    mdev_type: str
+    mdev_type: str | None
     added: bool = False
+    function: str | None = None
 
 
 class MigUse(FrozenModel):

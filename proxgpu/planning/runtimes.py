@@ -197,12 +197,15 @@ def not_whole(gpu: Gpu) -> str | None:
             f"{gpu.address} is in MIG mode: CUDA runs only on its MIG devices, never on the whole "
             f"GPU; give a job one of them with {mig_selection(gpu)}"
         )
-    vgpus = sum(len(kind.instances) for kind in gpu.mdev_types)
-    if vgpus:
+    mediated = sum(len(kind.instances) for kind in gpu.mdev_types)
+    on_vfs = sum(len(vf.live_vgpus) for vf in gpu.virtual_functions)
+    if mediated or on_vfs:
+        vgpus = mediated + on_vfs
+        shown = "mediated devices exist" if mediated else "its SR-IOV virtual functions hold them"
         return (
-            f"{gpu.address} serves {vgpus} vGPU{'s' if vgpus > 1 else ''} to VMs (mediated "
-            "devices exist): NVIDIA's vGPU software describes no CUDA work on the host beside "
-            "them, so no job is placed there"
+            f"{gpu.address} serves {vgpus} vGPU{'s' if vgpus > 1 else ''} to VMs ({shown}): "
+            "NVIDIA's vGPU software describes no CUDA work on the host beside them, so no job "
+            "is placed there"
         )
     return None
 

@@ -1,5 +1,6 @@
 """What moving GPUs to vfio-pci does to the host, for the first day: the console's framebuffer,
-legacy VGA routing, Secure Boot and the kept GPUs' driver, resets, and qemu-server's ``new_id``.
+legacy VGA routing, Secure Boot and the kept GPUs' driver, resets, qemu-server's ``new_id``, and
+the MIG instances of a GPU in MIG mode.
 
 >>> kernel_version("6.8.12-11-pve"), kernel_version(None)
 ((6, 8), None)
@@ -13,6 +14,7 @@ from proxgpu.inspection.inventory import Gpu, PciFunction
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import PlanGroup
+from proxgpu.pve.claims import nvidia_cap_users
 
 #: The kernel whose vfio-pci removes firmware framebuffers on the VGA devices it binds
 #: (commit d17378062079 "vfio/pci: Remove console drivers", Linux 6.0).
@@ -39,6 +41,7 @@ def advise_host(ctx: Context, groups: list[PlanGroup]) -> None:
         if group.role.moves_to_vfio:
             _resets(ctx, group)
     _new_id(ctx, moved, kept)
+    _mig_instances(ctx, moved)
 
 
 def kernel_version(release: str | None) -> tuple[int, int] | None:
@@ -58,23 +61,31 @@ def _boot_framebuffer(ctx: Context, moved: list[Gpu]) -> None:
     firmware's framebuffer, made again at every boot by the kernel's ``sysfb_init``, stays on
     it until vfio-pci binds. Only ``initcall_blacklist=sysfb_init`` keeps every kind of it from
     being made (``video=efifb:off`` stops efifb alone, not simplefb or simpledrm). An empty
-    list says the host makes no framebuffer at all."""
+    list says the host makes no framebuffer at all; no list (``/proc/fb`` not read) says
+    nothing, so the warning says what to look at."""
     for gpu in (gpu for gpu in moved if gpu.boot_vga):
+        if ctx.inventory.framebuffers is None and not _no_sysfb(ctx):
+            ctx.warnings.append(_unknown_framebuffer_warning(ctx, gpu))
+            continue
         found = _framebuffer_on(ctx, gpu)
         if found:
             ctx.warnings.append(_framebuffer_warning(ctx, *found))
 
 
+def _no_sysfb(ctx: Context) -> bool:
+    """Whether the kernel command line keeps the kernel from making a firmware framebuffer."""
+    return any(_NO_SYSFB.match(word) for word in (ctx.inventory.kernel_cmdline or "").split())
+
+
 def _framebuffer_on(ctx: Context, gpu: Gpu) -> tuple[str, str | None] | None:
     """Where the warning says the boot GPU's framebuffer comes from, and its name in /proc/fb
     when it is listed now; ``None`` when the GPU has none at the next boot."""
-    listed = ctx.inventory.framebuffers
+    listed = ctx.inventory.framebuffers or []
     firmware = [n for n in listed if _FIRMWARE_FB.match(n)]
     if firmware:
         name = firmware[0]
         return f"{gpu.address} holds the host's boot framebuffer ({name} in /proc/fb)", name
-    words = (ctx.inventory.kernel_cmdline or "").split()
-    if not listed or any(_NO_SYSFB.match(w) for w in words):
+    if not listed or _no_sysfb(ctx):
         return None
     where = (
         f"{gpu.address} is the host's boot GPU: /proc/fb lists no firmware framebuffer now "
@@ -97,6 +108,28 @@ def _framebuffer_warning(ctx: Context, where: str, name: str | None) -> str:
         f"{where}: kernel {release} (before 6.0) keeps it on the GPU's memory after "
         "vfio-pci binds the GPU, so QEMU cannot map that BAR and the VM fails to start: "
         f"boot the host with {_FB_OFF.get(name or '', 'initcall_blacklist=sysfb_init')}"
+    )
+
+
+def _unknown_framebuffer_warning(ctx: Context, gpu: Gpu) -> str:
+    """The boot GPU moves and ``/proc/fb`` was not read: what to look for, and what follows."""
+    kernel = kernel_version(ctx.inventory.kernel)
+    if kernel is None or kernel >= _REMOVES_FRAMEBUFFERS:
+        follows = (
+            "vfio-pci removes it when it binds the GPU, so the host's console there freezes: "
+            "keep another way in (serial console, the BMC, SSH)"
+        )
+    else:
+        follows = (
+            f"kernel {ctx.inventory.kernel} (before 6.0) keeps it on the GPU's memory, so QEMU "
+            "cannot map that BAR and the VM fails to start: boot the host with "
+            "initcall_blacklist=sysfb_init"
+        )
+    return (
+        f"{gpu.address} is the host's boot GPU, and whether the kernel puts its boot framebuffer "
+        "on it is unknown (/proc/fb was not read: a snapshot taken without it): check with "
+        "`cat /proc/fb` on the host; if it lists EFI VGA, VESA VGA or a simple framebuffer "
+        f"(or only a DRM driver's, which the firmware's returns after the move), {follows}"
     )
 
 
@@ -227,3 +260,31 @@ def _new_id(ctx: Context, moved: list[Gpu], kept: list[Gpu]) -> None:
         f"{driver}) before starting VMs; from the next boot with the modprobe binding, proxgpu's "
         f"bind script sets their driver_override to {driver}, so new_id cannot take them"
     )
+
+
+def _mig_instances(ctx: Context, moved: list[Gpu]) -> None:
+    """A GPU in MIG mode keeps its MIG instances only while nvidia drives it: they are the
+    driver's, gone when it lets the GPU go, and NVIDIA's MIG user guide says they do not outlive
+    a reboot either (the admin makes them again, ``nvidia-smi mig -cgi ... -C``). Whatever runs
+    on them stops, and a container given one (its capability nodes in its config) loses it."""
+    users = nvidia_cap_users(ctx.inventory.guest_configs)
+    for gpu in (gpu for gpu in moved if gpu.mig_instances):
+        instances = wording.join(i.label for i in gpu.mig_instances)
+        used = [
+            f"{guest.label} ({instance.label})"
+            for instance in gpu.mig_instances
+            for guest in users.get(instance.ci_cap.minor, [])
+        ]
+        who = (
+            f"{wording.join(used)} {'uses' if len(used) == 1 else 'use'} them and lose"
+            f"{'s' if len(used) == 1 else ''} {'it' if len(used) == 1 else 'them'}"
+            if used
+            else "no container's config names them, but any process on them stops"
+        )
+        ctx.warnings.append(
+            f"{gpu.address} goes to vfio-pci in MIG mode with "
+            f"{wording.count(len(gpu.mig_instances), 'MIG instance')} ({instances}): they are "
+            f"nvidia's and go when it lets the GPU go; {who} (nvidia-smi -L lists what runs "
+            "there): move that work first, or keep the GPU on nvidia "
+            f"(--host-gpus {gpu.address})"
+        )

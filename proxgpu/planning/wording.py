@@ -52,8 +52,17 @@ def node_order(node: int | None) -> tuple[bool, int]:
 
 
 def vgpu_list(uses: list[VgpuUse]) -> str:
-    """``VM 310 (nvidia-1155), VM 400 (nvidia-1155, added)``: which VMs use vGPUs of a GPU."""
-    return ", ".join(f"VM {u.vmid} ({u.mdev_type}{', added' if u.added else ''})" for u in uses)
+    """``VM 310 (nvidia-1155), VM 400 (nvidia-1155, added)``: which VMs use vGPUs of a GPU, with
+    the SR-IOV virtual function each is on (``VM 311 (nvidia-1155 on VF 0000:81:00.4)``)."""
+    return ", ".join(f"VM {u.vmid} ({_vgpu(u)}{', added' if u.added else ''})" for u in uses)
+
+
+def _vgpu(use: VgpuUse) -> str:
+    if use.function is None:
+        return str(use.mdev_type)
+    if use.mdev_type is None:
+        return f"VF {use.function}, passed through whole"
+    return f"{use.mdev_type} on VF {use.function}"
 
 
 def mig_list(uses: list[MigUse]) -> str:

@@ -34,6 +34,7 @@ NVIDIA_MAJOR = 195
 """The character major of ``/dev/nvidiaN``: registered, so it never changes (unlike nvidia-uvm)."""
 
 _NVIDIA_NODE = re.compile(r"^/dev/nvidia(\d+)$")
+_NVIDIA_CAP_NODE = re.compile(r"^/dev/nvidia-caps/nvidia-cap(\d+)$")
 _NVIDIA_RULE = re.compile(rf"^c\s+{NVIDIA_MAJOR}:(\*|\d+)(?:\s|$)")
 _HOSTPCI = re.compile(r"^hostpci\d+$")
 _CGROUP_ALLOW = ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow")
@@ -129,6 +130,29 @@ def device_claims(configs: Mapping[str, str], node: str) -> list[DeviceClaim]:
     return claims
 
 
+def nvidia_cap_users(configs: Mapping[str, str]) -> dict[int, list[GuestRef]]:
+    """NVIDIA capability minor -> the containers whose config gives them its node
+    (``/dev/nvidia-caps/nvidia-capN`` as a ``devN`` entry or a raw ``lxc.mount.entry``): the MIG
+    instances a container runs on, as each instance's pair of capability nodes says.
+
+    >>> configs = {"/etc/pve/lxc/200.conf": "dev4: /dev/nvidia-caps/nvidia-cap22,mode=0444\\n"}
+    >>> {minor: [g.label for g in guests] for minor, guests in nvidia_cap_users(configs).items()}
+    {22: ['CT 200']}
+    """
+    users: dict[int, list[GuestRef]] = {}
+    for path in sorted(configs):
+        match = GUEST_CONFIG.match(path)
+        if match is None or match[1] != "lxc":
+            continue
+        guest = GuestRef(type="lxc", vmid=int(match[2]))
+        for key, value in GuestConfig.parse(configs[path]).entries():
+            node = _lxc_node(key, value)
+            cap = _NVIDIA_CAP_NODE.match(node or "")
+            if cap and guest not in users.setdefault(int(cap[1]), []):
+                users[int(cap[1])].append(guest)
+    return users
+
+
 def hostpci_mdev(value: str) -> str | None:
     """The mediated device type of a ``hostpciN`` value (a vGPU), if it names one.
 
@@ -174,17 +198,21 @@ def _lxc_minor(key: str, value: str) -> int | Literal["*"] | None:
         if rule is None:
             return None
         return "*" if rule[1] == "*" else int(rule[1])
+    match = _NVIDIA_NODE.match(_lxc_node(key, value) or "")
+    return int(match[1]) if match else None
+
+
+def _lxc_node(key: str, value: str) -> str | None:
+    """The host device node a container line hands in (a ``devN`` entry's path, a raw
+    ``lxc.mount.entry``'s source), if it is one of those."""
     if re.fullmatch(r"dev\d+", key):
         try:
-            node = parse_property_string(value, "path").get("path", "")
+            return parse_property_string(value, "path").get("path", "")
         except ValueError:
             return None
-    elif key == "lxc.mount.entry":
-        node = value.split(maxsplit=1)[0] if value else ""
-    else:
-        return None
-    match = _NVIDIA_NODE.match(node)
-    return int(match[1]) if match else None
+    if key == "lxc.mount.entry":
+        return value.split(maxsplit=1)[0] if value else ""
+    return None
 
 
 def _pci_mappings(text: str, node: str) -> dict[str, list[str]]:

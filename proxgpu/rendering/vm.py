@@ -50,12 +50,14 @@ def render_vm(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> Non
 
 def render_vgpu(ctx: RenderContext, group: PlanGroup, use: VgpuUse, path: str) -> None:
     """A vGPU the plan adds: ``hostpciN: ADDR,mdev=TYPE`` naming the GPU's own function (a slot
-    would be a multifunction device, which qemu-server refuses with ``mdev``), and the VM pinned
-    to the GPU's NUMA node as a passthrough VM is."""
+    would be a multifunction device, which qemu-server refuses with ``mdev``), or the SR-IOV
+    virtual function the plan picked for it (qemu-server uses the VF an entry names), and the
+    VM pinned to the GPU's NUMA node as a passthrough VM is."""
     config = guest_config_of(ctx, path, "VM")
     extra = ",pcie=1" if "q35" in (config.get("machine") or "") else ""
     (index,) = config.free_indices("hostpci", 1)
-    config.set(f"hostpci{index}", f"{group.gpus[0]},mdev={use.mdev_type}{extra}")
+    where = use.function or group.gpus[0]
+    config.set(f"hostpci{index}", f"{where},mdev={use.mdev_type}{extra}")
     _pin(ctx, config, group, use.vmid)
     ctx.file(path, config.render(), f"VM {use.vmid}: its vGPU and NUMA pinning", mode=None)
 

@@ -4,6 +4,8 @@
 #   fn ADDR DRIVER | holder ADDR PID NODE COMM | nominor ADDR | nofuser ADDR NODE
 #   fb ADDR FBNAME (a framebuffer sits on it) | fbcon (the console is bound to a framebuffer)
 #   nvdrm MODESET FBDEV (nvidia_drm's parameters, when it is loaded)
+#   mdev ADDR HOLDER UUID TYPE (a mediated device exists on ADDR, or on HOLDER, a VF of it)
+#   vfvgpu ADDR VF TYPEID (its VF holds an NVIDIA vGPU: nvidia/current_vgpu_type is not 0)
 #   smi RC, then smiline TEXT per line nvidia-smi printed
 # In-kernel clients (the framebuffer console, nvidia_drm's fbdev) hold a GPU where fuser cannot
 # see them, and nvidia's unbind waits for them forever: the fb, fbcon and nvdrm records tell.
@@ -23,12 +25,38 @@ for fb in "$root"/sys/class/graphics/fb*; do
     target=$(readlink "$fb/device" 2>/dev/null) || continue
     framebuffers="$framebuffers ${target##*/}=${fb##*/}"
 done
+# vgpus ADDR DIR: the vGPUs that exist on the function in DIR (ADDR's own, or a VF of it): its
+# mediated devices, each a link in its type's devices/ (mdev sysfs ABI), and NVIDIA's vGPU type
+# on a VF. The driver that made them holds the GPU while they exist.
+vgpus() {
+    for m in "$2"/mdev_supported_types/*/devices/*; do
+        { [ -L "$m" ] || [ -e "$m" ]; } || continue
+        # The kernel names a mediated device by its UUID, and its type in letters, digits and
+        # _ + - (a name it cannot make would break the record).
+        case ${m##*/} in *[!0-9a-fA-F-]*) continue ;; esac
+        t=${m%/devices/*}
+        t=${t##*/}
+        case $t in *[!A-Za-z0-9_+-]*) t='?' ;; esac
+        rec mdev "$1" "${2##*/}" "${m##*/}" "$t"
+    done
+    current=$2/nvidia/current_vgpu_type
+    if [ -f "$current" ] && read -r type <"$current" 2>/dev/null && [ "$type" != 0 ]; then
+        rec vfvgpu "$1" "${2##*/}" "$type"
+    fi
+}
 nvidia=0
 for F; do
     d=$root/sys/bus/pci/devices/$F
     link=$(readlink "$d/driver" 2>/dev/null) || link=
     drv=${link##*/}
     rec fn "$F" "${drv:--}"
+    vgpus "$F" "$d"
+    # Its SR-IOV virtual functions (virtfnN links to them, as the kernel makes them).
+    for vf in "$d"/virtfn*; do
+        target=$(readlink "$vf" 2>/dev/null) || continue
+        case ${target##*/} in *[!0-9a-f:.]*) continue ;; esac
+        vgpus "$F" "$root/sys/bus/pci/devices/${target##*/}"
+    done
     for pair in $framebuffers; do
         [ "${pair%%=*}" = "$F" ] && rec fb "$F" "${pair#*=}"
     done

@@ -112,6 +112,8 @@ line_files() {
         sys/bus/pci/devices/*/mdev_supported_types/*/name \
         sys/bus/pci/devices/*/mdev_supported_types/*/available_instances \
         sys/bus/pci/devices/*/mdev_supported_types/*/device_api \
+        sys/bus/pci/devices/*/nvidia/creatable_vgpu_types \
+        sys/bus/pci/devices/*/nvidia/current_vgpu_type \
         $resources $modalias_files usr/share/perl5/PVE/pvecfg.pm $caps \
         dev/.lxc-boot-id run/systemd/container
 }
@@ -269,7 +271,8 @@ rec section links
 # One find (per batch) looks in every directory that holds links inspection reads, each kind
 # picked by where it is (find's -path matches "/" with "*"; each batch of paths goes in front of
 # the options):
-# - a device's driver, IOMMU group and bus (its own entries, not those of folders below it);
+# - a device's driver, IOMMU group and bus (its own entries, not those of folders below it),
+#   and an SR-IOV virtual function's physfn, its parent (NVIDIA vGPU runs on a GPU's VFs);
 # - a function's DRM nodes (drm/card1, drm/renderD129: /dev/dri/card1 and renderD129 are its own);
 # - the mediated devices that exist now, each a link in its type's devices/ (mdev sysfs ABI): a
 #   running VM's vGPU; a stopped VM's mdev= entry takes an instance only at its start;
@@ -279,7 +282,7 @@ directories sys/bus/pci/devices/*/ sys/bus/pci/devices/*/drm/ \
     sys/bus/pci/devices/*/mdev_supported_types/*/devices/ sys/bus/pci/drivers/*/ |
     batched "reading the devices' links" sh -c 'find "$@" -mindepth 1 -maxdepth 1 \( \
     \( -path "sys/bus/pci/devices/*" ! -path "sys/bus/pci/devices/*/*/*" \
-        \( -name driver -o -name iommu_group -o -name pci_bus \) \) -o \
+        \( -name driver -o -name iommu_group -o -name pci_bus -o -name physfn \) \) -o \
     \( -path "sys/bus/pci/devices/*/drm/*" \( -name "card*" -o -name "renderD*" \) \) -o \
     -path "sys/bus/pci/devices/*/mdev_supported_types/*/devices/*" -o \
     \( -path "sys/bus/pci/drivers/*" -name module \) \
@@ -292,6 +295,9 @@ for f in usr/sbin/driverctl usr/sbin/update-initramfs usr/sbin/proxmox-boot-tool
     usr/sbin/update-grub usr/bin/pvesh bin/fuser usr/bin/fuser usr/bin/nvidia-modprobe; do
     [ -e "$f" ] && printf 'f\0%s\0\n' "$f"
 done
+# /proc/fb was read even when it lists no framebuffer (its lines then say nothing): "none", not
+# "not read".
+[ -f proc/fb ] && printf 'f\0%s\0\n' proc/fb
 # The nvidia and amdkfd device nodes a container can be given (a snapshot holds them as empty
 # files).
 for f in dev/nvidia* dev/nvidia-caps/* dev/kfd; do

@@ -48,6 +48,31 @@ def _device_dir(tree: Path, name: str) -> None:
     os.symlink(f"../../../{GPU}", tree / "sys/bus/pci/devices" / name)
 
 
+#: An SR-IOV virtual function planted beside the GPU, below the same root port.
+VF = "0000:01:00.4"
+
+
+def _vf(
+    tree: Path,
+    physfn: str,
+    address: str = VF,
+    nvidia: dict[str, str] | None = None,
+    before: str | None = None,
+) -> None:
+    """A virtual function of the GPU (a 3D controller below its root port) whose ``physfn``
+    link points at ``physfn``, with ``nvidia/`` files as NVIDIA's vGPU 17 driver makes them;
+    ``before``: the physfn of a VF at :data:`VF` planted first."""
+    if before is not None:
+        _vf(tree, before)
+    device = f"{GPU.rsplit('/', 1)[0]}/{address}"
+    for name, value in (("vendor", "0x10de"), ("device", "0x2bb1"), ("class", "0x030200")):
+        _write(tree, f"{device}/{name}", value + "\n")
+    os.symlink(f"../../../{device.removeprefix('sys/')}", tree / "sys/bus/pci/devices" / address)
+    os.symlink(physfn, tree / device / "physfn")
+    for name, text in (nvidia or {}).items():
+        _write(tree, f"{device}/nvidia/{name}", text)
+
+
 def _mig(tree: Path, listing: str, table: str = MIG_TABLE) -> None:
     """GPU 0 in MIG mode with a compute instance, and what a snapshot kept of nvidia-smi."""
     access = "DeviceFileMinor: {}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
@@ -122,6 +147,45 @@ CASES: list[tuple[str, Plant, str, str]] = [
         lambda t, c: _write(t, f"{GPU}/mdev_supported_types/nvidia-1,romfile=x/name", "GRID\n"),
         f"/{ENTRY}/mdev_supported_types/nvidia-1,romfile=x/name",
         "mdev type 'nvidia-1,romfile=x' is not a name the kernel can make",
+    ),
+    (
+        # A VF is a part of the GPU its physfn names: the link must name a PCI function.
+        "SR-IOV physfn leading out of the devices",
+        lambda t, c: _vf(t, "../../../../../etc"),
+        f"/sys/bus/pci/devices/{VF}/physfn",
+        "physical function 'etc' is not a name the kernel can make (DDDD:BB:DD.F)",
+    ),
+    (
+        "SR-IOV physfn naming a function the host does not have",
+        lambda t, c: _vf(t, "../0000:09:00.0"),
+        f"/sys/bus/pci/devices/{VF}/physfn",
+        "names 0000:09:00.0, which is not among the host's PCI functions",
+    ),
+    (
+        "SR-IOV physfn naming another virtual function",
+        lambda t, c: _vf(t, f"../{VF}", address="0000:01:00.5", before="../0000:01:00.0"),
+        "/sys/bus/pci/devices/0000:01:00.5/physfn",
+        f"names {VF}, which is itself a virtual function",
+    ),
+    (
+        # The id goes into a VM's hostpciN line as mdev=nvidia-ID.
+        "vGPU type id with shell syntax",
+        lambda t, c: _vf(
+            t,
+            "../0000:01:00.0",
+            nvidia={
+                "current_vgpu_type": "0\n",
+                "creatable_vgpu_types": f"1155;touch {c} : NVIDIA L40S-8Q\n",
+            },
+        ),
+        f"/sys/bus/pci/devices/{VF}/nvidia/creatable_vgpu_types",
+        "vGPU type line '1155;touch",
+    ),
+    (
+        "current vGPU type that is no number",
+        lambda t, c: _vf(t, "../0000:01:00.0", nvidia={"current_vgpu_type": "1155 x\n"}),
+        f"/sys/bus/pci/devices/{VF}/nvidia/current_vgpu_type",
+        "vGPU type id '1155 x' is not a name the kernel can make (a number, 0 for none)",
     ),
     (
         "vendor ID with shell syntax",

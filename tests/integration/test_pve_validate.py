@@ -58,6 +58,7 @@ EXAMPLE_SPLITS: dict[str, list[tuple[SplitPolicy, RenderOptions]]] = {
     "shared-iommu-group": [(SplitPolicy(), RenderOptions())],
     "h200-vm": [(SplitPolicy(host_gpus=["0000:00:06.0"]), RenderOptions())],
     "vgpu": [(SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1155")]), RenderOptions())],
+    "vgpu-sriov": [(SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1155")]), RenderOptions())],
     "mig": [
         (
             SplitPolicy(
@@ -87,7 +88,8 @@ def test_an_apply_on_each_example_host_leaves_configs_proxmox_accepts(
     root = tmp_path / host
     shutil.copytree(EXAMPLES / host, root, symlinks=True)
     result = split_host(DirectoryHost(str(root)), policy, options, check=False)
-    verdicts = validate_tree(root, result.inventory.node_name)
+    # qemu-start's lspci answers from the host's own sysfs: which functions offer vGPU types.
+    verdicts = validate_tree(root, result.inventory.node_name, pci_root=root)
     written = {
         (root / f.path.lstrip("/")).resolve()
         for f in result.changes.changed_files()

@@ -23,6 +23,7 @@ OPTIONS: dict[str, list[str]] = {
     "shared-iommu-group": ["--lxc", "none", "--vm", "none"],
     "h200-vm": ["--lxc", "none", "--vm", "none", "--host-gpus", "0000:00:06.0"],
     "vgpu": ["--lxc", "200", "--vm", "none"],
+    "vgpu-sriov": ["--lxc", "200", "--vm", "none"],
     "mig": ["--lxc", "none", "--vm", "300"],
     # The nodes of the cluster snapshot, each one host with the guests it holds.
     "cluster-3/pve1": [],

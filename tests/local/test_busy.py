@@ -137,3 +137,53 @@ def test_a_framebuffer_on_another_drivers_gpu_does_not_block(root: Path) -> None
     framebuffer_on(root, GPU)
     console(root, "(M) frame buffer device", bound=True)
     assert find_busy(LocalHost(str(root)), [GPU]) == []
+
+
+# --- vGPUs: the driver that made them holds the GPU (issue #24 point 2) --------------------------
+
+MDEV = "0b8a5c3e-9d41-4f6e-8a27-3c5d9e1f7a20"
+
+
+def mediated_device(function_dir: Path, uuid: str = MDEV, kind: str = "nvidia-1155") -> None:
+    """A mediated device of ``kind`` on the function, a link in its type's ``devices/`` as the
+    mdev core makes it."""
+    devices = function_dir / "mdev_supported_types" / kind / "devices"
+    devices.mkdir(parents=True)
+    (devices / uuid).symlink_to(f"../../../{uuid}")
+
+
+def virtual_function(root: Path, address: str, number: int) -> Path:
+    """An SR-IOV VF of GPU beside it, with the PF's ``virtfnN`` link to it, as the kernel makes
+    them."""
+    vf = devices(root) / GPU / ".." / address
+    vf.mkdir()
+    (devices(root) / GPU / f"virtfn{number}").symlink_to(f"../{address}")
+    (devices(root) / address).symlink_to(f"../../../{(vf.resolve()).relative_to(root / 'sys')}")
+    return vf
+
+
+def test_a_live_mediated_device_makes_its_gpu_busy(root: Path, gpu_tools: Path) -> None:
+    mediated_device(devices(root) / GPU)
+    with pytest.raises(DeviceBusyError) as err:
+        check_not_busy(LocalHost(str(root)), [GPU, AUDIO])
+    message = str(err.value)
+    assert f"{GPU} (nvidia): mediated device {MDEV} (nvidia-1155) exists;" in message
+    assert f"remove it (echo 1 > /sys/bus/mdev/devices/{MDEV}/remove)" in message
+    assert err.value.addresses == [GPU]
+
+
+def test_a_vgpu_on_a_vf_of_the_gpu_makes_it_busy(root: Path, gpu_tools: Path) -> None:
+    first = virtual_function(root, "0000:81:00.4", 0)
+    mediated_device(first)
+    second = virtual_function(root, "0000:81:00.5", 1)
+    (second / "nvidia").mkdir()
+    (second / "nvidia" / "current_vgpu_type").write_text("1155\n")
+    free = virtual_function(root, "0000:81:00.6", 2)
+    (free / "nvidia").mkdir()
+    (free / "nvidia" / "current_vgpu_type").write_text("0\n")
+    [busy] = find_busy(LocalHost(str(root)), [GPU])
+    assert busy.reasons == [
+        f"mediated device {MDEV} (nvidia-1155) exists on its VF 0000:81:00.4",
+        "its VF 0000:81:00.5 holds a vGPU (type nvidia-1155)",
+    ]
+    assert busy.removals[1] == "echo 0 > /sys/bus/pci/devices/0000:81:00.5/nvidia/current_vgpu_type"

@@ -55,7 +55,7 @@ def test_the_example_hosts_show_their_cpu(tmp_path: Path) -> None:
     assert inspect_example("uneven-5-3").cpu_phys_bits == 46
     assert inventory.gpus[0].bar64_bytes == [128 << 30, 32 << 20]
     # Nothing of this was captured in the example: unknown, not "none".
-    assert (inventory.secure_boot, inventory.framebuffers) == (None, [])
+    assert (inventory.secure_boot, inventory.framebuffers) == (None, None)
     assert inventory.gpus[0].function_info[0].reset_methods is None
 
 
@@ -88,6 +88,26 @@ def test_a_snapshot_keeps_every_fact(tmp_path: Path) -> None:
     again = inspect(DirectoryHost(str(snapshot)))
     assert facts(again) == facts(inspect(host))
     assert again.cpu_phys_bits == 52 and again.cpu_pdpe1gb is True
+
+
+def test_an_empty_proc_fb_reads_as_no_framebuffer_and_a_snapshot_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """/proc/fb of a host without a framebuffer is empty: read, it says "none", which a
+    snapshot keeps (a missing file says "unknown"), and the plan then has nothing to warn."""
+    root = real_host(tmp_path)
+    (root / "proc/fb").write_text("")
+    host = DirectoryHost(str(root))
+    assert inspect(host).framebuffers == []
+    snapshot = tmp_path / "snapshot"
+    write_tree(gather(host), str(snapshot))
+    again = inspect(DirectoryHost(str(snapshot)))
+    assert again.framebuffers == [] and "fb" not in again.commands
+    warnings = plan_split(again, SplitPolicy(lxc=200)).warnings
+    assert not any("framebuffer" in w for w in warnings)
+    (root / "proc/fb").unlink()
+    warnings = plan_split(inspect(host), SplitPolicy(lxc=200)).warnings
+    assert any("/proc/fb was not read" in w for w in warnings)
 
 
 def test_the_plan_of_a_booted_host_warns_about_each(tmp_path: Path) -> None:

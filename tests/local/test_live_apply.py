@@ -54,6 +54,25 @@ def test_live_apply_refuses_a_busy_gpu_before_writing(
     assert kernel.probed == []
 
 
+def test_live_apply_refuses_a_gpu_with_a_mediated_device_made_since_the_plan(
+    root: Path, gpu_tools: Path, kernel: FakeKernel
+) -> None:
+    """The plan was made when GPU had no vGPU; one made since (its mdev core's link in its
+    type's devices/) holds the GPU's driver: the live rebind must not unbind it."""
+    host = LocalHost(str(root))
+    plan = ct200_plan(root)
+    uuid = "0b8a5c3e-9d41-4f6e-8a27-3c5d9e1f7a20"
+    made = root / "sys/bus/pci/devices" / GPU / "mdev_supported_types/nvidia-1155/devices"
+    made.mkdir(parents=True)
+    (made / uuid).symlink_to(f"../../../{uuid}")
+    original = snapshot(root, KERNEL)
+    with pytest.raises(DeviceBusyError) as err:
+        apply_changes(host, changeset(root), plan=plan, live=True)
+    assert f"mediated device {uuid} (nvidia-1155) exists" in str(err.value)
+    assert snapshot(root, KERNEL) == original and history(host) == []
+    assert kernel.probed == []
+
+
 def test_a_gpu_opened_while_the_post_actions_ran_stops_the_live_rebind(
     root: Path, gpu_tools: Path, kernel: FakeKernel
 ) -> None:

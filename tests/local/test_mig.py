@@ -220,6 +220,34 @@ def test_one_instance_for_two_containers_or_a_mig_gpu_for_vfio_is_refused() -> N
     ]
 
 
+def test_moving_the_mig_gpu_to_vfio_warns_naming_its_instances(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Its instances are nvidia's: they go when the GPU leaves it (issue #24 point 3)."""
+    argv = ["plan", "--root", str(ROOT), "--host-node", "1", "--vfio-node", "0"]
+    assert main(argv) == 0
+    assert (
+        "warning: 0000:18:00.0 goes to vfio-pci in MIG mode with 4 MIG instances (GI 2 CI 0, "
+        "GI 3 CI 0, GI 3 CI 1 and GI 9 CI 0): they are nvidia's and go when it lets the GPU go; "
+        "no container's config names them, but any process on them stops (nvidia-smi -L lists "
+        "what runs there): move that work first, or keep the GPU on nvidia (--host-gpus "
+        "0000:18:00.0)"
+    ) in capsys.readouterr().out
+    kept = plan_split(mig_host(), SplitPolicy(host_nodes=[0], vfio_nodes=[1]))
+    assert not any("MIG mode" in w for w in kept.warnings)
+
+
+def test_the_warning_names_the_containers_that_lose_their_instance() -> None:
+    """CT 200 and CT 201 run on instances of GPU 0 (their configs as proxgpu wrote them); a plan
+    giving both node 1's GPUs instead moves GPU 0 and takes the instances from them."""
+    files = {f.path: f.after for f in render(mig_host(), plan_split(mig_host(), TWO)).files}
+    configs = {**mig_host().guest_configs, CT_200: files[CT_200], CT_201: files[CT_201]}
+    using = mig_host().model_copy(update={"guest_configs": configs})
+    plan = plan_split(using, SplitPolicy(lxc=200, shared_lxc=[201], vfio_nodes=[0]))
+    (warning,) = [w for w in plan.warnings if "MIG mode" in w]
+    assert "; CT 200 (GI 2 CI 0) and CT 201 (GI 9 CI 0) use them and lose them (" in warning
+
+
 def test_a_container_with_an_instance_and_one_with_the_other_kept_gpu_coexist() -> None:
     policy = SplitPolicy(lxc=202, lxc_mig=[MigSpec(vmid=200, gpu="0", gi=2)])
     inventory = mig_host().model_copy(

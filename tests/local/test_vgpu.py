@@ -161,8 +161,8 @@ def test_the_cli_json_and_text_show_which_vms_use_the_gpu() -> None:
     (group,) = [g for g in document["groups"] if g["role"] == "vgpu"]
     assert group["gpus"] == ["0000:81:00.0"] and group["driver"] == "nvidia"
     assert group["vgpus"] == [
-        {"vmid": 310, "mdev_type": "nvidia-1155", "added": False},
-        {"vmid": 400, "mdev_type": "nvidia-1155", "added": True},
+        {"vmid": 310, "mdev_type": "nvidia-1155", "added": False, "function": None},
+        {"vmid": 400, "mdev_type": "nvidia-1155", "added": True, "function": None},
     ]
     text = subprocess.run(run, check=True, capture_output=True, text=True).stdout
     assert (
@@ -262,3 +262,64 @@ def test_the_cli_refuses_the_vgpu_a_stopped_vm_is_promised(
     argv = ["plan", "--root", str(root), "--lxc", "200", "--vm", "400:vgpu=nvidia-1155"]
     assert main(argv) != 0
     assert "promised to stopped VM 311" in capsys.readouterr().err
+
+
+# --- vGPUs that exist but that no VM's config names (issue #24 point 2) --------------------------
+
+#: A mediated device made by hand (not by qemu-server, whose UUIDs name a VMID).
+BY_HAND = "0b8a5c3e-9d41-4f6e-8a27-3c5d9e1f7a20"
+
+
+def with_live_mdev(tmp_path: Path, gpu: str, uuid: str) -> Path:
+    """The vgpu tree with mediated device ``uuid`` of type nvidia-1155 on ``gpu``."""
+    root = tmp_path / "vgpu"
+    shutil.copytree(ROOT, root, symlinks=True)
+    devices = root / f"sys/bus/pci/devices/{gpu}/mdev_supported_types/nvidia-1155/devices"
+    devices.mkdir(exist_ok=True)
+    (devices / uuid).symlink_to(f"../../../{uuid}")
+    return root
+
+
+def test_a_live_mdev_no_vm_names_keeps_its_gpu_on_the_host_driver_and_says_so(
+    tmp_path: Path,
+) -> None:
+    inventory = inspect(DirectoryHost(str(with_live_mdev(tmp_path, "0000:91:00.0", BY_HAND))))
+    plan = plan_split(inventory, SplitPolicy(lxc=200))
+    assert [(a, n) for a, n, _ in vgpu_group(plan)] == [("0000:81:00.0", 1), ("0000:91:00.0", 1)]
+    assert not any(g.role.moves_to_vfio for g in plan.groups)
+    assert (
+        f"0000:91:00.0 stays on the host driver for mediated device {BY_HAND} (nvidia-1155), "
+        "which exists on it but no VM's config names (made by hand, or left behind by a VM): no "
+        "container or VM is given the GPU; if nothing uses it, remove it (echo 1 > "
+        f"/sys/bus/mdev/devices/{BY_HAND}/remove) and plan again"
+    ) in plan.warnings
+
+
+def test_naming_that_gpu_for_vfio_is_refused_with_how_to_remove_the_mdev(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # qemu-server's name for VM 310's hostpci1, which its config does not have.
+    stale = "00000001-0000-0000-0000-000000000310"
+    root = with_live_mdev(tmp_path, "0000:81:00.0", stale)
+    argv = ["plan", "--root", str(root), "--lxc", "200", "--vfio-gpus", "81:00.0,91:00.0"]
+    assert main(argv) == 9
+    err = capsys.readouterr().err
+    assert (
+        f"0000:81:00.0 is named in --vfio-gpus, but mediated device {stale} (nvidia-1155) "
+        "exists on it and no VM's config names it: moving the GPU to vfio-pci ends it"
+    ) in err
+    assert f"remove it (echo 1 > /sys/bus/mdev/devices/{stale}/remove) and plan again" in err
+
+
+def test_a_vfs_vgpu_no_vm_names_keeps_its_gpu(tmp_path: Path) -> None:
+    root = tmp_path / "vgpu-sriov"
+    shutil.copytree(ROOT.parent / "vgpu-sriov", root, symlinks=True)
+    (root / "sys/bus/pci/devices/0000:91:00.6/nvidia/current_vgpu_type").write_text("1158\n")
+    plan = plan_split(inspect(DirectoryHost(str(root))), SplitPolicy(lxc=200))
+    assert not any(g.role.moves_to_vfio for g in plan.groups)
+    (warning,) = [w for w in plan.warnings if "no VM's config names" in w]
+    assert warning.startswith(
+        "0000:91:00.0 stays on the host driver for vGPU nvidia-1158 on VF 0000:91:00.6, which "
+        "exists on it"
+    )
+    assert "(echo 0 > /sys/bus/pci/devices/0000:91:00.6/nvidia/current_vgpu_type)" in warning

@@ -113,16 +113,18 @@ def validate(
     pci_mapping: Path | None = None,
     node: str | None = None,
     storage_cfg: Path | None = None,
+    pci_root: Path | None = None,
 ) -> dict[Path, Verdict]:
     """Every file's verdict, from one pve-check process; each file checked in its mode.
 
     Files must be absolute paths (a relative one could read as a mode word). ``storage_cfg`` and
-    ``node`` matter to qemu-start only; ``pci_mapping`` to qemu-start's ``mapping=`` lookups.
+    ``node`` matter to qemu-start only; ``pci_mapping`` to qemu-start's ``mapping=`` lookups;
+    ``pci_root`` (a host tree) to which functions qemu-start's lspci says offer vGPU types.
     """
     if not checks:
         return {}
     options = ["--parser-only"] if parser_only else []
-    for flag, value in (("--pci-mapping", pci_mapping), ("--node", node)):
+    for flag, value in (("--pci-mapping", pci_mapping), ("--node", node), ("--pci-root", pci_root)):
         if value is not None:
             options += [flag, str(value)]
     if storage_cfg is not None and any(mode == "qemu-start" for mode, _ in checks):
@@ -202,8 +204,11 @@ def files_in_tree(root: Path, *, start: bool = True) -> list[tuple[Mode, Path]]:
     return checks
 
 
-def validate_tree(root: Path, node: str, *, start: bool = True) -> dict[Path, Verdict]:
-    """Validate ``root``'s guest configs and PCI mapping as a Proxmox node named ``node`` would."""
+def validate_tree(
+    root: Path, node: str, *, start: bool = True, pci_root: Path | None = None
+) -> dict[Path, Verdict]:
+    """Validate ``root``'s guest configs and PCI mapping as a Proxmox node named ``node`` would
+    (whose PCI functions offer vGPU types as the host tree ``pci_root`` says)."""
     storage = root.resolve().parent / f"{root.name}-storage.cfg"
     storage.write_text(STORAGE_CFG)
     mapping = root.resolve() / "etc" / "pve" / "mapping" / "pci.cfg"
@@ -212,6 +217,7 @@ def validate_tree(root: Path, node: str, *, start: bool = True) -> dict[Path, Ve
         pci_mapping=mapping if mapping.is_file() else None,
         node=node,
         storage_cfg=storage,
+        pci_root=pci_root,
     )
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from proxgpu.planning import Plan, plan_split
 from proxgpu.planning.model import Role, SplitPolicy, VgpuUse
-from proxgpu.pve.claims import device_claims
+from proxgpu.pve.claims import device_claims, nvidia_cap_users
 from tests.support.factories import ct200
 from tests.support.plans import codes, refusal
 
@@ -203,6 +203,24 @@ def test_device_claims_reads_only_guest_configs_of_this_host() -> None:
     }
     found = [(c.guest.vmid, c.pci_address) for c in device_claims(configs, "pve1")]
     assert found == [(303, "81:00"), (303, "91:00.0")]
+
+
+def test_capability_nodes_name_the_containers_that_use_them() -> None:
+    """A container runs on a MIG instance through its capability nodes, given as devN entries
+    or raw mount entries; pending and snapshot sections, VMs and other nodes' guests do not."""
+    configs = {
+        LXC_201: "dev4: path=/dev/nvidia-caps/nvidia-cap22,mode=0444\n"
+        "lxc.mount.entry: /dev/nvidia-caps/nvidia-cap21 dev/nvidia-caps/nvidia-cap21 none "
+        "bind,optional,create=file\n[pending]\ndev5: /dev/nvidia-caps/nvidia-cap30\n",
+        "/etc/pve/lxc/202.conf": "dev0: /dev/nvidia-caps/nvidia-cap22\ndev1: /dev/nvidia0\n",
+        "/etc/pve/nodes/pve2/lxc/205.conf": "dev0: /dev/nvidia-caps/nvidia-cap84\n",
+        VM_300: "dev0: /dev/nvidia-caps/nvidia-cap85\n",
+    }
+    users = nvidia_cap_users(configs)
+    assert {minor: [g.vmid for g in guests] for minor, guests in users.items()} == {
+        22: [201, 202],
+        21: [201],
+    }
 
 
 # --- vGPUs: hostpciN with mdev= uses the GPU through its host driver ----------------------------

@@ -32,7 +32,7 @@ def warnings(inventory: Inventory, word: str) -> list[str]:
 # --- the boot framebuffer -------------------------------------------------------------------------
 
 
-def booted(kernel: str, framebuffers: list[str]) -> Inventory:
+def booted(kernel: str, framebuffers: list[str] | None) -> Inventory:
     inventory = changed(ct200(), MOVED, boot_vga=True)
     return inventory.model_copy(update={"kernel": kernel, "framebuffers": framebuffers})
 
@@ -63,6 +63,26 @@ def test_before_linux_6_the_advice_turns_off_the_framebuffer_there_is(
 
 def test_a_host_without_any_framebuffer_gets_no_warning() -> None:
     assert warnings(booted("6.8.12-11-pve", []), "framebuffer") == []
+
+
+def test_a_host_whose_proc_fb_was_not_read_gets_what_to_check() -> None:
+    """A snapshot without /proc/fb says nothing of the framebuffer: not "none"."""
+    (warning,) = warnings(booted("6.8.12-11-pve", None), "framebuffer")
+    assert warning.startswith(
+        f"{MOVED} is the host's boot GPU, and whether the kernel puts its boot framebuffer on it "
+        "is unknown (/proc/fb was not read"
+    ), warning
+    assert "`cat /proc/fb`" in warning and "keep another way in (serial console" in warning
+    (old,) = warnings(booted("5.15.158-2-pve", None), "framebuffer")
+    assert "QEMU cannot map that BAR" in old
+    assert old.endswith("boot the host with initcall_blacklist=sysfb_init"), old
+
+
+def test_an_unread_proc_fb_does_not_matter_when_the_kernel_makes_no_framebuffer() -> None:
+    inventory = booted("6.8.12-11-pve", None)
+    quiet = inventory.model_copy(update={"kernel_cmdline": "quiet initcall_blacklist=sysfb_init"})
+    assert warnings(quiet, "framebuffer") == []
+    assert warnings(changed(inventory, MOVED, boot_vga=False), "framebuffer") == []
 
 
 @pytest.mark.parametrize("drm", ["nvidia-drmdrmfb", "amdgpudrmfb"])

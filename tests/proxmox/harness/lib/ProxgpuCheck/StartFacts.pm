@@ -12,7 +12,9 @@ package ProxgpuCheck::StartFacts;
 #   CPU             x86_64 GenuineIntel, 1024 logical CPUs, 46 physical address bits, no AMD SEV
 #   node            --node (default localhost): selects a PCI mapping's `map` entry
 #   PCI             every address a hostpciN names exists as one function; a mapping is looked
-#                   up for real in --pci-mapping, its match against sysfs is not checked
+#                   up for real in --pci-mapping, its match against sysfs is not checked; with
+#                   --pci-root, a function offers vGPU types as that tree's sysfs says, the way
+#                   pve-common's lspci reads it (mdev_supported_types/, or NVIDIA's nvidia/)
 #   NUMA, hugepages every host node exists, 2 MiB and 1 GiB pages are supported
 #   network         bridges have MTU 1500
 #   storage         real PVE::Storage on --storage-cfg; volumes are never activated, have no
@@ -117,12 +119,24 @@ sub _node_facts {
 }
 
 sub _pci_facts {
+    my ($state) = @_;
     my $one_function = sub {
         my ($filter) = @_;
         return [] if !defined($filter) || ref($filter);
         my $id = $filter =~ /^[[:xdigit:]]{4,}:/ ? $filter : "0000:$filter";
         $id .= '.0' if $id !~ /\.[[:xdigit:]]$/;
-        return [{ id => $id }];
+        my $device = { id => $id };
+        my $root = $state->{pci_root};
+        if (defined($root)) {
+            # The flags pve-common's PVE::SysFSTools::lspci sets from the same directories.
+            my $dir = "$root/sys/bus/pci/devices/$id";
+            if (-d "$dir/mdev_supported_types") {
+                $device->{mdev} = 1;
+            } elsif (-d "$dir/nvidia") {
+                $device->@{qw(mdev nvidia)} = (1, 1);
+            }
+        }
+        return [$device];
     };
     return (
         ['PVE::SysFSTools', lspci => $one_function],
@@ -177,6 +191,7 @@ sub install {
     my $state = {
         qemu_version => $options{qemu_version} // '11.0.0',
         node => $options{node} // 'localhost',
+        pci_root => $options{pci_root},
         conf => undef,
     };
     PVE::Cluster::provide('storage.cfg', $options{storage_cfg} // $FRESH_STORAGE);
@@ -188,7 +203,8 @@ sub install {
     }
     # The config under test, instead of /etc/pve/qemu-server/VMID.conf.
     my @facts = (
-        _qemu_facts($state), _cpu_facts(), _node_facts($state), _pci_facts(), _storage_facts(),
+        _qemu_facts($state), _cpu_facts(), _node_facts($state), _pci_facts($state),
+        _storage_facts(),
         ['PVE::QemuConfig', load_config => sub { $state->{conf} }],
     );
     ProxgpuCheck::Replace::replace(@$_) for @facts;
