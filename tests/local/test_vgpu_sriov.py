@@ -92,6 +92,17 @@ def test_a_snapshot_keeps_each_vfs_parent_and_vgpu_files(tmp_path: Path) -> None
     assert again.gpus == host().gpus
 
 
+def test_inspect_says_how_many_vfs_a_gpu_has_and_which_carry_a_vgpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["inspect", "--root", str(ROOT)]) == 0
+    details = {
+        line.split()[0]: line for line in capsys.readouterr().out.splitlines() if "SR-IOV" in line
+    }
+    assert details[GPU].endswith("8 SR-IOV virtual functions, a vGPU on 0000:81:01.2 (nvidia-1155)")
+    assert details["0000:91:00.0"].endswith(", 8 SR-IOV virtual functions")
+
+
 # --- the VMs' vGPUs keep their GPU --------------------------------------------------------------
 
 
