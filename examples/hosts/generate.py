@@ -10,6 +10,8 @@ from a real machine, so a tree made by ``proxgpu snapshot`` on a real host is al
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sysfs_tree import HERE, Dev, HostSpec, gpu_uuid, write_host
 
 
@@ -528,20 +530,15 @@ def vgpu_sriov_host() -> HostSpec:
         ]
         running = "0000:81:01.2" if address == "0000:81:00.0" else None
         files.update(sriov_vgpu_files(address, running))
-    return HostSpec(
+    # The vgpu host's machine, with SR-IOV's functions and files instead of its mdev link.
+    return replace(
+        spec,
         name="vgpu-sriov",
-        cpu_vendor=spec.cpu_vendor,
-        address_bits=spec.address_bits,
-        kernel=spec.kernel,
-        pve=spec.pve,
-        cmdline=spec.cmdline,
-        nodes=spec.nodes,
         devices=devices,
+        links={},
         efi=True,
         nvidia_minors={address: i for i, (address, *_rest) in enumerate(layout)},
-        model=spec.model,
         char_devices=NVIDIA_CHARS,
-        pci_ids=spec.pci_ids,
         files=files,
     )
 
