@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import RenderError
-from proxgpu.inspection.inventory import Inventory
+from proxgpu.inspection.inventory import Gpu, Inventory, NvidiaCap
 from proxgpu.planning.minors import boot_minors
 from proxgpu.planning.model import MigUse, PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
@@ -49,7 +49,9 @@ def _nvidia_minors(ctx: RenderContext) -> dict[str, int]:
     return ranks
 
 
-def _control_nodes(ctx: RenderContext, vmid: int, *, with_caps: bool = True) -> list[DeviceNode]:
+def _control_nodes(
+    ctx: RenderContext, vmid: int, gpus: list[Gpu], *, with_caps: bool = True
+) -> list[DeviceNode]:
     uvm = ctx.inventory.char_majors.get("nvidia-uvm")
     nodes = [
         DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, 255),
@@ -60,7 +62,7 @@ def _control_nodes(ctx: RenderContext, vmid: int, *, with_caps: bool = True) -> 
     present = set(ctx.inventory.device_nodes)
     if not present:
         return nodes  # the capture did not look at /dev: offer them all
-    nodes += _capability_nodes(ctx, present, vmid) if with_caps else []
+    nodes += _capability_nodes(ctx, present, vmid, gpus) if with_caps else []
     present |= _MADE_AT_BOOT if ctx.options.nvidia_nodes_unit else set()
     missing = [n.path for n in nodes if n.path not in present]
     if missing:
@@ -89,12 +91,18 @@ def _how_to_make(missing: list[str]) -> list[str]:
     return list(dict.fromkeys(how[path] for path in missing if path in how))
 
 
-def _capability_nodes(ctx: RenderContext, present: set[str], vmid: int) -> list[DeviceNode]:
+def _capability_nodes(
+    ctx: RenderContext, present: set[str], vmid: int, gpus: list[Gpu]
+) -> list[DeviceNode]:
     """The NVIDIA capability nodes the host has (``/dev/nvidia-caps/nvidia-capN``, minor N) that
-    the boot unit can make again: those whose /proc file says how."""
+    the boot unit can make again (those whose /proc file says how) and that belong to the
+    container, whose GPUs are ``gpus``: MIG's config and monitor, and those GPUs' MIG instances;
+    never another GPU's (not its, and those of a GPU leaving for vfio-pci are gone after the
+    reboot)."""
     major = ctx.inventory.char_majors.get("nvidia-caps")
     paths = sorted((path for path in present if _cap_minor(path) >= 0), key=_cap_minor)
     caps = {path: capability(ctx.inventory, path) for path in paths}
+    caps = _drop_renumbered(ctx, _of_gpus(caps, gpus), gpus, vmid)
     unknown = [path for path, cap in caps.items() if cap is None]
     if unknown:
         ctx.warnings.append(
@@ -110,6 +118,41 @@ def _capability_nodes(ctx: RenderContext, present: set[str], vmid: int) -> list[
             f"makes their nodes, and the guests start after it), or CT {vmid} will not start"
         )
     return [DeviceNode(path, major, cap.minor) for path, cap in caps.items() if cap]
+
+
+def _of_gpus(caps: dict[str, NvidiaCap | None], gpus: list[Gpu]) -> dict[str, NvidiaCap | None]:
+    """Of ``caps``, those a container with ``gpus`` gets (see :func:`_capability_nodes`); those
+    the capture does not describe stay, to be said."""
+    mine = {gpu.nvidia_minor for gpu in gpus} | {None}
+    return {path: cap for path, cap in caps.items() if cap is None or _cap_gpu(cap) in mine}
+
+
+def _drop_renumbered(
+    ctx: RenderContext, caps: dict[str, NvidiaCap | None], gpus: list[Gpu], vmid: int
+) -> dict[str, NvidiaCap | None]:
+    """``caps`` but the MIG instances of a GPU the next boot numbers anew: the driver names an
+    instance's /proc file and minor after its GPU's minor, so the unit could not make them."""
+    boot = _nvidia_minors(ctx)
+    moved = {g.nvidia_minor for g in gpus if boot.get(g.address, g.nvidia_minor) != g.nvidia_minor}
+    stale = [path for path, cap in caps.items() if cap and _cap_gpu(cap) in moved]
+    if stale:
+        ctx.warnings.append(
+            f"{', '.join(stale)}: not given to CT {vmid}, since their GPU gets another nvidia "
+            "minor at the next boot and its MIG instances other capability minors with it: plan "
+            "again after the reboot"
+        )
+    return {path: cap for path, cap in caps.items() if path not in stale}
+
+
+def _cap_gpu(cap: NvidiaCap) -> int | None:
+    """The nvidia minor of the GPU whose MIG instance ``cap`` is (its /proc file's ``gpuN``);
+    None for MIG's config and monitor.
+
+    >>> _cap_gpu(NvidiaCap(proc_path="capabilities/gpu3/mig/gi1/access", minor=9, mode=0o444))
+    3
+    """
+    match = re.search(r"(?:^|/)gpu(\d+)/", cap.proc_path)
+    return int(match[1]) if match else None
 
 
 def _cap_minor(path: str) -> int:
@@ -167,7 +210,7 @@ def _device_nodes(ctx: RenderContext, group: PlanGroup, vmid: int) -> list[Devic
     ]
     use = next((use for use in group.mig if use.vmid == vmid), None)
     if nvidia:
-        nodes += _control_nodes(ctx, vmid, with_caps=use is None)
+        nodes += _control_nodes(ctx, vmid, nvidia, with_caps=use is None)
     if use is not None:
         nodes += _mig_nodes(ctx, use, vmid)
     others = [gpu for gpu in gpus if gpu not in nvidia]

@@ -86,7 +86,8 @@ GI_ACCESS = "/proc/driver/nvidia/capabilities/gpu0/mig/gi1/access"
 
 def with_caps(text: str | None = None) -> Inventory:
     """ct200 with MIG's config and monitor nodes (no /proc file captured for them), a GPU
-    instance's access node whose /proc file was captured, and a node of unknown capability."""
+    instance's access node of GPU 0 whose /proc file was captured, and a node of unknown
+    capability."""
     caps = [f"/dev/nvidia-caps/nvidia-cap{n}" for n in (1, 2, 12, 99)]
     inventory = with_configs({CT_200: text}) if text else ct200()
     return inventory.model_copy(
@@ -130,6 +131,30 @@ def test_capability_nodes_are_given_no_wider_than_nvidia_makes_them() -> None:
     assert any(w.startswith("/dev/nvidia-caps/nvidia-cap99: not given") for w in changes.warnings)
     assert any(
         w.startswith("/dev/nvidia-caps/nvidia-cap12: a MIG instance's capability")
+        for w in changes.warnings
+    )
+
+
+def test_a_container_gets_no_other_gpu_s_mig_instance() -> None:
+    """GPU 0's instance is not CT 200's when GPU 0 is not (issue #19 point 4)."""
+    policy = SplitPolicy(lxc=200, host_gpus=["0000:11:00.0", "0000:61:00.0"])
+    devs = dev_entries(rendered(with_caps(), policy))
+    assert "/dev/nvidia1" in devs
+    assert "/dev/nvidia-caps/nvidia-cap1" in devs
+    assert "/dev/nvidia-caps/nvidia-cap12" not in devs
+
+
+def test_the_instances_of_a_mig_gpu_the_next_boot_numbers_anew_are_not_given() -> None:
+    """GPU 1 in MIG mode becomes GPU 0 once GPU 0 leaves: its instances' /proc files and
+    minors change with it, so the unit could not make the ones seen now."""
+    cap = NvidiaCap(proc_path=GI_ACCESS.replace("gpu0", "gpu1"), minor=12, mode=0o444)
+    moving = with_caps().model_copy(update={"nvidia_caps": [cap]})
+    changes = rendered(moving, SplitPolicy(lxc=200, host_gpus=["0000:11:00.0", "0000:61:00.0"]))
+    devs = dev_entries(changes)
+    assert "/dev/nvidia-caps/nvidia-cap1" in devs
+    assert "/dev/nvidia-caps/nvidia-cap12" not in devs
+    assert any(
+        w.startswith("/dev/nvidia-caps/nvidia-cap12: not given to CT 200, since their GPU gets")
         for w in changes.warnings
     )
 

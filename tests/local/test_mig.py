@@ -432,3 +432,18 @@ def test_check_gpus_says_the_gpu_is_in_mig_mode(capsys: pytest.CaptureFixture[st
     gpus = json.loads(capsys.readouterr().out)["gpus"]
     assert [g["address"] for g in gpus if g["not_whole"]] == ["0000:18:00.0"]
     assert "is in MIG mode: CUDA runs only on its MIG devices" in gpus[0]["not_whole"]
+
+
+def test_a_container_on_the_other_node_gets_none_of_the_moving_gpu_s_instances() -> None:
+    """GPU 0 leaves for vfio-pci: its instances' /proc files are gone after the reboot, so
+    neither CT 200 (node 1's GPUs) nor the boot unit may name them."""
+    plan = plan_split(mig_host(), SplitPolicy(lxc=200, host_nodes=[1], vms=[(300, None)]))
+    files = {f.path: f.after for f in render(mig_host(), plan).files}
+    caps = [entry for entry in dev_entries(files[CT_200]) if "nvidia-caps" in entry]
+    assert caps == [
+        "/dev/nvidia-caps/nvidia-cap1,mode=0400",
+        "/dev/nvidia-caps/nvidia-cap2,mode=0444",
+    ]
+    script = files["/usr/local/sbin/proxgpu-nvidia-nodes"]
+    assert script is not None
+    assert not [line for line in script.splitlines() if "/gpu0/" in line]
