@@ -11,7 +11,7 @@ from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import MigUse, PlanGroup, Role, SplitPolicy, VgpuUse
-from proxgpu.pve.claims import GuestRef
+from proxgpu.pve.claims import GuestRef, device_claims
 
 
 def build_groups(
@@ -89,12 +89,27 @@ def _host_groups(ctx: Context, kept: list[Gpu]) -> list[PlanGroup]:
         )
     elif left and (policy.lxc_subsets or policy.lxc_nodes):
         ctx.warnings.append(
-            f"{wording.count(len(left), 'GPU')} on the host driver go to no container: "
-            f"{wording.join(wording.addresses(sorted(left, key=wording.address)))}"
+            f"{wording.count(len(left), 'GPU')} on the host driver go to no container the plan "
+            f"names: {wording.join(wording.addresses(sorted(left, key=wording.address)))}"
+            + _used_by_others(ctx, left)
         )
     if left and not shared:
         groups.append(_make_group(ctx, Role.HOST, sorted(left, key=wording.address), None))
     return sorted(groups, key=lambda group: group.gpus)
+
+
+def _used_by_others(ctx: Context, gpus: list[Gpu]) -> str:
+    """`` (CT 201 uses 0000:71:00.0)``: the containers the plan does not name whose configs
+    give them a node of ``gpus`` (by its nvidia minor), else nothing."""
+    named = set(ctx.policy.containers)
+    by_minor = {gpu.nvidia_minor: gpu.address for gpu in gpus if gpu.nvidia_minor is not None}
+    users: dict[str, list[str]] = defaultdict(list)
+    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
+        address = by_minor.get(claim.nvidia_minor) if isinstance(claim.nvidia_minor, int) else None
+        if address and claim.guest.vmid not in named and address not in users[claim.guest.label]:
+            users[claim.guest.label].append(address)
+    said = [f"{guest} uses {wording.join(sorted(used))}" for guest, used in users.items() if used]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _node_groups(ctx: Context, free: dict[int | None, list[list[Gpu]]]) -> list[PlanGroup]:

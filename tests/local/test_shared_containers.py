@@ -241,8 +241,20 @@ def test_containers_without_a_count_share_what_the_counted_ones_leave() -> None:
 
 def test_gpus_no_counted_container_takes_are_said_to_go_to_none() -> None:
     plan = plan_split(ct200(), SplitPolicy(lxc_subsets=[(200, 3)]))
-    assert "1 GPU on the host driver go to no container: 0000:71:00.0" in plan.warnings
+    assert "1 GPU on the host driver go to no container the plan names: 0000:71:00.0" in (
+        plan.warnings
+    )
     assert [g.guest for g in plan.groups if g.role == "host"][1] is None
+
+
+def test_the_containers_the_plan_does_not_name_are_said_to_use_what_is_left() -> None:
+    """CT 202's node of GPU 3 (0000:71:00.0) keeps it in use though no named container gets it."""
+    inventory = with_containers(holding="dev0: /dev/nvidia3\n")
+    plan = plan_split(inventory, SplitPolicy(lxc_subsets=[(200, 2)]))
+    assert (
+        "2 GPUs on the host driver go to no container the plan names: 0000:61:00.0 and "
+        "0000:71:00.0 (CT 202 uses 0000:71:00.0)"
+    ) in plan.warnings
 
 
 @pytest.mark.parametrize("spec", ["200:0", "200:x", "ct200", "200:"])
