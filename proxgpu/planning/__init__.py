@@ -60,6 +60,7 @@ from proxgpu.planning.model import (
 from proxgpu.planning.packing import build_groups
 from proxgpu.planning.passthrough import advise_passthrough, check_fabric
 from proxgpu.planning.roles import assign_roles
+from proxgpu.planning.unreadable import warn_unreadable_entries
 from proxgpu.planning.vgpu import plan_vgpus
 
 
@@ -113,6 +114,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     ctx.raise_problems()
     warn_about_shape(ctx, groups)
     advise_passthrough(ctx, groups)
+    warn_unreadable_entries(ctx, groups)
     return Plan(
         groups=groups,
         warnings=ctx.warnings,
