@@ -296,8 +296,8 @@ for f in usr/sbin/driverctl usr/sbin/update-initramfs usr/sbin/proxmox-boot-tool
     [ -e "$f" ] && printf 'f\0%s\0\n' "$f"
 done
 # /proc/fb was read even when it lists no framebuffer (its lines then say nothing): "none", not
-# "not read".
-[ -f proc/fb ] && printf 'f\0%s\0\n' proc/fb
+# "not read". A file this user cannot read (grep -s says nothing of it) is "not read", unknown.
+[ -f proc/fb ] && [ -r proc/fb ] && printf 'f\0%s\0\n' proc/fb
 # The nvidia and amdkfd device nodes a container can be given (a snapshot holds them as empty
 # files).
 for f in dev/nvidia* dev/nvidia-caps/* dev/kfd; do
