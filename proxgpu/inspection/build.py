@@ -7,8 +7,8 @@ on captured trees without any host.
 >>> build_inventory(parse_gather_output(b""), "empty", GpuFilter())
 Traceback (most recent call last):
 ...
-proxgpu.errors.SysfsError: empty: /sys/bus/pci/devices/: no PCI devices found (is this the root \
-of a Linux host?)
+proxgpu.errors.SysfsError: empty: /sys/bus/pci/devices/: no PCI devices found; name the root of a \
+Linux host's file system, or a tree `proxgpu snapshot` wrote
 """
 
 from __future__ import annotations
@@ -185,7 +185,10 @@ def _pci_addresses(capture: Capture, source: str) -> list[str]:
     }
     if not addresses:
         raise SysfsError(
-            source, PCI_DEVICES, "no PCI devices found (is this the root of a Linux host?)"
+            source,
+            PCI_DEVICES,
+            "no PCI devices found",
+            "name the root of a Linux host's file system, or a tree `proxgpu snapshot` wrote",
         )
     return sorted(a for a in addresses if _ADDRESS.match(a))
 

@@ -204,10 +204,12 @@ def parse_gather_output(output: bytes, source: str = "") -> Capture:
     that held a newline, which the kernel never makes, so the capture is refused.
 
     >>> parse_gather_output(b"#section\\tlinks\\nl\\0sys/x/driver\\0../a\\nb\\n", "pve1")
+    ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     proxgpu.errors.SysfsError: pve1: /sys/x/driver: a name or link target with \
-a newline, which the kernel never makes: refusing what the host gave
+a newline, which the kernel never makes: refusing what the host gave; the kernel writes this \
+file: ...
     """
     capture = Capture()
     section = ""
