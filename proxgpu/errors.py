@@ -231,6 +231,26 @@ snapshot tree (--root) it is damaged: take a new `proxgpu snapshot`
     return None
 
 
+def not_utf8(data: bytes) -> str | None:
+    """Where ``data`` stops being UTF-8, in the words every refusal of such a file uses; ``None``
+    for UTF-8 text. proxgpu edits only UTF-8 text (as Proxmox writes its configs), so a file
+    that is not is refused before a plan shows a change to it, and again at apply.
+
+    >>> not_utf8(b"arch: amd64\\n# \\xff\\n"), not_utf8("# café\\n".encode())
+    ('is not UTF-8 (byte 0xff at offset 14)', None)
+    """
+    try:
+        data.decode()
+    except UnicodeDecodeError as exc:
+        return f"is not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start})"
+    return None
+
+
+#: Why a file that is not UTF-8 is not changed, and what to do, after :func:`not_utf8`'s words.
+NOT_UTF8_WHY = "proxgpu edits only UTF-8 text, as Proxmox writes it"
+NOT_UTF8_FIX = "fix that byte, then plan again"
+
+
 class SysfsError(HostError):
     """A file inspection needs is missing or cannot be parsed: one line naming the host, the
     file, what is wrong and, as ``fix``, what to do (by default from who writes the file, see

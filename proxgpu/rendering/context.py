@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from proxgpu.errors import RenderError
+from proxgpu.errors import NOT_UTF8_FIX, NOT_UTF8_WHY, RenderError
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.model import FrozenModel
 from proxgpu.paths import LXC_CONFIG_DIR, guest_config
@@ -45,9 +45,17 @@ class RenderContext:
     warnings: list[str] = field(default_factory=list)
 
     def file(self, path: str, after: str | None, why: str, mode: int | None = 0o644) -> None:
+        """Change ``path`` to ``after`` (``None``: remove it), for ``why``.
+
+        :raises RenderError: when the file is not UTF-8: its text holds U+FFFD where its bytes
+            were, so a change would rewrite them (apply's preflight refuses it the same way).
+        """
         before = self.inventory.host_files.get(path, self.inventory.guest_configs.get(path))
         if before is None and after is None:
             return
+        fault = self.inventory.not_utf8.get(path)
+        if fault is not None and after != before:
+            raise RenderError(self.inventory.source, path, f"{fault}: {NOT_UTF8_WHY}", NOT_UTF8_FIX)
         if any(f.path == path and f.after == after for f in self.files):
             return  # Containers sharing a group share its files (the nodes unit): written once.
         self.files.append(FileChange(path=path, before=before, after=after, mode=mode, why=why))
