@@ -23,7 +23,17 @@
 # snapshot copies none wider than its source), then "#checked" once every file was looked at.
 LC_ALL=C
 export LC_ALL
-cd "$1" 2>/dev/null || { rec error "cannot enter $1"; exit 3; }
+# A root that cannot be entered: why, in the words the command line uses for a local --root.
+if ! cd "$1" 2>/dev/null; then
+    if [ -d "$1" ]; then
+        rec error "cannot enter it"
+    elif [ -e "$1" ]; then
+        rec error "not a directory"
+    else
+        rec error "no such directory"
+    fi
+    exit 3
+fi
 
 rec proxgpu-gather 1
 rec uid "$(id -u)"
