@@ -4,9 +4,9 @@ Every error derives from :class:`ProxgpuError`, carries the facts that explain i
 and renders a one-line message naming the host and, where there is one, the path. Each class has
 an ``exit_code`` so that the command line can tell the kind of failure without parsing text.
 
->>> err = SysfsError("pve1", "/sys/bus/pci/devices/0000:01:00.0/class", "missing")
+>>> err = SysfsError("pve1", "/etc/pve/.members", "missing", "plan it without --cluster")
 >>> str(err)
-'pve1: /sys/bus/pci/devices/0000:01:00.0/class: missing'
+'pve1: /etc/pve/.members: missing; plan it without --cluster'
 >>> err.exit_code
 8
 """
@@ -47,9 +47,9 @@ class ProxgpuError(Exception):
         ``error``): its exit ``code``, ``kind`` (the class), ``message``, ``host``, ``path``
         (``None`` where the error has none) and ``fix``.
 
-        >>> SysfsError("pve1", "/sys/x", "missing").document()
-        {'code': 8, 'kind': 'SysfsError', 'message': 'pve1: /sys/x: missing', 'host': 'pve1', \
-'path': '/sys/x', 'fix': None}
+        >>> SysfsError("pve1", "/x", "missing").document()
+        {'code': 8, 'kind': 'SysfsError', 'message': 'pve1: /x: missing', 'host': 'pve1', \
+'path': '/x', 'fix': None}
         """
         return {
             "code": self.exit_code,
@@ -186,15 +186,96 @@ proxgpu reads: check what the host holds there'
         self.limit = limit
 
 
+#: Who writes the files inspection refuses, by where they are (the first match wins): proxgpu
+#: never edits them, so what to do is to look at their writer, or, for a snapshot tree, to take
+#: a new one.
+_WRITERS = (
+    (
+        "/etc/pve/.members",
+        "pmxcfs writes this file: check the cluster with `pvecm status` and pmxcfs with "
+        "`systemctl status pve-cluster`",
+        "proxgpu snapshot --cluster",
+    ),
+    ("/lib/modules/", "depmod writes this file: run `depmod` for that kernel", "proxgpu snapshot"),
+    (
+        "/var/lib/proxgpu/captured/nvidia-smi",
+        "nvidia-smi printed this: check the NVIDIA driver with `nvidia-smi -L`",
+        "proxgpu snapshot",
+    ),
+    (
+        "/proc/",
+        "the kernel writes this file: look for the kernel's or a driver's fault (`dmesg`)",
+        "proxgpu snapshot",
+    ),
+    (
+        "/sys/",
+        "the kernel writes this file: look for the kernel's or a driver's fault (`dmesg`)",
+        "proxgpu snapshot",
+    ),
+)
+
+
+def file_fix(path: str) -> str | None:
+    """What to do about a host file inspection refused, from where it is; ``None`` for a file
+    of no known writer.
+
+    >>> print(file_fix("/sys/bus/pci/devices/0000:01:00.0/numa_node"))
+    the kernel writes this file: look for the kernel's or a driver's fault (`dmesg`); in a \
+snapshot tree (--root) it is damaged: take a new `proxgpu snapshot`
+    >>> file_fix("/etc/hostname") is None
+    True
+    """
+    for prefix, writer, snapshot in _WRITERS:
+        if path.startswith(prefix):
+            return f"{writer}; in a snapshot tree (--root) it is damaged: take a new `{snapshot}`"
+    return None
+
+
+def not_utf8(data: bytes) -> str | None:
+    """Where ``data`` stops being UTF-8, in the words every refusal of such a file uses; ``None``
+    for UTF-8 text. proxgpu edits only UTF-8 text (as Proxmox writes its configs), so a file
+    that is not is refused before a plan shows a change to it, and again at apply.
+
+    >>> not_utf8(b"arch: amd64\\n# \\xff\\n"), not_utf8("# café\\n".encode())
+    ('is not UTF-8 (byte 0xff at offset 14)', None)
+    """
+    try:
+        data.decode()
+    except UnicodeDecodeError as exc:
+        return f"is not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start})"
+    return None
+
+
+#: Why a file that is not UTF-8 is not changed, and what to do, after :func:`not_utf8`'s words.
+NOT_UTF8_WHY = "proxgpu edits only UTF-8 text, as Proxmox writes it"
+NOT_UTF8_FIX = "fix that byte, then plan again"
+
+
 class SysfsError(HostError):
-    """A file inspection needs is missing or cannot be parsed."""
+    """A file inspection needs is missing or cannot be parsed: one line naming the host, the
+    file, what is wrong and, as ``fix``, what to do (by default from who writes the file, see
+    :func:`file_fix`).
+
+    >>> err = SysfsError("pve1", "/sys/bus/pci/devices/0000:01:00.0/numa_node", "not a number")
+    >>> err.reason, err.fix == file_fix(err.path)
+    ('not a number', True)
+    >>> print(SysfsError("pve1", "/etc/pve/.members", "lists no cluster", "plan it alone"))
+    pve1: /etc/pve/.members: lists no cluster; plan it alone
+    """
 
     exit_code = 8
 
-    def __init__(self, host: str, path: str, reason: str) -> None:
-        super().__init__(host, f"{path}: {reason}")
+    def __init__(self, host: str, path: str, reason: str, fix: str | None = None) -> None:
+        fix = file_fix(path) if fix is None else fix
+        super().__init__(host, f"{path}: {reason}" + (f"; {fix}" if fix else ""))
         self.path = path
         self.reason = reason
+        self._fix = fix
+
+    @property
+    def fix(self) -> str | None:
+        """What to do about it."""
+        return self._fix
 
 
 class Refusal(Protocol):

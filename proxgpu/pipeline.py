@@ -113,7 +113,14 @@ def read_members(host: Host) -> ClusterMembers:
     """
     (data,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
     if data is None:
-        raise SysfsError(host.name, MEMBERS, "missing: is this a Proxmox VE cluster node?")
+        raise SysfsError(
+            host.name,
+            MEMBERS,
+            "missing",
+            "pmxcfs writes it on every cluster member: plan a node on its own without "
+            "--cluster; on a member, check the cluster (`pvecm status`) and pmxcfs "
+            "(`systemctl status pve-cluster`)",
+        )
     return parse_members(data.decode("utf-8", "replace"), host.name)
 
 

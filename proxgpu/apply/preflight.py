@@ -18,7 +18,14 @@ from collections.abc import Callable, Sequence
 
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import FileState, read_files, sha
-from proxgpu.errors import FileChangedError, PreflightError, PveApiError
+from proxgpu.errors import (
+    NOT_UTF8_FIX,
+    NOT_UTF8_WHY,
+    FileChangedError,
+    PreflightError,
+    PveApiError,
+    not_utf8,
+)
 from proxgpu.host.base import Host
 from proxgpu.paths import guest_of, is_vm_config
 from proxgpu.planning.model import Plan
@@ -123,17 +130,11 @@ def _check_unsure(host: Host, change: FileChange, data: bytes | None) -> None:
     """Accept a VM config Proxmox rewrote from ``after``; refuse anything else, saying why."""
     if data is None:
         raise cas_failed(host, change.path)
-    try:
-        now = data.decode()
-    except UnicodeDecodeError as exc:
-        raise FileChangedError(
-            host.name,
-            change.path,
-            f"is not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}): proxgpu edits "
-            "only UTF-8 text, as Proxmox writes it; fix that byte, then plan again",
-        ) from None
+    fault = not_utf8(data)
+    if fault is not None:
+        raise FileChangedError(host.name, change.path, f"{fault}: {NOT_UTF8_WHY}; {NOT_UTF8_FIX}")
     after = change.after
-    if not (is_vm_config(change.path) and after and same_config(now, after)):
+    if not (is_vm_config(change.path) and after and same_config(data.decode(), after)):
         raise cas_failed(host, change.path)
 
 

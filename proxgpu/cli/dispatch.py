@@ -26,9 +26,21 @@ log = logging.getLogger(__name__)
 
 def refuse(exc: UsageError, arguments: list[str]) -> int:
     """Report options that could not be read; the exit code."""
-    report_error(exc, "--json" in arguments)
+    try:
+        report_error(exc, "--json" in arguments)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
     # With --detailed-exitcode, 2 would mean "changes".
     return 1 if "--detailed-exitcode" in arguments else exc.exit_code
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away (proxgpu ... | head): stop quietly, as other tools do,
+    with the exit code of a process SIGPIPE ended. What is left in Python's buffer goes
+    nowhere, so that exiting does not fail again on it."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 def run(args: argparse.Namespace, detailed: bool) -> int:
@@ -92,14 +104,17 @@ def _run(args: argparse.Namespace, detailed: bool) -> int:
 def _guarded(args: argparse.Namespace, detailed: bool, work: Callable[[], int]) -> int:
     """``work``'s exit code, every failure on one line."""
     try:
-        return work()
-    except ProxgpuError as exc:
-        report_error(exc, args.json)
-        return 1 if detailed else exc.exit_code
+        # Saying what failed writes to stdout too (--json), so it is inside the pipe's guard,
+        # and so is the last flush: a reader gone while stdout is buffered shows only there.
+        try:
+            code = work()
+        except ProxgpuError as exc:
+            report_error(exc, args.json)
+            code = 1 if detailed else exc.exit_code
+        sys.stdout.flush()
+        return code
     except BrokenPipeError:
-        # The reader went away (proxgpu ... | head): stop quietly, as other tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+        return _reader_gone()
     except KeyboardInterrupt:
         print("proxgpu: interrupted", file=sys.stderr)
         return 130

@@ -19,6 +19,7 @@ from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
 from proxgpu.fleet import ClusterNodes, Outcome, Target, each_host
+from proxgpu.fleet.cluster import check_guests
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import ClusterHeader, HostReport, plan_report
@@ -33,7 +34,8 @@ def picture_of(inventory: Inventory, *, tree: bool) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the plan of each host as one self-contained HTML report, a section per host; exit 9
-    when a plan was refused (the report says why), or a host's error code when one could not be
+    when a plan was refused (the report says why), the code ``plan`` exits with when one could
+    not be made (a guest that is not there: 16), or a host's error code when one could not be
     read (the others are still reported)."""
     hosts = getattr(args, "hosts", None) or [args.host]
     return write_report(args, {str(Target(h, args.root)): Target(h, args.root) for h in hosts})
@@ -51,6 +53,9 @@ def write_report(
         connect=connector(args),
         forks=getattr(args, "forks", 1),
     )
+    if cluster is not None:
+        # Each node plans only the guests it holds: one on none is refused as plan refuses it.
+        check_guests(split_policy(args), cluster, {n: o.or_error() for n, o in read.items()})
     results = [_host_report(args, name, outcome, cluster) for name, outcome in read.items()]
     sections = [section for _, section, _ in results]
     header = None
@@ -106,9 +111,18 @@ def _host_report(
     if cluster is not None:
         policy = node_policy(policy, inventory)  # a cluster's node: only the guests it holds
     section = plan_report(inventory, policy, render_options(args))
-    refused = bool(section.refusals or section.error)
+    refused = bool(section.refusals)
     host = inventory.hostname
+    summary: dict[str, object] = {
+        "host": host,
+        "refused": refused,
+        "problems": [r.what for r in section.refusals],
+    }
+    if section.failure is not None:
+        # No plan to refuse (a guest that is not there...): said as plan says it, with its code.
+        print(f"proxgpu: {section.failure}", file=sys.stderr)
+        summary["error"] = section.failure.document()
+        return summary, section, section.failure.exit_code
     if refused:
         print(f"{host}: plan refused; the report says why", file=sys.stderr)
-    summary = {"host": host, "refused": refused, "problems": [r.what for r in section.refusals]}
     return summary, section, PlanRefusedError.exit_code if refused else 0

@@ -61,5 +61,11 @@ def _read(host: Host, say: Say) -> tuple[Capture, bytes]:
     capture = gather(host, modes=True)
     (members,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
     if members is None:
-        raise SysfsError(host.name, MEMBERS, "missing: is this node still in the cluster?")
+        raise SysfsError(
+            host.name,
+            MEMBERS,
+            "missing",
+            "pmxcfs writes it on every cluster member: check that this node is still one "
+            "(`pvecm status`) and that pmxcfs runs (`systemctl status pve-cluster`)",
+        )
     return capture, members

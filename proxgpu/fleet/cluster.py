@@ -36,7 +36,7 @@ from proxgpu.fleet.engine import (
 )
 from proxgpu.host import Host, connect
 from proxgpu.host.sshcommon import parse_target
-from proxgpu.inspection import GpuFilter, inspect
+from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.paths import MEMBERS, guest_config
 from proxgpu.pipeline import (
     Proposal,
@@ -50,6 +50,7 @@ from proxgpu.planning import SplitPolicy
 from proxgpu.pve.cluster import ClusterMembers
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import FileChange
+from proxgpu.rendering.context import no_such_guest
 
 #: Why a member is not run.
 OFFLINE = "offline: skipped (not planned, not changed)"
@@ -196,7 +197,7 @@ def plan_cluster(
     vfio GPUs of every node into one mapping (``mapping``, named in ``options`` too). Nothing
     is written. A node that cannot be planned keeps its error in the plan.
 
-    :raises UsageError: when a named guest is on no node read.
+    :raises RenderError: when a named guest is on no node read, as a single host refuses it.
     """
     options = (options or RenderOptions()).model_copy(update={"mapping": mapping})
 
@@ -208,7 +209,11 @@ def plan_cluster(
 
     outcomes = each_host(nodes.targets, one, connect=connect, forks=forks)
     proposals = {n: o.or_error() for n, o in outcomes.items()}
-    _check_guests(policy, nodes, proposals)
+    check_guests(
+        policy,
+        nodes,
+        {n: p.inventory if isinstance(p, Proposal) else p for n, p in proposals.items()},
+    )
     planned = {n: p for n, p in proposals.items() if isinstance(p, Proposal)}
     pooled, change = pool_mapping(planned, mapping, nodes.first)
     return ClusterPlan(nodes, {**proposals, **pooled}, change, mapping)
@@ -252,25 +257,31 @@ def _same_name(host: Host, hostname: str, name: str) -> None:
         )
 
 
-def _check_guests(
-    policy: SplitPolicy, nodes: ClusterNodes, found: Mapping[str, Proposal | ProxgpuError]
+def check_guests(
+    policy: SplitPolicy, nodes: ClusterNodes, found: Mapping[str, Inventory | ProxgpuError]
 ) -> None:
-    held = {
-        path
-        for p in found.values()
-        if isinstance(p, Proposal)
-        for path in p.inventory.guest_configs
-    }
+    """Refuse the first guest ``policy`` names that no node read holds, as a single host
+    refuses a guest it does not have (the same error and exit code), naming the cluster.
+
+    :raises RenderError: naming the guest's config and the guests of its kind the nodes hold.
+    """
+    # A node that could not be read may hold it: its own error says why, node by node.
+    if not all(isinstance(i, Inventory) for i in found.values()):
+        return
+    held = {path for i in found.values() if isinstance(i, Inventory) for path in i.guest_configs}
     wanted = [guest_config("lxc", vmid) for vmid in policy.containers]
     wanted += [guest_config("vm", vmid) for vmid, _ in policy.vms]
-    missing = [path.rsplit("/", 1)[1].removesuffix(".conf") for path in wanted if path not in held]
-    # A node that could not be read may hold it: its own error says why, node by node.
-    if missing and all(isinstance(p, Proposal) for p in found.values()):
-        also = f" (not read: {', '.join(nodes.skipped)})" if nodes.skipped else ""
-        raise UsageError(
-            f"guest {', '.join(missing)} is on no node read{also}: check the VMID with "
-            "`pvesh get /cluster/resources --type vm`"
-        )
+    for path in wanted:
+        if path not in held:
+            also = f" (not read: {', '.join(nodes.skipped)})" if nodes.skipped else ""
+            name = nodes.members.name
+            raise no_such_guest(
+                f"cluster {name}" if name else nodes.first,
+                path,
+                held,
+                f" on any node read{also}",
+                "on the nodes read",
+            )
 
 
 def _address(first: str | None, ip: str) -> str:

@@ -124,4 +124,5 @@ class DirectoryHost(LocalHost):
         super().__init__(root)
         self.name = f"dir:{root}"
         if not os.path.isdir(root):
-            raise UsageError(f"{root}: no such directory (--root names a host's tree)")
+            what = "not a directory" if os.path.lexists(root) else "no such directory"
+            raise UsageError(f"{root}: {what} (--root names a host's tree)")

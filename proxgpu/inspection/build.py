@@ -7,8 +7,8 @@ on captured trees without any host.
 >>> build_inventory(parse_gather_output(b""), "empty", GpuFilter())
 Traceback (most recent call last):
 ...
-proxgpu.errors.SysfsError: empty: /sys/bus/pci/devices/: no PCI devices found (is this the root \
-of a Linux host?)
+proxgpu.errors.SysfsError: empty: /sys/bus/pci/devices/: no PCI devices found; name the root of a \
+Linux host's file system, or a tree `proxgpu snapshot` wrote
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from proxgpu.errors import SysfsError
+from proxgpu.errors import SysfsError, not_utf8
 from proxgpu.inspection import hostfacts
 from proxgpu.inspection.capture import ALIAS_LIST, Capture
 from proxgpu.inspection.hardware import (
@@ -154,6 +154,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         is_root=capture.uid == 0,
         guest_configs=_texts(capture, GUEST_FILE_PREFIXES, include=True),
         host_files=_texts(capture, GUEST_FILE_PREFIXES, include=False),
+        not_utf8=_not_utf8(capture),
         warnings=warnings,
         container=_container(capture),
         pve_container_version=_pve_container_version(capture),
@@ -185,7 +186,10 @@ def _pci_addresses(capture: Capture, source: str) -> list[str]:
     }
     if not addresses:
         raise SysfsError(
-            source, PCI_DEVICES, "no PCI devices found (is this the root of a Linux host?)"
+            source,
+            PCI_DEVICES,
+            "no PCI devices found",
+            "name the root of a Linux host's file system, or a tree `proxgpu snapshot` wrote",
         )
     return sorted(a for a in addresses if _ADDRESS.match(a))
 
@@ -659,6 +663,16 @@ def _texts(capture: Capture, prefixes: tuple[str, ...], include: bool) -> dict[s
         # EFI variables are binary facts (Secure Boot), not files a split edits.
         if path.startswith(prefixes) == include and not path.startswith("/sys/")
     }
+
+
+def _not_utf8(capture: Capture) -> dict[str, str]:
+    """The files read as text (see :func:`_texts`) that are not UTF-8, with where."""
+    found = {
+        path: not_utf8(data)
+        for path, data in sorted(capture.raw.items())
+        if not path.startswith("/sys/")
+    }
+    return {path: fault for path, fault in found.items() if fault is not None}
 
 
 def _topology_warnings(inventory: Inventory) -> list[str]:

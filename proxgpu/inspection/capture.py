@@ -37,6 +37,8 @@ ALIAS_LIST = "#proxgpu: the lines that can find a module for a function of a GPU
 #: The mode of a snapshot's copy of a file whose own mode is unknown.
 PRIVATE = 0o600
 
+#: Why the gather script could not enter the root it was given, in its own words.
+_NOT_ENTERED = ("no such directory", "not a directory", "cannot enter it")
 #: Paths a capture must never hold, whatever a future gather script reads.
 FORBIDDEN_PREFIXES = ("/etc/pve/priv", "/etc/ssh", "/root/.ssh", "/home", "/etc/shadow")
 #: Guest config keys whose values are secrets (cloud-init's password hash).
@@ -91,8 +93,12 @@ def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Captur
     args = [host.root, "check"] if remote_check else [host.root]
     output = run_script(host, "gather", *args, timeout=timeout, check=False, bulk=True)
     if not output.has("proxgpu-gather"):
-        if output.has("error"):
-            raise UsageError(f"{host.name}: {host.root}: no such directory to inspect")
+        refused = output.first("error")
+        if refused is not None:
+            # Host data: only the script's own words are repeated.
+            said = refused[0] if refused.fields else ""
+            why = said if said in _NOT_ENTERED else "cannot enter it"
+            raise UsageError(f"{host.name}: {host.root}: {why} (--root names a host's tree)")
         raise CommandError(host.name, ["the gather step"], output.returncode, output.stderr)
     failed = output.first("failed")
     if failed is not None:
@@ -204,10 +210,12 @@ def parse_gather_output(output: bytes, source: str = "") -> Capture:
     that held a newline, which the kernel never makes, so the capture is refused.
 
     >>> parse_gather_output(b"#section\\tlinks\\nl\\0sys/x/driver\\0../a\\nb\\n", "pve1")
+    ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     proxgpu.errors.SysfsError: pve1: /sys/x/driver: a name or link target with \
-a newline, which the kernel never makes: refusing what the host gave
+a newline, which the kernel never makes: refusing what the host gave; the kernel writes this \
+file: ...
     """
     capture = Capture()
     section = ""

@@ -341,6 +341,10 @@ class Inventory(Record):
     is_root: bool = False
     guest_configs: dict[str, str] = field(default_factory=dict)
     host_files: dict[str, str] = field(default_factory=dict)
+    #: The files of ``guest_configs`` and ``host_files`` that are not UTF-8, each with where it
+    #: stops being so (``is not UTF-8 (byte 0xff at offset 32)``): their text there holds U+FFFD
+    #: for those bytes, so a plan never changes them.
+    not_utf8: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     container: str | None = None
     pve_container_version: str | None = None

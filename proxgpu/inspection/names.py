@@ -7,10 +7,12 @@ naming the file (exit 8), instead of quoting it into a file proxgpu writes.
 
 >>> check_names(Capture(links={"/sys/bus/pci/devices/0000:01:00.0/driver":
 ...                            "../../../bus/pci/drivers/nvidia;reboot"}), "pve1")
+... # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
 proxgpu.errors.SysfsError: pve1: /sys/bus/pci/devices/0000:01:00.0/driver: driver 'nvidia;reboot' \
-is not a name the kernel can make (letters, digits and _ . + -); refusing the host's data
+is not a name the kernel can make (letters, digits and _ . + -); refusing the host's data; the \
+kernel writes this file: ...
 """
 
 from __future__ import annotations

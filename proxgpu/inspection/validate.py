@@ -3,11 +3,11 @@ or inspection stops (exit 8) naming the file, instead of a plan built on it.
 
 >>> from proxgpu.inspection.inventory import Inventory, NumaNode
 >>> validate(Inventory(source="pve1", hostname="pve1",
-...                    numa_nodes=[NumaNode(id=0, cpus="0-99999999999")]))
+...                    numa_nodes=[NumaNode(id=0, cpus="0-99999999999")]))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
 proxgpu.errors.SysfsError: pve1: /sys/devices/system/node/node0/cpulist: CPU 99999999999 in \
-'0-99999999999' is beyond any real machine (65536 CPUs)
+'0-99999999999' is beyond any real machine (65536 CPUs); the kernel writes this file: ...
 """
 
 from __future__ import annotations
@@ -62,12 +62,12 @@ def _check_modalias(source: str, function: PciFunction) -> None:
     >>> fn = PciFunction(address="0000:01:00.0", vendor_id="10de", device_id="2bb1",
     ...                  class_code="0x030000",
     ...                  modalias="pci:v00001002d00002BB1sv000010DEsd0000204Bbc03sc00i00")
-    >>> _check_modalias("pve1", fn)
+    >>> _check_modalias("pve1", fn)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     proxgpu.errors.SysfsError: pve1: /sys/bus/pci/devices/0000:01:00.0/modalias: says vendor \
 00001002, but its vendor file says 10de, and the kernel prints both from one device: refusing the \
-host's data
+host's data; the kernel writes this file: ...
     """
     fields = _MODALIAS_FIELDS.fullmatch(function.modalias or "")
     if fields is None:

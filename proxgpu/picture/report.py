@@ -55,6 +55,8 @@ class HostReport:
     changes: ChangeSet | None = None
     refusals: list[Refusal] = field(default_factory=list)
     error: str | None = None
+    #: The error ``error`` says, as ``plan`` reports it (its exit code, path and fix).
+    failure: RenderError | None = None
 
 
 def plan_report(
@@ -76,7 +78,7 @@ def plan_report(
     except PlanRefusedError as refused:
         return HostReport(inventory, refusals=[Refusal(p.what, p.fix) for p in refused.problems])
     except RenderError as error:
-        return HostReport(inventory, error=str(error))
+        return HostReport(inventory, error=str(error), failure=error)
     return HostReport(inventory, plan, changes)
 
 

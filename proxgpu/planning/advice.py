@@ -211,7 +211,10 @@ def _select_for_check(inventory: Inventory, index: GpuIndex, selector: str) -> l
     try:
         address = normalize_pci_address(text)
     except ValueError:
-        raise UsageError(f"{text!r}: neither a GPU index nor a PCI address") from None
+        raise UsageError(
+            f"GPU {text!r}: neither a CUDA index nor a PCI address on {inventory.source} (CUDA "
+            f"numbers {_index_range(len(index.gpus))} there)"
+        ) from None
     found = index.at(address)
     if found:
         return found

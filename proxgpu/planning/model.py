@@ -536,7 +536,7 @@ def parse_lxc_specs(specs: list[str]) -> LxcSpecs:
         if not vmid.isdigit() or not (not colon or (count.isdigit() and int(count) > 0)):
             raise UsageError(
                 f"container {spec!r}: expected VMID or VMID:N (N GPUs, at least 1), "
-                "either one with @NODE"
+                "either one with @NODE, or VMID:mig=GPU/GI[/CI] (a MIG instance)"
             )
         if node is not None:
             on_nodes.append((int(vmid), node, int(count) if count else None))

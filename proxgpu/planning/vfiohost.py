@@ -127,7 +127,8 @@ def _unknown_framebuffer_warning(ctx: Context, gpu: Gpu) -> str:
         )
     return (
         f"{gpu.address} is the host's boot GPU, and whether the kernel puts its boot framebuffer "
-        "on it is unknown (/proc/fb was not read: a snapshot taken without it): check with "
+        "on it is unknown (/proc/fb was not read: a snapshot taken without it, or a file this "
+        "user cannot read): check with "
         "`cat /proc/fb` on the host; if it lists EFI VGA, VESA VGA or a simple framebuffer "
         f"(or only a DRM driver's, which the firmware's returns after the move), {follows}"
     )

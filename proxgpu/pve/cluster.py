@@ -105,7 +105,8 @@ own; plan it without --cluster
         raise SysfsError(
             host,
             path,
-            f"lists no cluster: {nodename} is a node on its own; plan it without --cluster",
+            f"lists no cluster: {nodename} is a node on its own",
+            "plan it without --cluster",
         )
     found = document.get("cluster")
     cluster: dict[str, Any] = found if isinstance(found, dict) else {}
@@ -163,7 +164,9 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, KeyError):
         return f"no {exc.args[0]!r}"
     if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at line {exc.lineno}"
+        # json's own words end in " at" where they point at a place ("Unterminated string
+        # starting at"): the place is said once.
+        return f"{exc.msg.removesuffix(' at')} at line {exc.lineno}, column {exc.colno}"
     return str(exc)
 
 

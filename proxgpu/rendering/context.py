@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from proxgpu.errors import RenderError
+from proxgpu.errors import NOT_UTF8_FIX, NOT_UTF8_WHY, RenderError
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.model import FrozenModel
-from proxgpu.paths import guest_config
+from proxgpu.paths import LXC_CONFIG_DIR, guest_config
 from proxgpu.planning.model import VMID_MAX, VMID_MIN, BindMethod, Plan
 from proxgpu.pve.claims import GuestRef
 from proxgpu.pve.config import GuestConfig
@@ -45,9 +45,17 @@ class RenderContext:
     warnings: list[str] = field(default_factory=list)
 
     def file(self, path: str, after: str | None, why: str, mode: int | None = 0o644) -> None:
+        """Change ``path`` to ``after`` (``None``: remove it), for ``why``.
+
+        :raises RenderError: when the file is not UTF-8: its text holds U+FFFD where its bytes
+            were, so a change would rewrite them (apply's preflight refuses it the same way).
+        """
         before = self.inventory.host_files.get(path, self.inventory.guest_configs.get(path))
         if before is None and after is None:
             return
+        fault = self.inventory.not_utf8.get(path)
+        if fault is not None and after != before:
+            raise RenderError(self.inventory.source, path, f"{fault}: {NOT_UTF8_WHY}", NOT_UTF8_FIX)
         if any(f.path == path and f.after == after for f in self.files):
             return  # Containers sharing a group share its files (the nodes unit): written once.
         self.files.append(FileChange(path=path, before=before, after=after, mode=mode, why=why))
@@ -107,26 +115,37 @@ the container first (`pct create`) or name one that exists (none on this host)
     for guest in guests:
         path = guest_config(guest.type, guest.vmid)
         if VMID_MIN <= guest.vmid <= VMID_MAX and path not in inventory.guest_configs:
-            raise _no_such_guest(inventory, path, "container" if guest.type == "lxc" else "VM")
+            raise no_such_guest(inventory.source, path, inventory.guest_configs)
 
 
 def guest_config_of(ctx: RenderContext, path: str, kind: str) -> GuestConfig:
     before = ctx.inventory.guest_configs.get(path)
     if before is None:
-        raise _no_such_guest(ctx.inventory, path, kind)
+        raise no_such_guest(ctx.inventory.source, path, ctx.inventory.guest_configs)
     return GuestConfig.parse(before)
 
 
-def _no_such_guest(inventory: Inventory, path: str, kind: str) -> RenderError:
+def no_such_guest(
+    source: str, path: str, configs: Iterable[str], where: str = "", none: str = "on this host"
+) -> RenderError:
+    """The error for a guest whose config ``path`` is not among ``configs`` (those of the host,
+    or of every node of a cluster read, ``where`` saying so): what to create, or which guests of
+    that kind there are.
+
+    >>> print(no_such_guest("cluster gpu-lab", "/etc/pve/qemu-server/999.conf",
+    ...                     ["/etc/pve/qemu-server/300.conf"], " on any node read"))
+    cluster gpu-lab: /etc/pve/qemu-server/999.conf: no such VM config on any node read; create \
+the VM first (`qm create`) or name one that exists (300)
+    """
+    folder = path.rsplit("/", 1)[0] + "/"
+    kind = "container" if folder == LXC_CONFIG_DIR else "VM"
     existing = sorted(
-        p.rsplit("/", 1)[1].removesuffix(".conf")
-        for p in inventory.guest_configs
-        if p.startswith(path.rsplit("/", 1)[0] + "/")
+        {p.rsplit("/", 1)[1].removesuffix(".conf") for p in configs if p.startswith(folder)}
     )
     return RenderError(
-        inventory.source,
+        source,
         path,
-        f"no such {kind} config",
+        f"no such {kind} config{where}",
         f"create the {kind} first (`{'pct create' if kind == 'container' else 'qm create'}`)"
-        f" or name one that exists ({', '.join(existing) or 'none on this host'})",
+        f" or name one that exists ({', '.join(existing) or f'none {none}'})",
     )

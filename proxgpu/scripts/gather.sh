@@ -23,7 +23,17 @@
 # snapshot copies none wider than its source), then "#checked" once every file was looked at.
 LC_ALL=C
 export LC_ALL
-cd "$1" 2>/dev/null || { rec error "cannot enter $1"; exit 3; }
+# A root that cannot be entered: why, in the words the command line uses for a local --root.
+if ! cd "$1" 2>/dev/null; then
+    if [ -d "$1" ]; then
+        rec error "cannot enter it"
+    elif [ -e "$1" ]; then
+        rec error "not a directory"
+    else
+        rec error "no such directory"
+    fi
+    exit 3
+fi
 
 rec proxgpu-gather 1
 rec uid "$(id -u)"
@@ -296,8 +306,8 @@ for f in usr/sbin/driverctl usr/sbin/update-initramfs usr/sbin/proxmox-boot-tool
     [ -e "$f" ] && printf 'f\0%s\0\n' "$f"
 done
 # /proc/fb was read even when it lists no framebuffer (its lines then say nothing): "none", not
-# "not read".
-[ -f proc/fb ] && printf 'f\0%s\0\n' proc/fb
+# "not read". A file this user cannot read (grep -s says nothing of it) is "not read", unknown.
+[ -f proc/fb ] && [ -r proc/fb ] && printf 'f\0%s\0\n' proc/fb
 # The nvidia and amdkfd device nodes a container can be given (a snapshot holds them as empty
 # files).
 for f in dev/nvidia* dev/nvidia-caps/* dev/kfd; do

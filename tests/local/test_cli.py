@@ -48,6 +48,20 @@ def test_snapshot_then_inspect_root(tmp_path: Path, capsys: pytest.CaptureFixtur
         (["inspect", "--root", "/no/such/dir"], 2, "/no/such/dir: no such directory"),
         (["inspect", "--root", "/proc/self/fdinfo"], 8, "no PCI devices found"),
         (["inspect", "--host", "a:b"], 2, "port 'b' is not a number"),
+        (["inspect", "--root", __file__], 2, f"{__file__}: not a directory (--root names"),
+        # Every form --lxc takes, the MIG instance's too.
+        (
+            ["plan", "--root", CT200, "--lxc", "abc"],
+            2,
+            "container 'abc': expected VMID or VMID:N (N GPUs, at least 1), either one with "
+            "@NODE, or VMID:mig=GPU/GI[/CI] (a MIG instance)",
+        ),
+        (
+            ["check-gpus", "--root", CT200, "0,x"],
+            2,
+            f"GPU 'x': neither a CUDA index nor a PCI address on dir:{CT200} (CUDA numbers 0-7 "
+            "there)",
+        ),
     ],
 )
 def test_errors_are_one_line_with_a_kind_specific_exit_code(

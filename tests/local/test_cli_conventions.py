@@ -275,3 +275,39 @@ def test_every_message_spells_the_host_as_it_was_given(
         assert given in error["message"] and given in err, (argv, error["message"])
         assert "ct200:" not in error["message"].replace(f"{root}:", ""), error["message"]
         assert error["host"] in (given, None), argv
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--root", str(EXAMPLES / "ct200"), "--lxc", "200", "--json"],
+        ["plan", "--root", str(EXAMPLES / "ct200"), "--lxc", "999", "--json"],
+        ["plan", "--root", str(EXAMPLES / "ct200"), "--lxc", "200", "--bogus", "--json"],
+    ],
+    ids=["success", "error", "usage-error"],
+)
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
+def test_a_reader_gone_early_ends_quietly_with_141(argv: list[str], unbuffered: str) -> None:
+    """``proxgpu ... | head``: the reader closes the pipe before proxgpu writes. Whether the
+    command succeeded or failed, it stops with 141 and says at most its one line on stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    read, write = os.pipe()
+    os.close(read)  # a real pipe whose reader is gone: every write to it fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "proxgpu", *argv],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    assert done.returncode == 141, done.stderr
+    assert done.stderr.count("\n") <= 2, done.stderr  # usage errors add their usage line

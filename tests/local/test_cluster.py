@@ -125,9 +125,34 @@ def test_a_node_that_cannot_be_planned_stops_the_whole_apply(
 def test_a_guest_on_no_node_is_refused_before_anything(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["plan", "--root", str(CLUSTER), "--cluster", "--vm", "399"]) == 2
+    """As a single host refuses a guest it does not have: the same exit code (16) and kind,
+    naming the cluster, the config and the guests the nodes read hold."""
+    single = main(["plan", "--root", str(CLUSTER / "pve1"), "--vm", "399", "--json"])
+    alone = json.loads(capsys.readouterr().out)["error"]
+    assert main(["plan", "--root", str(CLUSTER), "--cluster", "--vm", "399", "--json"]) == single
+    captured = capsys.readouterr()
+    error = json.loads(captured.out)["error"]
+    assert (error["code"], error["kind"], error["path"]) == (
+        alone["code"],
+        alone["kind"],
+        alone["path"],
+    )
+    assert (single, error["kind"], error["host"]) == (16, "RenderError", "cluster gpu-lab")
+    assert captured.err == (
+        "proxgpu: cluster gpu-lab: /etc/pve/qemu-server/399.conf: no such VM config on any node "
+        "read (not read: pve4); create the VM first (`qm create`) or name one that exists "
+        "(300, 310, 320)\n"
+    )
+
+
+def test_a_cluster_report_refuses_a_guest_on_no_node_as_plan_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.html"
+    argv = ["--root", str(CLUSTER), "--cluster", "--lxc", "299"]
+    assert main(["report", *argv, "-o", str(out)]) == main(["plan", *argv]) == 16
     err = capsys.readouterr().err
-    assert "guest 399 is on no node read (not read: pve4)" in err
+    assert err.count("/etc/pve/lxc/299.conf: no such container config on any node read") == 2
 
 
 def test_inspect_and_history_run_on_every_node(capsys: pytest.CaptureFixture[str]) -> None:

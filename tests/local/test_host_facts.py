@@ -4,6 +4,10 @@ reset_method, a processing accelerator. Each fact survives a snapshot and reache
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from proxgpu.host.local import DirectoryHost
@@ -108,6 +112,31 @@ def test_an_empty_proc_fb_reads_as_no_framebuffer_and_a_snapshot_keeps_it(
     (root / "proc/fb").unlink()
     warnings = plan_split(inspect(host), SplitPolicy(lxc=200)).warnings
     assert any("/proc/fb was not read" in w for w in warnings)
+
+
+def _as_a_reader_bound_by_modes(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``proxgpu ARGV`` run by a user whom a file's mode binds: root without the capabilities
+    that override it (as setpriv drops them), any other user as it is."""
+    wrap = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+    command = [*(wrap if os.geteuid() == 0 else []), sys.executable, "-m", "proxgpu", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_an_unreadable_proc_fb_is_not_read_not_no_framebuffer(tmp_path: Path) -> None:
+    """/proc/fb that the user cannot read tells nothing: unknown, as a missing one, never the
+    "no framebuffer" of an empty one read."""
+    root = real_host(tmp_path)
+    (root / "proc/fb").chmod(0)
+    shown = _as_a_reader_bound_by_modes(["inspect", "--root", str(root), "--json"])
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["framebuffers"] is None
+    planned = _as_a_reader_bound_by_modes(["plan", "--root", str(root), "--lxc", "200"])
+    assert planned.returncode == 0, planned.stderr
+    said = planned.stdout + planned.stderr
+    assert (
+        f"{GPU} is the host's boot GPU, and whether the kernel puts its boot framebuffer " in said
+    )
+    assert "(/proc/fb was not read" in said
 
 
 def test_the_plan_of_a_booted_host_warns_about_each(tmp_path: Path) -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from proxgpu.errors import CommandError, CommandTimeoutError, HostUnreachableError, UsageError
 from proxgpu.host import connect
+from proxgpu.host.command import CommandHost
 from proxgpu.host.local import DirectoryHost, LocalHost
+from proxgpu.inspection.capture import gather
 
 
 def test_arguments_reach_the_command_unchanged() -> None:
@@ -42,3 +46,31 @@ def test_connect_chooses_the_kind_of_host(tmp_path: Path) -> None:
     assert isinstance(tree, DirectoryHost) and not tree.is_live
     with pytest.raises(UsageError, match="missing: no such directory"):
         connect(root=str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda p: p.write_text("x"), "not a directory"),
+        (lambda p: None, "no such directory"),
+    ],
+    ids=["file", "missing"],
+)
+def test_a_root_that_is_no_directory_says_which_here_and_on_another_host(
+    tmp_path: Path, make: Callable[[Path], object], why: str
+) -> None:
+    """A --root naming a file is "not a directory", not "no such directory": on this machine,
+    and on another host, where the gather script says it (a real sh stands for that host)."""
+    root = tmp_path / "tree"
+    make(root)
+    with pytest.raises(UsageError) as here:
+        connect(root=str(root))
+    assert str(here.value) == f"{root}: {why} (--root names a host's tree)"
+
+    def sh(command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
+        done = subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+    with pytest.raises(UsageError) as there:
+        gather(CommandHost("pve1", sh, root=str(root)))
+    assert str(there.value) == f"pve1: {root}: {why} (--root names a host's tree)"

@@ -129,6 +129,10 @@ def test_unparsable_numa_node_of_a_gpu_fails_naming_host_and_path(tmp_path: Path
         inspect(DirectoryHost(str(root)))
     assert err.value.path == "/sys/bus/pci/devices/0000:81:00.0/numa_node"
     assert str(err.value).startswith(f"dir:{root}: /sys/bus/pci/devices/0000:81:00.0/numa_node")
+    # One line that says what to do: the kernel wrote it, or the snapshot tree is damaged.
+    assert err.value.fix is not None and "take a new `proxgpu snapshot`" in err.value.fix
+    assert "dmesg" in err.value.fix and "\n" not in str(err.value)
+    assert str(err.value).endswith(f"not a number: 'one'; {err.value.fix}")
 
 
 def test_device_with_missing_class_is_skipped_with_a_warning(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ chains a snapshot keeps."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import xml.etree.ElementTree as ET
@@ -71,6 +72,31 @@ def test_report_writes_one_html_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "CT 200" in html and "VM 300" in html
     assert "/etc/pve/qemu-server/300.conf" in html
     assert "http" not in html
+
+
+def test_report_of_a_guest_that_is_not_there_says_why_with_plans_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No plan to refuse: the report still shows the host, says the reason first, as plan does,
+    and exits with plan's code; --json carries the error document."""
+    root = str(EXAMPLES / "ct200")
+    planned = main(["plan", "--root", root, "--lxc", "999"])
+    plan_said = capsys.readouterr().err
+    out = tmp_path / "report.html"
+    code = main(["report", "--root", root, "--lxc", "999", "-o", str(out)])
+    said = capsys.readouterr().err
+    assert code == planned == 16 and said == plan_said, said
+    assert said.startswith(f"proxgpu: dir:{root}: /etc/pve/lxc/999.conf: no such container config")
+    assert "/etc/pve/lxc/999.conf: no such container config" in out.read_text()
+    assert main(["report", "--root", root, "--lxc", "999", "-o", str(out), "--json"]) == 16
+    (summary,) = json.loads(capsys.readouterr().out)["hosts"]
+    error = summary["error"]
+    assert (error["code"], error["kind"], error["path"]) == (
+        16,
+        "RenderError",
+        "/etc/pve/lxc/999.conf",
+    )
+    assert error["fix"] == "create the container first (`pct create`) or name one that exists (200)"
 
 
 def test_a_snapshot_keeps_each_devices_parent_chain(

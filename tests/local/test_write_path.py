@@ -25,6 +25,7 @@ from proxgpu.errors import (
     HostUnreachableError,
     JournalError,
     PreflightError,
+    RenderError,
     SysfsError,
 )
 from proxgpu.host import DirectoryHost, LocalHost, connect
@@ -293,13 +294,35 @@ def test_a_file_name_holding_a_record_marker_is_skipped_with_a_warning(tmp_path:
 
 
 def test_a_config_that_is_not_utf8_is_refused_naming_the_byte(tmp_path: Path) -> None:
+    """A byte that is not UTF-8 written after the plan: apply's preflight refuses the file."""
     root = copy_example(tmp_path)
     config = root / VM
-    config.write_bytes(config.read_bytes().replace(b"train", b"tr\xe4in"))
     with DirectoryHost(str(root)) as host:
         _, plan, changes = propose(host, POLICY)
+        config.write_bytes(config.read_bytes().replace(b"train", b"tr\xe4in"))
         with pytest.raises(FileChangedError, match="not UTF-8 \\(byte 0xe4"):
             apply_changes(host, changes, plan=plan)
+
+
+def test_a_plan_never_changes_a_config_that_is_not_utf8(tmp_path: Path) -> None:
+    """Its text holds U+FFFD where the byte was, so a diff would rewrite a line the plan does
+    not touch: the plan refuses it, in the words apply's preflight uses, before any diff."""
+    root = copy_example(tmp_path)
+    config = root / VM
+    data = config.read_bytes().replace(b"train", b"tr\xe4in")
+    config.write_bytes(data)
+    offset = data.index(b"\xe4")
+    with DirectoryHost(str(root)) as host, pytest.raises(RenderError) as refused:
+        propose(host, POLICY)
+    assert (refused.value.path, refused.value.exit_code) == ("/" + VM, 16)
+    assert str(refused.value) == (
+        f"dir:{root}: /{VM}: is not UTF-8 (byte 0xe4 at offset {offset}): proxgpu edits only "
+        "UTF-8 text, as Proxmox writes it; fix that byte, then plan again"
+    )
+    # A plan that leaves the file alone still plans: only a change to it is refused.
+    with DirectoryHost(str(root)) as host:
+        _, _, changes = propose(host, SplitPolicy(lxc=200))
+    assert "/" + VM not in [f.path for f in changes.files if f.before != f.after]
 
 
 # --- big configs --------------------------------------------------------------------------------

@@ -62,6 +62,23 @@ def test_a_malformed_member_list_is_one_line_naming_host_and_path(text: str, why
     assert message.startswith("root@pve1: /etc/pve/.members: ")
     assert why in message and "\n" not in message
     assert caught.value.exit_code == 8
+    # ... and says what to do, in the line and as the --json document's fix.
+    fix = caught.value.fix
+    assert fix and message.endswith(f"; {fix}")
+    assert caught.value.document()["fix"] == fix
+
+
+def test_damaged_json_is_placed_once_and_sends_the_admin_to_pmxcfs() -> None:
+    # Cut short inside a string, as a file truncated by a full disk is.
+    text = '{\n"nodename": "pve1",\n"nodelist": {\n  "pve1": {"id": 1, "ip": "127.0.0.1'
+    with pytest.raises(SysfsError) as caught:
+        parse_members(text, "pve1")
+    assert caught.value.reason == (
+        "not pmxcfs' member list (Unterminated string starting at line 4, column 27)"
+    )
+    assert caught.value.fix is not None
+    assert "`pvecm status`" in caught.value.fix and "pve-cluster" in caught.value.fix
+    assert "take a new `proxgpu snapshot --cluster`" in caught.value.fix
 
 
 def test_an_existing_mapping_is_set_with_the_files_digest_and_every_map_line() -> None:

@@ -96,4 +96,6 @@ def test_hostile_output_is_refused_naming_it(
         mig_uuids(listing, table, "pve1")
     assert error.value.path == path
     assert str(error.value).startswith(f"pve1: {path}: {words}")
-    assert str(error.value).endswith("refusing the host's data")
+    assert error.value.reason.endswith("refusing the host's data")
+    fix = error.value.fix or ""
+    assert "`nvidia-smi -L`" in fix and str(error.value).endswith(f"; {fix}")
