@@ -125,7 +125,8 @@ def read_members(host: Host) -> ClusterMembers:
 
 
 def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:
-    """``policy`` for one node of a cluster: only the guests whose configs the node holds.
+    """``policy`` for one node of a cluster: only the guests whose configs the node holds (its
+    containers with GPUs, a count, a node or a MIG instance; its VMs with GPUs or a vGPU).
 
     VMIDs are unique in a cluster, and each guest's config lives on its node
     (``/etc/pve/nodes/NODE/...``, which the node's ``/etc/pve/lxc`` and ``qemu-server`` link to).
@@ -136,14 +137,28 @@ def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:
     [(310, 1)]
     """
     held = inventory.guest_configs
-    containers = [vmid for vmid in policy.containers if guest_config("lxc", vmid) in held]
-    vms = [(vmid, n) for vmid, n in policy.vms if guest_config("vm", vmid) in held]
-    subsets = [(vmid, n) for vmid, n in policy.lxc_subsets if guest_config("lxc", vmid) in held]
-    on_nodes = [ct for ct in policy.lxc_nodes if guest_config("lxc", ct[0]) in held]
-    own = {vmid for vmid, _ in subsets} | {vmid for vmid, _, _ in on_nodes}
-    shared = [vmid for vmid in containers if vmid not in own]
-    update = {"lxc": shared[0] if shared else None, "shared_lxc": shared[1:], "vms": vms}
-    return policy.model_copy(update={**update, "lxc_subsets": subsets, "lxc_nodes": on_nodes})
+
+    def ct(vmid: int) -> bool:
+        return guest_config("lxc", vmid) in held
+
+    def vm(vmid: int) -> bool:
+        return guest_config("vm", vmid) in held
+
+    subsets = [(vmid, n) for vmid, n in policy.lxc_subsets if ct(vmid)]
+    on_nodes = [spec for spec in policy.lxc_nodes if ct(spec[0])]
+    mig = [spec for spec in policy.lxc_mig if ct(spec.vmid)]
+    own = {vmid for vmid, _ in subsets} | {spec[0] for spec in on_nodes} | {m.vmid for m in mig}
+    shared = [vmid for vmid in policy.containers if ct(vmid) and vmid not in own]
+    update = {
+        "lxc": shared[0] if shared else None,
+        "shared_lxc": shared[1:],
+        "lxc_subsets": subsets,
+        "lxc_nodes": on_nodes,
+        "lxc_mig": mig,
+        "vms": [(vmid, n) for vmid, n in policy.vms if vm(vmid)],
+        "vgpus": [(vmid, kind) for vmid, kind in policy.vgpus if vm(vmid)],
+    }
+    return policy.model_copy(update=update)
 
 
 def pool_mapping(

@@ -22,7 +22,7 @@ from proxgpu.errors import FileChangedError, PlanRefusedError, UsageError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.pipeline import node_policy, split_host
-from proxgpu.planning import SplitPolicy, parse_lxc_specs, plan_split
+from proxgpu.planning import MigSpec, SplitPolicy, parse_lxc_specs, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
 from proxgpu.rendering.nodes import NODES_SCRIPT, NODES_UNIT
@@ -389,3 +389,18 @@ def test_the_nodes_unit_says_whose_nodes_it_makes() -> None:
     changes = render(inventory, plan_split(inventory, policy))
     [unit] = [f for f in changes.files if f.path == NODES_UNIT]
     assert unit.why == "make the NVIDIA device nodes of CT 200 and CT 201 at boot"
+
+
+def test_a_cluster_node_keeps_only_the_mig_containers_and_vgpu_vms_it_holds() -> None:
+    """CT 200 and CT 201 (each on a MIG instance) and VM 300 are the mig host's; VM 400 and CT
+    999 are another node's: this node plans neither, and its MIG containers share nothing."""
+    mig = inspect_example("mig")
+    policy = SplitPolicy(
+        lxc=999,
+        lxc_mig=[MigSpec(vmid=200, gpu="0", gi=2), MigSpec(vmid=998, gpu="0", gi=9)],
+        vgpus=[(300, "nvidia-1155"), (400, "nvidia-1155")],
+    )
+    mine = node_policy(policy, mig)
+    assert (mine.lxc, mine.shared_lxc) == (None, [])
+    assert [spec.vmid for spec in mine.lxc_mig] == [200]
+    assert mine.vgpus == [(300, "nvidia-1155")]
