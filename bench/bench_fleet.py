@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.timing import sample  # noqa: E402
+from bench.timing import byte_compiled, sample  # noqa: E402
 from tests.support.sshd import Sshd, running_sshd  # noqa: E402
 
 RUNS = 3
@@ -99,6 +99,7 @@ def compare(server: Sshd, config: Path, tree: Path, hosts: int, forks: int) -> s
 
 
 def main() -> None:
+    byte_compiled(REPO / "proxgpu")
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         tree = work / "ct200"

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.timing import Sample, sample  # noqa: E402
+from bench.timing import Sample, byte_compiled, sample  # noqa: E402
 from proxgpu.host.base import Host  # noqa: E402
 from proxgpu.host.openssh import OpenSSHHost  # noqa: E402
 from proxgpu.host.ssh import SSHHost, SSHOptions  # noqa: E402
@@ -95,6 +95,7 @@ def synthetic_64_gpu_tree(base: Path) -> Path:
 
 
 def main() -> None:
+    byte_compiled(REPO / "proxgpu")
     with tempfile.TemporaryDirectory() as tmp, running_sshd(Path(tmp)) as server:
         config = Path(tmp) / "empty_ssh_config"
         config.touch()

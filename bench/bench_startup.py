@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.timing import sample  # noqa: E402
+from bench.timing import byte_compiled, sample  # noqa: E402
 
 RUNS = 21
 COMMANDS = {
@@ -65,6 +65,7 @@ def measure(runs: int = RUNS) -> dict[str, tuple[float, float, float]]:
 def main() -> None:
     """Print each command's median wall time, its ratio to the floor and its CPU."""
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else RUNS
+    byte_compiled(REPO / "proxgpu")
     print(f"median of {runs} runs, {sys.executable}")
     for name, (seconds, ratio, cpu) in measure(runs).items():
         print(f"{name:55} {seconds * 1000:8.1f} ms  {ratio:5.1f}x floor  CPU {cpu * 1000:6.1f} ms")
