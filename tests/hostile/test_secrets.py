@@ -131,7 +131,7 @@ def test_an_error_quoting_host_text_redacts_it(
     code, out, err = cli(capsys, *argv)
     assert code == 2
     assert_no_secret(out, err)
-    assert json.loads(out)["error"]["message"] == f"'cipassword: {REDACTED}"
+    assert json.loads(out)["error"]["message"] == f"GPU 'cipassword: {REDACTED}"
     hostile.assert_outside_unchanged()
 
 
