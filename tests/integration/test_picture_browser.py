@@ -180,7 +180,8 @@ def test_the_printed_report_keeps_its_colours_and_gives_each_host_its_own_pages(
 
 def test_a_refused_plans_report_still_renders_the_host(tmp_path: Path) -> None:
     html = tmp_path / "refused.html"
-    argv = ["report", "--root", str(EXAMPLES / "ct200"), "--lxc", "201", "--vm", "300"]
+    # CT 200 asks for five GPUs on one node, which holds four: the planner refuses (exit 9).
+    argv = ["report", "--root", str(EXAMPLES / "ct200"), "--lxc", "200:5", "--vm", "300"]
     code = main([*argv, "-o", str(html)])
     assert code == 9
     image = decode_png(screenshot(html, tmp_path / "refused.png", 1000, 1600))
