@@ -37,7 +37,7 @@ from proxgpu.fleet.engine import (
 from proxgpu.host import Host, connect
 from proxgpu.host.sshcommon import parse_target
 from proxgpu.inspection import GpuFilter, Inventory, inspect
-from proxgpu.paths import MEMBERS, guest_config
+from proxgpu.paths import MEMBERS
 from proxgpu.pipeline import (
     Proposal,
     node_policy,
@@ -50,7 +50,7 @@ from proxgpu.planning import SplitPolicy
 from proxgpu.pve.cluster import ClusterMembers
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import FileChange
-from proxgpu.rendering.context import no_such_guest
+from proxgpu.rendering.context import missing_guest, no_such_guest
 
 #: Why a member is not run.
 OFFLINE = "offline: skipped (not planned, not changed)"
@@ -269,19 +269,17 @@ def check_guests(
     if not all(isinstance(i, Inventory) for i in found.values()):
         return
     held = {path for i in found.values() if isinstance(i, Inventory) for path in i.guest_configs}
-    wanted = [guest_config("lxc", vmid) for vmid in policy.containers]
-    wanted += [guest_config("vm", vmid) for vmid, _ in policy.vms]
-    for path in wanted:
-        if path not in held:
-            also = f" (not read: {', '.join(nodes.skipped)})" if nodes.skipped else ""
-            name = nodes.members.name
-            raise no_such_guest(
-                f"cluster {name}" if name else nodes.first,
-                path,
-                held,
-                f" on any node read{also}",
-                "on the nodes read",
-            )
+    path = missing_guest(policy.guests, held)
+    if path is not None:
+        also = f" (not read: {', '.join(nodes.skipped)})" if nodes.skipped else ""
+        name = nodes.members.name
+        raise no_such_guest(
+            f"cluster {name}" if name else nodes.first,
+            path,
+            held,
+            f" on any node read{also}",
+            "on the nodes read",
+        )
 
 
 def _address(first: str | None, ip: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
 from proxgpu.errors import NOT_UTF8_FIX, NOT_UTF8_WHY, RenderError
@@ -112,10 +112,23 @@ the container first (`pct create`) or name one that exists (none on this host)
 
     :raises RenderError: naming the config and the guests of that kind the host has.
     """
+    path = missing_guest(guests, inventory.guest_configs)
+    if path is not None:
+        raise no_such_guest(inventory.source, path, inventory.guest_configs)
+
+
+def missing_guest(guests: Iterable[GuestRef], configs: Container[str]) -> str | None:
+    """The config of the first of ``guests`` that ``configs`` (paths) lacks, else ``None``; a
+    VMID Proxmox cannot have is left to the planner.
+
+    >>> missing_guest([GuestRef(type="vm", vmid=300)], {"/etc/pve/lxc/300.conf"})
+    '/etc/pve/qemu-server/300.conf'
+    """
     for guest in guests:
         path = guest_config(guest.type, guest.vmid)
-        if VMID_MIN <= guest.vmid <= VMID_MAX and path not in inventory.guest_configs:
-            raise no_such_guest(inventory.source, path, inventory.guest_configs)
+        if VMID_MIN <= guest.vmid <= VMID_MAX and path not in configs:
+            return path
+    return None
 
 
 def guest_config_of(ctx: RenderContext, path: str, kind: str) -> GuestConfig:

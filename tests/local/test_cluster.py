@@ -145,6 +145,15 @@ def test_a_guest_on_no_node_is_refused_before_anything(
     )
 
 
+@pytest.mark.parametrize("vm", ["399:vgpu=nvidia-1155", "399:2"])
+def test_a_vm_of_any_spelling_on_no_node_is_refused(
+    vm: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A vGPU VM is a guest like the others: no node planning it must not drop it unsaid."""
+    assert main(["plan", "--root", str(CLUSTER), "--cluster", "--vm", vm]) == 16
+    assert "/etc/pve/qemu-server/399.conf: no such VM config on any node" in capsys.readouterr().err
+
+
 def test_a_cluster_report_refuses_a_guest_on_no_node_as_plan_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
