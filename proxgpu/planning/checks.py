@@ -11,7 +11,7 @@ from proxgpu.planning import wording
 from proxgpu.planning.context import Context, GpuIndex
 from proxgpu.planning.minors import boot_minors
 from proxgpu.planning.model import PlanGroup, Role
-from proxgpu.pve.claims import DeviceClaim, GuestRef, device_claims
+from proxgpu.pve.claims import DeviceClaim, GuestRef
 from proxgpu.pve.mapping import is_mapping_id
 
 
@@ -108,7 +108,7 @@ def check_claims(ctx: Context, groups: list[PlanGroup]) -> None:
     held: dict[tuple[GuestRef, str], list[DeviceClaim]] = defaultdict(list)
     vgpus: dict[GuestRef, dict[str, list[DeviceClaim]]] = defaultdict(lambda: defaultdict(list))
     unbound: dict[tuple[GuestRef, str], list[DeviceClaim]] = defaultdict(list)  # driver=keep
-    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
+    for claim in ctx.claims:
         # A vGPU entry stays as it is, a target's too: it needs its GPU on the host driver (so
         # does an SR-IOV virtual function, which exists only while that driver keeps it).
         if claim.keeps_host_driver or ctx.index.virtual_function(claim.pci_address):
@@ -208,7 +208,7 @@ def kept_group_container(ctx: Context, roles: dict[str, Role]) -> int | None:
         return None
     holders = {
         claim.guest.vmid
-        for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name)
+        for claim in ctx.claims
         if claim.guest.type == "lxc"
         and any(roles.get(gpu.address) is Role.HOST for gpu in _claimed_gpus(ctx.index, claim))
     }

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from proxgpu.errors import PlanRefusedError
 from proxgpu.inspection.inventory import Gpu, Inventory, VirtualFunction
 from proxgpu.pci import is_bmc_display, normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.model import Problem, ProblemCode, SplitPolicy
-from proxgpu.pve.claims import GuestRef
+from proxgpu.pve.claims import DeviceClaim, GuestRef, device_claims
 
 
 class GpuIndex:
@@ -84,6 +85,12 @@ class Context:
             except ValueError:
                 continue  # assign_roles reports it
         return not named.isdisjoint({gpu.address, gpu.slot, *gpu.functions})
+
+    @cached_property
+    def claims(self) -> list[DeviceClaim]:
+        """Every device claim in the host's guest configs (see
+        :func:`~proxgpu.pve.claims.device_claims`), parsed once for the whole run."""
+        return device_claims(self.inventory.guest_configs, self.inventory.node_name)
 
     def problem(self, code: ProblemCode, what: str, fix: str) -> None:
         self.problems.append(Problem(code=code, what=what, fix=fix))

@@ -11,7 +11,7 @@ from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import MigUse, PlanGroup, Role, SplitPolicy, VgpuUse
-from proxgpu.pve.claims import GuestRef, device_claims
+from proxgpu.pve.claims import GuestRef
 
 
 def build_groups(
@@ -104,7 +104,7 @@ def _used_by_others(ctx: Context, gpus: list[Gpu]) -> str:
     named = set(ctx.policy.containers)
     by_minor = {gpu.nvidia_minor: gpu.address for gpu in gpus if gpu.nvidia_minor is not None}
     users: dict[str, list[str]] = defaultdict(list)
-    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
+    for claim in ctx.claims:
         address = by_minor.get(claim.nvidia_minor) if isinstance(claim.nvidia_minor, int) else None
         if address and claim.guest.vmid not in named and address not in users[claim.guest.label]:
             users[claim.guest.label].append(address)

@@ -35,7 +35,7 @@ from proxgpu.pci import normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import Role, VgpuUse
-from proxgpu.pve.claims import DeviceClaim, device_claims
+from proxgpu.pve.claims import DeviceClaim
 
 
 class LiveVgpu(NamedTuple):
@@ -72,7 +72,7 @@ def vgpu_users(ctx: Context) -> dict[str, list[VgpuUse]]:
     """GPU address -> the vGPUs the VMs' ``hostpciN: ...,mdev=TYPE`` entries use of it, and the
     SR-IOV virtual functions of it they pass through."""
     users: dict[str, list[VgpuUse]] = defaultdict(list)
-    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
+    for claim in ctx.claims:
         vf = ctx.index.virtual_function(claim.pci_address)
         if claim.pci_address is None or (claim.mdev is None and vf is None):
             continue
@@ -138,7 +138,7 @@ def _unnamed_vgpus(ctx: Context) -> dict[str, list[LiveVgpu]]:
     own vGPU is the VM's whose config names the VF."""
     entries: set[tuple[int, int, str]] = set()  # (VMID, hostpci index, function)
     vfs_named: set[str] = set()
-    for claim in device_claims(ctx.inventory.guest_configs, ctx.inventory.node_name):
+    for claim in ctx.claims:
         function = _claimed_function(ctx, claim)
         if function is None:
             continue
