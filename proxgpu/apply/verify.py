@@ -24,7 +24,7 @@ from proxgpu.paths import MODPROBE_CONF, with_guest
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning.mig import mig_drift
 from proxgpu.planning.model import Plan
-from proxgpu.rendering.binding import binding_conflicts, missing_softdeps, stale_softdeps
+from proxgpu.rendering.binding import binding_conflicts, softdep_drift
 
 
 class VerifyReport(FrozenModel):
@@ -111,18 +111,19 @@ proxgpu history)
             f"{line} (remove it: proxgpu binds to vfio-pci by PCI address)"
             for line in binding_conflicts(inventory, plan)
         ]
+        stale, missing = softdep_drift(inventory, plan)
         drift += [
             f"{MODPROBE_CONF}: `{old}` no longer keeps the modules' own softdeps (a kernel or "
             f"driver upgrade changed them), so kmod loads {old.split()[1]} without them: "
             f"proxgpu would write `{new}` now; run `proxgpu plan` and apply again"
-            for old, new in stale_softdeps(inventory, plan)
+            for old, new in stale
         ]
         drift += [
             f"{MODPROBE_CONF}: no softdep line for {line.split()[1]}, which could take a moved "
             "function at boot (a kernel or modprobe.d alias names it since the apply), so it may "
             f"load before vfio-pci: proxgpu would write `{line}` now; run `proxgpu plan` and "
             "apply again"
-            for line in missing_softdeps(inventory, plan)
+            for line in missing
         ]
         drift += mig_drift(inventory, plan)
         drivers = driver_drift(inventory, plan, explain=not awaiting_reboot)

@@ -291,38 +291,27 @@ def _tell_guessed(ctx: RenderContext, functions: list[PciFunction]) -> None:
     )
 
 
-def stale_softdeps(inventory: Inventory, plan: Plan) -> list[tuple[str, str]]:
-    """The softdep lines of proxgpu's modprobe.d file that no longer keep what the modules
-    declare now, each with the line proxgpu would write today: a kernel or driver upgrade that
-    changed a module's own softdeps (its ``modules.softdep``) leaves proxgpu's line, which kmod
-    uses instead, without them.
+def softdep_drift(inventory: Inventory, plan: Plan) -> tuple[list[tuple[str, str]], list[str]]:
+    """How proxgpu's modprobe.d file has drifted from the softdep lines it would write today:
+
+    * stale: its lines that no longer keep what the modules declare now, each with the line
+      proxgpu would write (a kernel or driver upgrade that changed a module's own softdeps, its
+      ``modules.softdep``, leaves proxgpu's line, which kmod uses instead, without them);
+    * missing: the lines it would write for modules the file has none for (a kernel installed
+      since, or a modprobe.d ``alias`` line, named another module that could take a moved
+      function, see :func:`claimants`, which may then load before vfio-pci).
 
     >>> from proxgpu.host.local import DirectoryHost
     >>> from proxgpu.inspection import inspect
     >>> from proxgpu.planning import SplitPolicy, plan_split
     >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
-    >>> stale_softdeps(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
-    []
+    >>> softdep_drift(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
+    ([], [])
     """
     now, wanted = _softdeps_now_and_wanted(inventory, plan)
     stale = ((now.get(line.split()[1]), line) for line in wanted)
-    return [(old, new) for old, new in stale if old is not None and old != new]
-
-
-def missing_softdeps(inventory: Inventory, plan: Plan) -> list[str]:
-    """The softdep lines proxgpu would write today for modules its modprobe.d file has none
-    for: a kernel installed since, or a modprobe.d ``alias`` line, named another module that
-    could take a moved function (see :func:`claimants`), which may then load before vfio-pci.
-
-    >>> from proxgpu.host.local import DirectoryHost
-    >>> from proxgpu.inspection import inspect
-    >>> from proxgpu.planning import SplitPolicy, plan_split
-    >>> inventory = inspect(DirectoryHost("examples/hosts/ct200"))
-    >>> missing_softdeps(inventory, plan_split(inventory, SplitPolicy(lxc=200)))
-    []
-    """
-    now, wanted = _softdeps_now_and_wanted(inventory, plan)
-    return [line for line in wanted if now and line.split()[1] not in now]
+    missing = [line for line in wanted if now and line.split()[1] not in now]
+    return [(old, new) for old, new in stale if old is not None and old != new], missing
 
 
 def _softdeps_now_and_wanted(inventory: Inventory, plan: Plan) -> tuple[dict[str, str], list[str]]:
