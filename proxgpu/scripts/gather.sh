@@ -410,8 +410,8 @@ if [ "${2-}" = check ]; then
         {
             line_files
             advice_files
-            regular proc/cpuinfo dev/.lxc-boot-id run/systemd/container $pciids \
-                ${kernel:+"$initrd"} $caps var/lib/dpkg/status $configs $secure_boot \
+            regular proc/cpuinfo $pciids \
+                ${kernel:+"$initrd"} var/lib/dpkg/status $configs $secure_boot \
                 lib/modules/*/modules.alias lib/modules/*/modules.builtin.modinfo
         } | tr '\0' '\n' | sort -u && echo '#sorted'
     } | check_names
