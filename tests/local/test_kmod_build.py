@@ -24,11 +24,11 @@ from tests.kmod.builds import (
 )
 
 
-def _tarball(path: Path) -> bytes:
-    """A small ``.tar.xz`` holding one folder, written to ``path``; its bytes."""
+def _tarball(path: Path, name: str = "kmod-0/README") -> bytes:
+    """A small ``.tar.xz`` holding one file ``name``, written to ``path``; its bytes."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:xz") as archive:
-        member = tarfile.TarInfo("kmod-0/README")
+        member = tarfile.TarInfo(name)
         member.size = 5
         archive.addfile(member, io.BytesIO(b"kmod\n"))
     path.write_bytes(buffer.getvalue())
@@ -47,6 +47,15 @@ def _built(directory: Path, release: Release) -> Path:
         (tools / name).write_text("#!/bin/sh\n")
         (tools / name).chmod(0o755)
     return tools
+
+
+def test_a_pinned_tarball_naming_a_file_outside_its_folder_is_not_unpacked(tmp_path: Path) -> None:
+    # Whether or not this Python has tarfile's extraction filters (3.11.4 and later).
+    served = tmp_path / "kmod_0.orig.tar.xz"
+    release = _release(served.as_uri(), hashlib.sha256(_tarball(served, "../evil")).hexdigest())
+    with pytest.raises(BuildError, match=r"\.\./evil in the tarball .* not unpacked"):
+        build_release(release, tmp_path / "cache", jobs=1)
+    assert not list(tmp_path.rglob("evil"))
 
 
 def test_a_tarball_that_is_not_the_pinned_one_is_refused(tmp_path: Path) -> None:
