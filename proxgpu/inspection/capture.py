@@ -23,6 +23,7 @@ from proxgpu.errors import CommandError, HostUnreachableError, SysfsError, Usage
 from proxgpu.host.base import Host
 from proxgpu.host.local import LocalHost
 from proxgpu.host.scripts import Record, run_script
+from proxgpu.inspection.archived import ARCHIVE_MARKER, Archived
 from proxgpu.inspection.smi import has_compute_instances, read_smi
 from proxgpu.kmod import MODULES_BUILTIN_MODINFO
 from proxgpu.paths import LXC_CONFIG_DIR, MEMBERS, NODES_DIR, PCI_DEVICES, PVE_DIR, VM_CONFIG_DIR
@@ -220,14 +221,22 @@ file: ...
     capture = Capture()
     section = ""
     last = b""
+    archived = Archived()
     for record in output.split(b"\n"):
-        if record.startswith(b"#"):
+        if record.startswith(ARCHIVE_MARKER):
+            archived.unpack(record[len(ARCHIVE_MARKER) :])
+        elif record.startswith(b"#"):
             section = _marker(capture, record.decode("utf-8", "replace"), section)
         elif record:
             if b"\0" not in record or (section == "links" and record.count(b"\0") < 2):
                 raise SysfsError(source, _abs(_broken_name(section, record, last)), _NEWLINE)
-            _record(capture, section, record)
+            _record(capture, section, record, archived)
             last = record.split(b"\0", 2)[1 if section == "links" else 0]
+    for path, data in archived.files():
+        if data is None:
+            capture.unreadable.append(path)
+        else:
+            capture.raw[path] = data
     return capture
 
 
@@ -255,7 +264,7 @@ def _marker(capture: Capture, line: str, section: str) -> str:
     return arg if word == "section" else section
 
 
-def _record(capture: Capture, section: str, record: bytes) -> None:
+def _record(capture: Capture, section: str, record: bytes, archived: Archived) -> None:
     if section == "lines":
         path, _, data = record.partition(b"\0")
         capture.lines.setdefault(_abs(path), []).append(data.decode("utf-8", "replace"))
@@ -271,6 +280,8 @@ def _record(capture: Capture, section: str, record: bytes) -> None:
         path, _, data = record.partition(b"\0")
         if data == b"!unreadable":
             capture.unreadable.append(_abs(path))
+        elif data.startswith(b"@"):
+            archived.want(_abs(path), data[1:])
         else:
             capture.raw[_abs(path)] = base64.b64decode(data)
 

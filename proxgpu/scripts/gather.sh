@@ -3,12 +3,13 @@
 # Usage: gather.sh ROOT [check]   (ROOT is the prefix the host's absolute paths live under, "/"
 # for a live host; check: then say where each file read is, see check_names below)
 #
-# Plain POSIX sh plus coreutils, grep, find and awk, so it runs unchanged on a Proxmox VE host, over
-# SSH, and against a snapshot directory. Forks stay constant in the number of devices: one grep reads
-# every small text file, one find reads every symlink, one awk picks the names out of pci.ids. The
-# file names reach grep and find through xargs (batches under the kernel's argument limit, however
-# many SR-IOV functions the host has), and a batch that could not run is said (#failed WHAT
-# STATUS), never taken for files that are empty. Only regular files are opened: a FIFO or device
+# Plain POSIX sh plus coreutils, grep, find, awk and GNU tar, so it runs unchanged on a Proxmox VE
+# host, over SSH, and against a snapshot directory. Forks stay constant in the number of devices
+# and guests: one grep reads every small text file, one find reads every symlink, one awk picks
+# the names out of pci.ids, one tar per directory reads the configs. The file names reach grep
+# and find through xargs (batches under the kernel's argument limit, however many SR-IOV
+# functions the host has), and a batch that could not run is said (#failed WHAT STATUS), never
+# taken for files that are empty. Only regular files are opened: a FIFO or device
 # where a sysfs file should be is skipped, not waited on.
 #
 # Output: marker records ("#proxgpu-gather", "#uid", "#section", "#end", written by the prelude's
@@ -17,7 +18,8 @@
 #   #section links   TYPE\0PATH\0TARGET   (TYPE l = symlink; d, f = a directory or file that
 #                                          only needs to exist; sys/bus/pci/devices/ADDR links
 #                                          give each device's sysfs path, its parent chain)
-#   #section raw     PATH\0BASE64 of the exact bytes, or PATH\0!unreadable
+#   #section raw     PATH\0BASE64 of the exact bytes, PATH\0!unreadable, or PATH\0@MEMBER and
+#                    after those lines "#archive<tab>BASE64 of GNU tar archives" (see below)
 # With check, in the same run: "#outside\tPATH\tTARGET" for each file read (or refused) that is
 # reached only through a link out of the root, "#mode\tOCTAL\tPATH" for each other one (a
 # snapshot copies none wider than its source), then "#checked" once every file was looked at.
@@ -315,11 +317,18 @@ for f in dev/nvidia* dev/nvidia-caps/* dev/kfd; do
 done
 
 rec section raw
+# The files' bytes come in GNU tar archives, one per directory, all in one "#archive" record
+# (base64): a constant number of commands per directory, not per file (a node holds a config
+# per guest). Each is made in its directory entered inside the root (the prelude's enter), where
+# tar opens every file as it always does, never through a link at its end (O_NOFOLLOW) and
+# never blocking (O_NONBLOCK): a link or FIFO swapped in after the look is archived as what it
+# is, never followed or read, so what lies outside the root is never read. A line "PATH\0@AT"
+# says that PATH's bytes are the member AT: the file itself, or where a link inside the root
+# leads (numbered by its archive: N/NAME); "PATH\0!unreadable" that they cannot be read.
+#
 # inside FILE: set in_at to where FILE's bytes are, relative to the root, when it is a symlink
 # resolving inside the root or not a symlink; fails for a link out of it (a variable, not
-# output: a command substitution would cost a process per file). Each file is then read in its
-# directory entered inside the root, never through a link at its end (nofollow_cat), so what
-# lies outside is never read, even when a link is swapped in after this look.
+# output: a command substitution would cost a process per file).
 inside() {
     in_at=$1
     [ -L "$1" ] || return 0
@@ -327,9 +336,35 @@ inside() {
     # shellcheck disable=SC2154 # proxgpu_real: the prelude's
     case $in_at in "$proxgpu_real"/*) in_at=${in_at#"$proxgpu_real"/} ;; *) return 1 ;; esac
 }
+# archive N DIR NAME...: the archive of DIR's files NAME... (DIR relative to the root, "." for
+# the root itself; a NAME is a path under DIR), each member named N/NAME (the prefix is digits: nothing to escape for tar),
+# in records of one block (-b 1: not padded to tar's usual 10 KiB).
+# shellcheck disable=SC2154 # proxgpu_prefix: the prelude's
+archive() {
+    ar_n=$1 ar_at=$proxgpu_prefix/$2
+    shift 2
+    [ "$ar_at" = "$proxgpu_prefix/." ] && ar_at=$proxgpu_prefix
+    (enter "$ar_at" 2>/dev/null && exec tar -cf - -b 1 --no-recursion --numeric-owner \
+        --hard-dereference --transform "s,^,$ar_n/,S" -- "$@") 2>/dev/null
+}
+# archives: one archive per run of lines "N<tab>DIR<tab>NAME" on stdin with the same N.
+archives() {
+    as_n='' as_dir=''
+    set --
+    while IFS=$tab read -r r_n r_dir r_name; do
+        if [ "$r_n" != "$as_n" ]; then
+            [ -z "$as_n" ] || archive "$as_n" "$as_dir" "$@"
+            as_n=$r_n as_dir=$r_dir
+            set --
+        fi
+        set -- "$@" "$r_name"
+    done
+    [ -z "$as_n" ] || archive "$as_n" "$as_dir" "$@"
+}
 nl='
 '
 tab=$(printf '\t')
+archived='' n=0 last=''
 # shellcheck disable=SC2086 # $configs: globs, one word each
 for f in $configs; do
     [ -f "$f" ] || continue
@@ -337,15 +372,27 @@ for f in $configs; do
     *"$nl"* | *"$tab"*) rec badname "$(printf '%s' "$f" | base64 -w0)"; continue ;;
     esac
     if [ -r "$f" ] && inside "$f"; then
-        printf '%s\0' "$f"
-        # shellcheck disable=SC2154 # proxgpu_prefix: the prelude's
-        (enter "$proxgpu_prefix/${in_at%/*}" 2>/dev/null && nofollow_cat "./${in_at##*/}") |
-            base64 -w0
-        echo
+        case $in_at in *"$nl"* | *"$tab"*) printf '%s\0!unreadable\n' "$f"; continue ;; esac
+        # A live host's root is /, which nothing lies outside: one archive, made from the root,
+        # holds every file there.
+        if [ -z "$proxgpu_real" ]; then
+            d=. name=$in_at
+        else
+            case $in_at in */*) d=${in_at%/*} ;; *) d=. ;; esac
+            name=${in_at##*/}
+        fi
+        [ "$d" = "$last" ] || { n=$((n + 1)) last=$d; }
+        printf '%s\0@%s/%s\n' "$f" "$n" "$name"
+        archived="$archived$n$tab$d$tab$name$nl"
     else
         printf '%s\0!unreadable\n' "$f"
     fi
 done
+if [ -n "$archived" ]; then
+    printf '#archive\t'
+    printf '%s' "$archived" | archives | base64 -w0
+    echo
+fi
 # Secure Boot's UEFI variable: four attribute bytes, then 1 while it is on.
 f=$secure_boot
 if [ -f "$f" ] && [ -r "$f" ]; then

@@ -12,6 +12,8 @@ nothing outside the scratch folder changed: no byte, no mode.
 from __future__ import annotations
 
 import base64
+import os
+import shutil
 from importlib import resources
 from pathlib import Path
 
@@ -19,6 +21,8 @@ import pytest
 
 from proxgpu.host import DirectoryHost, LocalHost
 from proxgpu.host.scripts import run_script
+from proxgpu.inspection.archived import ARCHIVE_MARKER
+from proxgpu.inspection.capture import Capture, parse_gather_output
 from tests.support.hostile import scene
 
 SECRET = b"root:$6$outside-the-tree-hash:19000::::::\n"
@@ -56,10 +60,17 @@ def test_a_temp_file_left_alone_gets_its_bytes_and_mode(tmp_path: Path) -> None:
     hostile.assert_outside_unchanged()
 
 
-def _raw(tree: Path) -> bytes:
-    """The gather step's own output for ``tree``, before any check of where files are."""
-    host = DirectoryHost(str(tree))
-    return run_script(host, "gather", str(tree)).stdout
+def _gathered(tree: Path) -> tuple[bytes, Capture]:
+    """Everything the gather step sent for ``tree``, before any check of where files are (its
+    output with the archives of config files decoded), and that output parsed."""
+    out = run_script(DirectoryHost(str(tree)), "gather", str(tree)).stdout
+    sent = b"\n".join(
+        base64.b64decode(line.removeprefix(ARCHIVE_MARKER))
+        if line.startswith(ARCHIVE_MARKER)
+        else line
+        for line in out.split(b"\n")
+    )
+    return sent, parse_gather_output(out)
 
 
 def test_gather_never_reads_a_file_linked_out_of_the_tree(tmp_path: Path) -> None:
@@ -70,11 +81,38 @@ def test_gather_never_reads_a_file_linked_out_of_the_tree(tmp_path: Path) -> Non
     (modprobe / "evil.conf").symlink_to(victim)
     (hostile.tree / "etc" / "inside.conf").write_bytes(b"options kvm ignore_msrs=1\n")
     (modprobe / "kvm.conf").symlink_to("../inside.conf")
-    out = _raw(hostile.tree)
-    assert base64.b64encode(SECRET) not in out and b"outside-the-tree" not in out
-    assert b"etc/modprobe.d/evil.conf\0!unreadable\n" in out
-    inside = base64.b64encode(b"options kvm ignore_msrs=1\n")
-    assert b"etc/modprobe.d/kvm.conf\0" + inside + b"\n" in out, "a link inside the tree is read"
+    sent, capture = _gathered(hostile.tree)
+    assert b"outside-the-tree" not in sent
+    assert "/etc/modprobe.d/evil.conf" in capture.unreadable
+    inside = b"options kvm ignore_msrs=1\n"
+    assert capture.raw["/etc/modprobe.d/kvm.conf"] == inside, "a link inside the tree is read"
+    hostile.assert_outside_unchanged()
+
+
+def test_gather_never_reads_a_config_swapped_for_a_link_out_after_its_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swap comes between the script's look at the file and its reading: a ``tar`` first on
+    PATH makes it (in the directory the script entered), then runs the real one."""
+    hostile = scene(tmp_path)
+    victim = hostile.victim("shadow.conf", SECRET)
+    modprobe = hostile.tree / "etc" / "modprobe.d"
+    modprobe.mkdir(parents=True, exist_ok=True)
+    (modprobe / "kvm.conf").write_bytes(b"options kvm ignore_msrs=1\n")
+    (modprobe / "vfio.conf").write_bytes(b"options vfio-pci ids=10de:2bb5\n")
+    swapping = hostile.scratch / "bin"
+    swapping.mkdir()
+    real_tar = shutil.which("tar")
+    (swapping / "tar").write_text(
+        f'#!/bin/sh\n[ -f kvm.conf ] && ln -sf {victim} kvm.conf\nexec {real_tar} "$@"\n'
+    )
+    (swapping / "tar").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{swapping}:{os.environ['PATH']}")
+    sent, capture = _gathered(hostile.tree)
+    assert (modprobe / "kvm.conf").is_symlink(), "the swap was made"
+    assert b"outside-the-tree" not in sent
+    assert "/etc/modprobe.d/kvm.conf" in capture.unreadable
+    assert capture.raw["/etc/modprobe.d/vfio.conf"] == b"options vfio-pci ids=10de:2bb5\n"
     hostile.assert_outside_unchanged()
 
 
@@ -83,6 +121,6 @@ def test_gather_never_reads_through_a_directory_linked_out_of_the_tree(tmp_path:
     target = hostile.link_out("etc/pve/qemu-server")
     (target / "300.conf").write_bytes(SECRET)
     hostile.settle()
-    out = _raw(hostile.tree)
-    assert base64.b64encode(SECRET) not in out and b"outside-the-tree" not in out
+    sent, _ = _gathered(hostile.tree)
+    assert b"outside-the-tree" not in sent
     hostile.assert_outside_unchanged()
