@@ -91,7 +91,7 @@ def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Captur
     checked = bool(modes or host.root.rstrip("/"))
     # This machine's tree is looked at directly; any other host's in the gather's own run.
     remote_check = checked and not isinstance(host, LocalHost)
-    args = [host.root, "check"] if remote_check else [host.root]
+    args = [host.root, "modes" if modes else "check"] if remote_check else [host.root]
     output = run_script(host, "gather", *args, timeout=timeout, check=False, bulk=True)
     if not output.has("proxgpu-gather"):
         refused = output.first("error")

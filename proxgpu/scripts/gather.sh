@@ -1,7 +1,8 @@
 # shellcheck shell=sh
 # proxgpu gather: print, in one pass, every file inspection reads.
-# Usage: gather.sh ROOT [check]   (ROOT is the prefix the host's absolute paths live under, "/"
-# for a live host; check: then say where each file read is, see check_names below)
+# Usage: gather.sh ROOT [check|modes]   (ROOT is the prefix the host's absolute paths live under,
+# "/" for a live host; check: then say where each file read is, see check_names below; modes:
+# and each one's mode, for a snapshot)
 #
 # Plain POSIX sh plus coreutils, grep, find, awk and GNU tar, so it runs unchanged on a Proxmox VE
 # host, over SSH, and against a snapshot directory. Forks stay constant in the number of devices
@@ -20,9 +21,10 @@
 #                                          give each device's sysfs path, its parent chain)
 #   #section raw     PATH\0BASE64 of the exact bytes, PATH\0!unreadable, or PATH\0@MEMBER and
 #                    after those lines "#archive<tab>BASE64 of GNU tar archives" (see below)
-# With check, in the same run: "#outside\tPATH\tTARGET" for each file read (or refused) that is
-# reached only through a link out of the root, "#mode\tOCTAL\tPATH" for each other one (a
-# snapshot copies none wider than its source), then "#checked" once every file was looked at.
+# With check or modes, in the same run: "#outside\tPATH\tTARGET" for each file read (or refused)
+# that is reached only through a link out of the root, with modes "#mode\tOCTAL\tPATH" for each
+# other one (a snapshot copies none wider than its source), then "#checked" once every file was
+# looked at.
 LC_ALL=C
 export LC_ALL
 # A root that cannot be entered: why, in the words the command line uses for a local --root.
@@ -38,7 +40,13 @@ if ! cd "$1" 2>/dev/null; then
 fi
 
 rec proxgpu-gather 1
-rec uid "$(id -u)"
+# The effective user id, from the kernel's own status of this shell (read by a built-in, where
+# id -u would be one more process), or from id when /proc cannot say.
+uid=
+while read -r key _ effective _; do
+    [ "$key" = Uid: ] && { uid=$effective; break; }
+done 2>/dev/null </proc/self/status
+rec uid "${uid:-$(id -u)}"
 
 # regular PATH...: each regular file among PATH..., NUL-terminated (printf is built in, so no
 # argument list is made however many paths the globs give).
@@ -128,8 +136,8 @@ line_files() {
         sys/bus/pci/devices/*/nvidia/current_vgpu_type \
         $resources $modalias_files usr/share/perl5/PVE/pvecfg.pm $caps \
         dev/.lxc-boot-id run/systemd/container
-}
-advice_files() {
+    # Passthrough advice: the framebuffers the kernel registered, and every function's reset
+    # methods (sysfs hides the file when there is none).
     regular proc/fb sys/bus/pci/devices/*/reset_method
 }
 caps='proc/driver/nvidia/capabilities/mig/config proc/driver/nvidia/capabilities/mig/monitor
@@ -153,9 +161,6 @@ line_files | batched "reading the sysfs and procfs files" grep -H -s -Z -D skip 
 # lines of its block, which come in that order.
 grep -m 3 -H -s -Z -D skip -E '^(vendor_id|flags|address sizes)[[:space:]]*:' proc/cpuinfo
 
-# Passthrough advice: the framebuffers the kernel registered, and every function's reset
-# methods (sysfs hides the file when there is none).
-advice_files | batched "reading the reset methods" grep -H -s -Z -D skip ''
 if [ -n "$pciids" ]; then
     # Only the vendor and device lines of devices present: the whole file is over a megabyte.
     # The ID pairs come on stdin, one a line: as one argument they could pass the kernel's limit.
@@ -276,13 +281,11 @@ fi
 ' var/lib/dpkg/status
 
 rec section links
-# Each device entry is a link into /sys/devices/pci0000:00/...: its target is the parent chain
-# (root port, switch ports) the picture draws.
-[ -d sys/bus/pci/devices ] && find sys/bus/pci/devices -mindepth 1 -maxdepth 1 -type l \
-    -printf '%y\0%p\0%l\n' 2>/dev/null
 # One find (per batch) looks in every directory that holds links inspection reads, each kind
 # picked by where it is (find's -path matches "/" with "*"; each batch of paths goes in front of
 # the options):
+# - each device entry, a link into /sys/devices/pci0000:00/...: its target is the parent chain
+#   (root port, switch ports) the picture draws;
 # - a device's driver, IOMMU group and bus (its own entries, not those of folders below it),
 #   and an SR-IOV virtual function's physfn, its parent (NVIDIA vGPU runs on a GPU's VFs);
 # - a function's DRM nodes (drm/card1, drm/renderD129: /dev/dri/card1 and renderD129 are its own);
@@ -290,9 +293,10 @@ rec section links
 #   running VM's vGPU; a stopped VM's mdev= entry takes an instance only at its start;
 # - each driver's module link: driver names are not module names (bochs-drm lives in bochs.ko).
 # shellcheck disable=SC2016 # $@ is the inner shell's
-directories sys/bus/pci/devices/*/ sys/bus/pci/devices/*/drm/ \
+directories sys/bus/pci/devices/ sys/bus/pci/devices/*/ sys/bus/pci/devices/*/drm/ \
     sys/bus/pci/devices/*/mdev_supported_types/*/devices/ sys/bus/pci/drivers/*/ |
     batched "reading the devices' links" sh -c 'find "$@" -mindepth 1 -maxdepth 1 \( \
+    \( -path "sys/bus/pci/devices/*" ! -path "sys/bus/pci/devices/*/*" -type l \) -o \
     \( -path "sys/bus/pci/devices/*" ! -path "sys/bus/pci/devices/*/*/*" \
         \( -name driver -o -name iommu_group -o -name pci_bus -o -name physfn \) \) -o \
     \( -path "sys/bus/pci/devices/*/drm/*" \( -name "card*" -o -name "renderD*" \) \) -o \
@@ -401,31 +405,36 @@ if [ -f "$f" ] && [ -r "$f" ]; then
     echo
 fi
 
-# check_names: where each file named on stdin is (one a line, then a line "#sorted" once the
-# list is whole): "#outside" when it is reached through a link out of the root (a directory on its
-# way, or itself, resolves outside it: the first such one is named, by where it leads), else its
-# "#mode". A constant number of commands however many files and directories a tree holds: every
-# directory on the way and every file are resolved by one realpath per batch, in the order given,
-# and the files inside by one stat per batch. A name with a tab cannot be carried by a record:
-# proxgpu drops such a file from what it read.
+# check_names [modes]: where each file named on stdin is (NUL-terminated names, then "#listed"
+# once the list is whole): "#outside" when it is reached through a link out of the root (a
+# directory on its way, or itself, resolves outside it: the first such one is named, by where it
+# leads); with modes, each other one's "#mode". A constant number of commands however many files
+# and directories a tree holds: every directory on the way and every file are resolved by one
+# realpath per batch, in the order given, and the files inside by one stat per batch. A name with
+# a tab or a newline cannot be carried by a record: proxgpu drops such a file from what it read.
 check_names() {
-    cn_list=$(cat) || return
-    case $cn_list in "#sorted" | *"$nl#sorted") ;; *) return ;; esac
-    # Each name, after every directory on its way (each listed once): realpath -m gives one
-    # line per path, in order, whatever is missing or loops, so line N resolves path N.
-    cn_paths=$(printf '%s\n' "$cn_list" | awk -v tab="$tab" '
-        $0 == "#sorted" || index($0, tab) || $0 == "" { next }
-        { n = split($0, part, "/"); at = part[1]
-          for (i = 1; i <= n; i++) { if (i > 1) at = at "/" part[i]; if (!(at in seen)) { seen[at]; print at } }
-          print "\t" $0 }')
-    # The names inside then get their modes from stat (which follows a last link: it resolves
-    # inside, or the name was said to be outside), once every outside one was said.
-    {
-        printf '%s\n' "$cn_paths"
-        echo '#resolved'
-        printf '%s\n' "$cn_paths" | awk -v tab="$tab" 'index($0, tab) != 1' | tr '\n' '\0' |
-            xargs -0 -r realpath -m -z -- | tr '\0' '\n'
-    } | awk -v tab="$tab" -v real="$proxgpu_real" -v stat="xargs -0 -r stat -L -c '#mode$tab%a$tab%n' -- 2>/dev/null" '
+    # Each name (once), after every directory on its way (each listed once), then, once the
+    # list was whole, "#resolved" and what realpath -m makes of those paths: one line per path,
+    # in order, whatever is missing or loops, so line N resolves path N.
+    awk -v tab="$tab" -v realpath="xargs -d '\n' -r realpath -m --" '
+        BEGIN { RS = "\0" }
+        $0 == "#listed" { listed = 1; exit }
+        index($0, tab) || index($0, "\n") || $0 == "" || ($0 in named) { next }
+        { named[$0]; n = split($0, part, "/"); at = part[1]
+          for (i = 1; i <= n; i++) {
+              if (i > 1) at = at "/" part[i]
+              if (!(at in seen)) { seen[at]; path[++paths] = at; print at }
+          }
+          print "\t" $0 }
+        END {
+            if (!listed) exit 1
+            print "#resolved"
+            fflush()
+            for (i = 1; i <= paths; i++) print path[i] | realpath
+            close(realpath)
+        }' |
+        awk -v tab="$tab" -v real="$proxgpu_real" -v modes="${1-}" \
+            -v stat="xargs -0 -r stat -L -c '#mode$tab%a$tab%n' -- 2>/dev/null" '
         # Section 1: the paths (a name again, tab first, after its own path); section 2: what
         # each path resolves to, in the same order. A count that differs is no check at all.
         $0 == "#resolved" { second = 1; next }
@@ -433,7 +442,7 @@ check_names() {
         !second { path[++paths] = $0; next }
         { resolved[path[++got]] = $0 }
         END {
-            if (got != paths) exit 1
+            if (!second || got != paths) exit 1
             for (i = 1; i <= named; i++) {
                 n = split(names[i], part, "/"); at = ""; out = ""
                 for (j = 1; j <= n && out == ""; j++) {
@@ -443,24 +452,26 @@ check_names() {
                 if (out != "") printf "#outside%s%s%s%s\n", tab, names[i], tab, out
                 else inside[i] = 1
             }
+            if (modes != "modes") exit 0
+            # The names inside get their modes from stat (which follows a last link: it
+            # resolves inside, or the name was said to be outside), once every outside one
+            # was said.
             fflush()
             for (i = 1; i <= named; i++) if (i in inside) printf "%s%c", names[i], 0 | stat
             close(stat)
         }' && rec checked
 }
-if [ "${2-}" = check ]; then
+case ${2-} in check | modes)
     # The same lists the steps above read, looked at again after the reading: the names are the
-    # files the reading found (a file it refused is among them). sort's status says the list is
-    # whole.
+    # files the reading found (a file it refused is among them).
     # shellcheck disable=SC2086 # globs, one word each
     {
-        {
-            line_files
-            advice_files
-            regular proc/cpuinfo $pciids \
-                ${kernel:+"$initrd"} var/lib/dpkg/status $configs $secure_boot \
-                lib/modules/*/modules.alias lib/modules/*/modules.builtin.modinfo
-        } | tr '\0' '\n' | sort -u && echo '#sorted'
-    } | check_names
-fi
+        line_files
+        regular proc/cpuinfo $pciids \
+            ${kernel:+"$initrd"} var/lib/dpkg/status $configs $secure_boot \
+            lib/modules/*/modules.alias lib/modules/*/modules.builtin.modinfo
+        printf '#listed\0'
+    } | check_names "$2"
+    ;;
+esac
 rec end
