@@ -116,3 +116,18 @@ def test_a_bulk_answer_leaves_in_one_write_not_one_per_line() -> None:
     gathered, same = reads(["sh", "-c", BLOCKS, "blocks", body])
     assert alone > 10 and (gathered, same) == (1, text)
     assert text.splitlines()[-1] == b"line 39"
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name[:-3] for p in resources.files("proxgpu").joinpath("scripts").iterdir())
+)
+def test_each_script_is_sent_without_its_comments_and_with_its_line_numbers(name: str) -> None:
+    """What goes over the wire parses (``sh -n``), holds none of the file's comment lines and
+    as many lines as the file, so that the shell's messages name the file's lines."""
+    sent = host_scripts.script_text(name).split("\n", PRELUDE.count("\n") + 1)[-1]
+    file = resources.files("proxgpu").joinpath(f"scripts/{name}.sh").read_text(encoding="utf-8")
+    assert sent.count("\n") == file.count("\n")
+    assert not [line for line in sent.splitlines() if line.lstrip().startswith("#")]
+    assert len(sent) < len(file) * 0.8, "the comments are most of what is left out"
+    parsed = subprocess.run(["sh", "-n", "-c", sent], capture_output=True, text=True, check=False)
+    assert parsed.returncode == 0, parsed.stderr
