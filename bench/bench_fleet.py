@@ -13,6 +13,9 @@ few runs in the same process:
 * the floor: OpenSSH's ``ssh NAME true`` to the same N names, F at a time (what ``xargs -P F``
   does), whose server side (sshd's key exchange and authentication per connection) is the same.
 
+The floor and both kinds run in turns, so that a drift of the machine's speed during the run
+weighs on each alike.
+
 The goal is proxgpu at most 0.7x that floor: one process that reuses its interpreter, keys and
 config across hosts should beat a fresh ``ssh`` per host even though it also runs the inspection.
 Each side also reports where its CPU went, per host: the client's (proxgpu's process, or the
@@ -29,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -36,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.timing import byte_compiled, sample  # noqa: E402
+from bench.timing import byte_compiled, interleaved  # noqa: E402
 from tests.support.sshd import Sshd, running_sshd  # noqa: E402
 
 RUNS = 3
@@ -80,15 +84,18 @@ GOAL = 0.7
 
 def compare(server: Sshd, config: Path, tree: Path, hosts: int, forks: int) -> str:
     """Three lines: the floor's median wall time; then for each kind of host (live, tree)
-    proxgpu's, its ratio to the floor, and each side's CPU per host, client and server."""
-    cpu = server.served_cpu_seconds
-    floor = sample(partial(ssh_fleet, config, hosts, forks), RUNS, warmups=1, server=cpu)
+    proxgpu's, its ratio to the floor, and each side's CPU per host, client and server. The
+    three run in turns (see bench.timing.interleaved)."""
+    actions: dict[str, Callable[[], object]] = {"floor": partial(ssh_fleet, config, hosts, forks)}
+    for kind, root in (("live hosts", None), ("trees", tree)):
+        actions[kind] = partial(inspect, config, root, hosts, forks)
+    taken = interleaved(actions, RUNS, server=server.served_cpu_seconds)
+    floor = taken.pop("floor")
     lines = [
         f"{hosts} hosts, --forks {forks}: ssh true fan-out {floor.wall:.2f} s "
         f"(per host: {floor.cpu_line(hosts)})"
     ]
-    for kind, root in (("live hosts", None), ("trees", tree)):
-        many = sample(partial(inspect, config, root, hosts, forks), RUNS, warmups=1, server=cpu)
+    for kind, many in taken.items():
         ratio = many.wall / floor.wall
         verdict = "within" if ratio <= GOAL else "over"
         lines.append(

@@ -1,7 +1,8 @@
 """Round trips and wall time of ``proxgpu inspect`` over loopback SSH, against a bare ``ssh true``.
 
 Starts a throwaway OpenSSH server on 127.0.0.1 (see tests/support/sshd.py), then for each host
-shape measures, in the same run:
+shape measures, in the same run, every action in turns (so that the machine's drift during the
+run weighs on the floor and on proxgpu alike):
 
 * floor: OpenSSH's own client running ``true`` on that server (connect, authenticate, one command);
 * proxgpu: connect, gather and build the inventory, in process, with the same key and known_hosts,
@@ -26,13 +27,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.timing import Sample, byte_compiled, sample  # noqa: E402
+from bench.timing import Sample, byte_compiled, interleaved  # noqa: E402
 from proxgpu.host.base import Host  # noqa: E402
 from proxgpu.host.openssh import OpenSSHHost  # noqa: E402
 from proxgpu.host.ssh import SSHHost, SSHOptions  # noqa: E402
@@ -99,35 +101,42 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, running_sshd(Path(tmp)) as server:
         config = Path(tmp) / "empty_ssh_config"
         config.touch()
-        cpu = server.served_cpu_seconds
-        floor = sample(lambda: ssh_true(server), RUNS, warmups=1, server=cpu)
-        print(
-            f"floor: ssh true over loopback: {floor.wall * 1000:.1f} ms (median of {RUNS}); "
-            f"{floor.cpu_line()}"
-        )
         shapes = {
             "this machine (/)": "/",
             "ct200 (8 GPUs)": str(REPO / "examples/hosts/ct200"),
             "synthetic (64 GPUs)": str(synthetic_64_gpu_tree(Path(tmp))),
         }
+        # Every action in turns, the floor among them (see bench.timing.interleaved).
+        actions: dict[str, Callable[[], object]] = {FLOOR: partial(ssh_true, server)}
         for client in TRANSPORTS:
             for name, root in shapes.items():
-                trips = proxgpu_inspect(server, root, config, client)
-                taken = sample(
-                    partial(proxgpu_inspect, server, root, config, client),
-                    RUNS,
-                    warmups=1,
-                    server=cpu,
+                actions[f"{client:8} {name:22}"] = partial(
+                    proxgpu_inspect, server, root, config, client
                 )
-                print(f"{client:8} {name:22} round trips {trips}  {compared(taken, floor)}")
         # The whole command, as a user runs it: interpreter start, imports, connect, inspect.
         ct200 = str(REPO / "examples/hosts/ct200")
         for client in TRANSPORTS:
-            run = partial(cli_inspect, server, ct200, config, client)
-            whole = sample(run, RUNS, warmups=1, server=cpu)
-            print(
-                f"{client:8} {'proxgpu inspect --json':22} whole process  {compared(whole, floor)}"
+            actions[f"{client:8} {'proxgpu inspect --json':22}"] = partial(
+                cli_inspect, server, ct200, config, client
             )
+        trips = {
+            name: proxgpu_inspect(server, root, config, client)
+            for client in TRANSPORTS
+            for name, root in shapes.items()
+        }
+        taken = interleaved(actions, RUNS, server=server.served_cpu_seconds)
+        floor = taken.pop(FLOOR)
+        print(
+            f"floor: ssh true over loopback: {floor.wall * 1000:.1f} ms (median of {RUNS}); "
+            f"{floor.cpu_line()}"
+        )
+        for name, one in taken.items():
+            shape = name[9:].strip()
+            what = f"round trips {trips[shape]}" if shape in trips else "whole process"
+            print(f"{name} {what}  {compared(one, floor)}")
+
+
+FLOOR = "floor"
 
 
 def compared(taken: Sample, floor: Sample) -> str:

@@ -1,5 +1,7 @@
 """Timing shared by the benchmarks: the median wall time of repeated runs after warm-ups, and
-where the CPU went (this process and its children, and a server's)."""
+where the CPU went (this process and its children, and a server's). :func:`interleaved` times
+several actions in turns, so that a drift of the machine's speed during the run (a shared host's
+neighbours, frequency changes) weighs on each of them alike, not on whichever ran last."""
 
 from __future__ import annotations
 
@@ -75,3 +77,40 @@ def sample(
     used = client_cpu_seconds() - used
     per_run = (server() - served) / runs if server else None
     return Sample(statistics.median(times), used / runs, per_run)
+
+
+def interleaved(
+    actions: dict[str, Callable[[], object]],
+    runs: int,
+    warmups: int = 1,
+    server: Callable[[], float] | None = None,
+) -> dict[str, Sample]:
+    """Each of ``actions`` run ``warmups`` times untimed, then ``runs`` rounds in which each
+    runs once, in the order given: each one's median wall time and mean CPU per run, here and
+    (``server``) on the server, as :func:`sample` gives them.
+
+    >>> sorted(interleaved({"a": lambda: None, "b": lambda: None}, runs=3))
+    ['a', 'b']
+    """
+    for _ in range(warmups):
+        for action in actions.values():
+            action()
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    client = dict.fromkeys(actions, 0.0)
+    served = dict.fromkeys(actions, 0.0)
+    for _ in range(runs):
+        for name, action in actions.items():
+            before, served_before = client_cpu_seconds(), server() if server else 0.0
+            start = time.perf_counter()
+            action()
+            times[name].append(time.perf_counter() - start)
+            client[name] += client_cpu_seconds() - before
+            served[name] += (server() if server else 0.0) - served_before
+    return {
+        name: Sample(
+            statistics.median(times[name]),
+            client[name] / runs,
+            served[name] / runs if server else None,
+        )
+        for name in actions
+    }

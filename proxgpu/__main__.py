@@ -2,6 +2,6 @@
 
 import sys
 
-from proxgpu.cli import main
+from proxgpu.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

@@ -29,6 +29,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from proxgpu.errors import (
@@ -52,6 +54,7 @@ from proxgpu.host.sshcommon import (
     no_key,
     parse_target,
 )
+from proxgpu.host.sshmux import end_master, master_pidfd, wait_exit
 
 #: ssh's own exit status for its failures (a remote command's status is passed through).
 SSH_FAILED = 255
@@ -85,6 +88,20 @@ def resolved_config(argv: list[str], display: str) -> dict[str, list[str]]:
     return values
 
 
+@dataclass(frozen=True)
+class _Starting:
+    """A master ssh started, not yet through authentication, and what tells its failure."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    display: str
+    #: The known_hosts file an error about the host's key names.
+    known: str
+    timeout: float
+    attempts: int
+    user: str
+
+
 class OpenSSHHost(Host):
     """A remote host reached with the system's ``ssh``; see the module docstring.
 
@@ -109,6 +126,8 @@ class OpenSSHHost(Host):
         self._opening: Opening | None = None
         self._open = False
         self._strict: list[str] = []
+        #: The master's pidfd, so that close ends it with a signal (no ssh -O exit to start).
+        self._master: int | None = None
         # The action-output reader thread and the main thread may both ask for the connection.
         self._lock = threading.Lock()
 
@@ -133,10 +152,18 @@ class OpenSSHHost(Host):
         return [*argv, "--", self._alias]
 
     def open_in_background(self) -> None:
-        """Start the master connection on a thread of its own; the first command waits for it."""
+        """Start the master connection: ssh is started here, what it needs read first (in the
+        calling thread, which would otherwise hand a thread of its own the interpreter lock
+        only every few milliseconds while it imports the command), and its authentication is
+        waited for on a thread of its own; the first command waits for that."""
         with self._lock:
-            if not self._open and self._opening is None:
-                self._opening = Opening(self._connect)
+            if self._open or self._opening is not None:
+                return
+            try:
+                starting = self._start()
+            except Exception:  # the first command opens it again, and says why it cannot
+                return
+            self._opening = Opening(partial(self._finish, starting))
 
     def _await_opening(self) -> None:
         opening, self._opening = self._opening, None
@@ -147,9 +174,9 @@ class OpenSSHHost(Host):
         with self._lock:
             self._await_opening()
             if not self._open:
-                self._connect()
+                self._finish(self._start())
 
-    def _connect(self) -> None:
+    def _start(self) -> _Starting:
         if self.options.identity_file and not os.path.isfile(
             os.path.expanduser(self.options.identity_file)
         ):
@@ -170,13 +197,12 @@ class OpenSSHHost(Host):
         read_known_hosts(files)
         self._folder = tempfile.mkdtemp(prefix="proxgpu-ssh-")  # mode 0700
         try:
-            self._start_master(config, display, files)
+            return self._spawn_master(config, display, self.options.known_hosts or files[0])
         except BaseException:
             self._remove_folder()
             raise
-        self._open = True
 
-    def _start_master(self, config: dict[str, list[str]], display: str, files: list[str]) -> None:
+    def _spawn_master(self, config: dict[str, list[str]], display: str, known: str) -> _Starting:
         strict = _first(config, "stricthostkeychecking", "true").lower()
         accept = self.options.accept_new_host_key or strict in ("accept-new", "false", "no")
         log = Path(str(self._folder)) / "master.log"
@@ -193,36 +219,53 @@ class OpenSSHHost(Host):
             *("-E", str(log), "-v", "-N", "-f"),
         )
         attempts = int(_first(config, "connectionattempts", "1"))
-        # ssh bounds connecting and the banner by ConnectTimeout; authentication is bounded here.
-        limit = (timeout + 1) * attempts + timeout
         # A ProxyJump or ProxyCommand child writes its own errors (a jump host's key, its
         # authentication) to stderr: into the log with ssh's, so that they are told apart too.
         # Its own session, so that a timeout ends the proxy children with ssh.
-        with (
-            log.open("ab") as errors,
-            subprocess.Popen(
+        with log.open("ab") as errors:
+            proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=errors,
                 start_new_session=True,
-            ) as proc,
-        ):
-            try:
-                status = proc.wait(limit)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                raise HostUnreachableError(
-                    display, f"no answer within {limit:.0f} s (connecting and authenticating)"
-                ) from None
+            )
+        return _Starting(proc, log, display, known, timeout, attempts, _first(config, "user"))
+
+    def _finish(self, starting: _Starting) -> None:
+        """Wait for the master ``starting`` to be authenticated (it then forks itself away)."""
+        try:
+            self._await_master(starting)
+        except BaseException:
+            self._remove_folder()
+            raise
+        self._open = True
+
+    def _await_master(self, starting: _Starting) -> None:
+        # ssh bounds connecting and the banner by ConnectTimeout; authentication is bounded here.
+        timeout = starting.timeout
+        limit = (timeout + 1) * starting.attempts + timeout
+        try:
+            status = wait_exit(starting.proc, limit)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(starting.proc.pid, signal.SIGKILL)
+            starting.proc.wait()
+            raise HostUnreachableError(
+                starting.display,
+                f"no answer within {limit:.0f} s (connecting and authenticating)",
+            ) from None
         if status != 0:
+            log = starting.log
             text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
-            known = self.options.known_hosts or files[0]
-            raise _failure(display, text, known, timeout, _first(config, "user"))
+            raise _failure(starting.display, text, starting.known, timeout, starting.user)
+        self._master = master_pidfd(self._control_path())
+
+    def _control_path(self) -> str:
+        return os.path.join(str(self._folder), "control")
 
     def _control(self, master: str) -> list[str]:
-        path = os.path.join(str(self._folder), "control")
+        path = self._control_path()
         return [*self._strict, "-o", f"ControlMaster={master}", "-o", f"ControlPath={path}"]
 
     def _run(
@@ -270,13 +313,17 @@ class OpenSSHHost(Host):
             self._await_opening()
         if self._open:
             self._open = False
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                subprocess.run(
-                    self.ssh_argv(*self._control("no"), "-O", "exit"),
-                    capture_output=True,
-                    timeout=30,
-                    check=False,
-                )
+            if self._master is not None:
+                end_master(self._master)
+                self._master = None
+            else:
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                    subprocess.run(
+                        self.ssh_argv(*self._control("no"), "-O", "exit"),
+                        capture_output=True,
+                        timeout=30,
+                        check=False,
+                    )
         self._remove_folder()
 
     def _remove_folder(self) -> None:
@@ -329,7 +376,7 @@ def _collect(
             if total > max_output:
                 raise OverflowError
     try:
-        proc.wait(max(deadline - time.monotonic(), 0.001))
+        wait_exit(proc, max(deadline - time.monotonic(), 0.001))
     except subprocess.TimeoutExpired:
         raise TimeoutError from None
     return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])

@@ -486,6 +486,8 @@ class SSHHost(Host):
         timeout = dest.timeout
         only = dest.identities_only and bool(dest.identity_files)
         try:
+            # A direct connection is opened here, not by paramiko, so that it is prompt.
+            sock = sock if sock is not None else _tcp(dest.hostname, dest.port, timeout)
             client.connect(
                 dest.hostname,
                 dest.port,
@@ -569,6 +571,51 @@ class SSHHost(Host):
     def _close_clients(self) -> None:
         while self._clients:
             self._clients.pop().close()
+
+
+class _Prompt(socket.socket):
+    """A TCP connection that sends each packet at once and acknowledges each one it receives
+    at once (Linux's ``TCP_NODELAY`` and ``TCP_QUICKACK``; the kernel leaves quick-ack mode
+    by itself, so it is asked again at each read).
+
+    paramiko writes a command's requests as several small packets, and so does sshd its
+    answers (a session's confirmation right after the host keys it announces once
+    authenticated). Nagle's algorithm holds a small packet back until the one before it is
+    acknowledged, and a delayed acknowledgement comes some 40 ms late: every command, the
+    first on a connection too, would wait that long.
+    """
+
+    __slots__ = ()
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        if _QUICKACK is not None:
+            self.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        return data
+
+
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+
+
+def _tcp(host: str, port: int, timeout: float) -> _Prompt:
+    """A TCP connection to ``host``, each address it resolves to tried in turn as ssh does.
+
+    :raises OSError: the last address's failure (``socket.gaierror`` for a name that does not
+        resolve).
+    """
+    failure: OSError = OSError(f"{host}: no address to connect to")
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = _Prompt(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    raise failure
 
 
 def _collect(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from proxgpu.cli import main
+from proxgpu.cli import entry, main
 from tests.support.trees import EXAMPLES, copy_example
 
 CT200 = str(EXAMPLES / "ct200")
@@ -171,3 +173,18 @@ def test_a_saved_plan_applied_again_says_nothing_to_do_in_text_as_in_json(
     assert main([*again, "--json"]) == 0
     messages = json.loads(capsys.readouterr().out)["result"]["messages"]
     assert messages == ["nothing to do: the host already matches the plan"]
+
+
+def test_the_installed_command_leaves_what_it_made_to_the_process_end(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``entry`` (the console script, ``python -m proxgpu``) returns main's exit code with every
+    object it made frozen out of the collector's way; ``main`` alone leaves the collector be."""
+    monkeypatch.setattr("sys.argv", ["proxgpu", "inspect", "--root", CT200, "--json"])
+    assert main(sys.argv[1:]) == 0 and gc.get_freeze_count() == 0
+    try:
+        assert entry() == 0
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    assert json.loads(capsys.readouterr().out.split("\n}\n", 1)[1])["hostname"] == "ct200"

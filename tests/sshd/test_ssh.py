@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 
@@ -237,3 +238,14 @@ def test_the_servers_cpu_counts_each_connection_it_served(sshd: Sshd, tmp_path: 
         busy = host.run(["sh", "-c", "i=0; while [ $i -lt 100000 ]; do i=$((i + 1)); done"])
     assert busy.ok
     assert sshd.served_cpu_seconds() - before >= 0.02
+
+
+def test_paramiko_s_connection_sends_each_packet_at_once(sshd: Sshd, tmp_path: Path) -> None:
+    """TCP_NODELAY on the connection: paramiko writes a command's requests as small packets,
+    which Nagle's algorithm would hold back for the host's delayed acknowledgement (some 40 ms
+    a command)."""
+    with SSHHost(sshd.target, client_options(sshd, tmp_path)) as host:
+        assert host.check(["true"]).ok
+        transport = host._clients[-1].get_transport()
+        assert transport is not None and isinstance(transport.sock, socket.socket)
+        assert transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1

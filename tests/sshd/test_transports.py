@@ -487,7 +487,7 @@ def test_two_threads_opening_one_host_start_one_master(
     sshd: Sshd, tmp_path: Path, mocker: MockerFixture
 ) -> None:
     host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path))
-    masters = mocker.spy(host, "_start_master")
+    masters = mocker.spy(host, "_spawn_master")
     gate = threading.Barrier(2)
 
     def first_command() -> None:
