@@ -305,6 +305,20 @@ def test_openssh_shares_one_private_connection_and_closes_it(sshd: Sshd, tmp_pat
     assert check.returncode == 1, "no master ssh left running"
 
 
+def test_openssh_ends_a_master_it_has_no_pidfd_of_with_ssh_itself(
+    sshd: Sshd, tmp_path: Path, mocker: MockerFixture
+) -> None:
+    """Where no pidfd can be had (a kernel before 5.3), close asks the master to exit with
+    ``ssh -O exit``: no master is left running either way."""
+    mocker.patch("proxgpu.host.openssh.master_pidfd", return_value=None)
+    host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path))
+    assert host.check(["true"]).ok
+    folder = str(host._folder)
+    host.close()
+    check = subprocess.run(["pgrep", "-f", folder], capture_output=True, check=False)
+    assert check.returncode == 1, "no master ssh left running"
+
+
 def test_host_certificates_reach_the_host_through_openssh(
     cert_sshd: Sshd, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
