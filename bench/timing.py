@@ -65,18 +65,7 @@ def sample(
 ) -> Sample:
     """``action`` run ``warmups`` times untimed, then ``runs`` times: the median wall time and
     the mean CPU per run, here and (``server``: its CPU seconds so far) on the server."""
-    for _ in range(warmups):
-        action()
-    served = server() if server else 0.0
-    used = client_cpu_seconds()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    used = client_cpu_seconds() - used
-    per_run = (server() - served) / runs if server else None
-    return Sample(statistics.median(times), used / runs, per_run)
+    return interleaved({"": action}, runs, warmups, server)[""]
 
 
 def interleaved(

@@ -598,24 +598,15 @@ _QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
 
 
 def _tcp(host: str, port: int, timeout: float) -> _Prompt:
-    """A TCP connection to ``host``, each address it resolves to tried in turn as ssh does.
+    """A prompt TCP connection to ``host`` (each address it resolves to tried in turn).
 
-    :raises OSError: the last address's failure (``socket.gaierror`` for a name that does not
-        resolve).
+    :raises OSError: when none answers (``socket.gaierror`` for a name that does not resolve).
     """
-    failure: OSError = OSError(f"{host}: no address to connect to")
-    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
-        sock = _Prompt(family, kind, proto)
-        try:
-            sock.settimeout(timeout)
-            sock.connect(address)
-        except OSError as exc:
-            sock.close()
-            failure = exc
-            continue
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
-    raise failure
+    connected = socket.create_connection((host, port), timeout)
+    sock = _Prompt(fileno=connected.detach())
+    sock.settimeout(timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def _collect(

@@ -10,8 +10,8 @@
 # the names out of pci.ids, one tar per directory reads the configs. The file names reach grep
 # and find through xargs (batches under the kernel's argument limit, however many SR-IOV
 # functions the host has), and a batch that could not run is said (#failed WHAT STATUS), never
-# taken for files that are empty. Only regular files are opened: a FIFO or device
-# where a sysfs file should be is skipped, not waited on.
+# taken for files that are empty. Only regular files are opened: a FIFO or device where a sysfs
+# file should be is skipped, not waited on.
 #
 # Output: marker records ("#proxgpu-gather", "#uid", "#section", "#end", written by the prelude's
 # rec), each followed by data lines "PATH\0DATA" (relative paths, no leading slash):
@@ -341,8 +341,8 @@ inside() {
     case $in_at in "$proxgpu_real"/*) in_at=${in_at#"$proxgpu_real"/} ;; *) return 1 ;; esac
 }
 # archive N DIR NAME...: the archive of DIR's files NAME... (DIR relative to the root, "." for
-# the root itself; a NAME is a path under DIR), each member named N/NAME (the prefix is digits: nothing to escape for tar),
-# in records of one block (-b 1: not padded to tar's usual 10 KiB).
+# the root itself; a NAME is a path under DIR), each member named N/NAME (the prefix is digits:
+# nothing to escape for tar), in records of one block (-b 1: not padded to tar's usual 10 KiB).
 # shellcheck disable=SC2154 # proxgpu_prefix: the prelude's
 archive() {
     ar_n=$1 ar_at=$proxgpu_prefix/$2
