@@ -1,9 +1,10 @@
 """The gather script's archives: the config files' exact bytes, read by GNU tar on the host.
 
-The script names each file's member (``PATH\\0@N/NAME``) and then sends every archive, one per
-directory, concatenated and base64-encoded on one ``#archive`` line (see ``gather.sh``). A file
-whose member is missing, or is not a regular file (a link or FIFO swapped in after the script
-looked: tar archives it as what it is, never following or reading it), is unreadable.
+The script names each file's member (``PATH\\0@N/NAME``, N numbering its directory) and then
+sends its archives (one per seven directories) concatenated and base64-encoded on one
+``#archive`` line (see ``gather.sh``). A file whose member is missing, or is not a regular file
+(a link or FIFO swapped in after the script looked: tar archives it as what it is, never
+following or reading it), is unreadable.
 
 >>> import base64, io, tarfile
 >>> buffer = io.BytesIO()
@@ -48,7 +49,7 @@ class Archived:
 
         try:
             data = base64.b64decode(encoded, validate=True)
-            # ignore_zeros: read on past each archive's end, into the next directory's.
+            # ignore_zeros: read on past each archive's end, into the next one.
             with tarfile.open(
                 fileobj=io.BytesIO(data),
                 mode="r:",

@@ -7,8 +7,8 @@
 # Plain POSIX sh plus coreutils, grep, find, awk and GNU tar, so it runs unchanged on a Proxmox VE
 # host, over SSH, and against a snapshot directory. Forks stay constant in the number of devices
 # and guests: one grep reads every small text file, one find reads every symlink, one awk picks
-# the names out of pci.ids, one tar per directory reads the configs. The file names reach grep
-# and find through xargs (batches under the kernel's argument limit, however many SR-IOV
+# the names out of pci.ids, one tar (per seven directories) reads the configs. The file names
+# reach grep and find through xargs (batches under the kernel's argument limit, however many SR-IOV
 # functions the host has), and a batch that could not run is said (#failed WHAT STATUS), never
 # taken for files that are empty. Only regular files are opened: a FIFO or device where a sysfs
 # file should be is skipped, not waited on.
@@ -321,14 +321,16 @@ for f in dev/nvidia* dev/nvidia-caps/* dev/kfd; do
 done
 
 rec section raw
-# The files' bytes come in GNU tar archives, one per directory, all in one "#archive" record
-# (base64): a constant number of commands per directory, not per file (a node holds a config
-# per guest). Each is made in its directory entered inside the root (the prelude's enter), where
-# tar opens every file as it always does, never through a link at its end (O_NOFOLLOW) and
-# never blocking (O_NONBLOCK): a link or FIFO swapped in after the look is archived as what it
-# is, never followed or read, so what lies outside the root is never read. A line "PATH\0@AT"
-# says that PATH's bytes are the member AT: the file itself, or where a link inside the root
-# leads (numbered by its archive: N/NAME); "PATH\0!unreadable" that they cannot be read.
+# The files' bytes come in GNU tar archives, all in one "#archive" record (base64): a constant
+# number of commands however many files there are (a node holds a config per guest). Each
+# directory is entered inside the root (the prelude's enter) and held open as a descriptor, and
+# tar reads its files through that descriptor (/proc/self/fd/N/NAME), never through the path
+# again: a directory swapped for a link after it was entered changes nothing. tar opens every
+# file as it always does, never through a link at its end (O_NOFOLLOW) and never blocking
+# (O_NONBLOCK): a link or FIFO swapped in after the look is archived as what it is, never
+# followed or read, so what lies outside the root is never read. A line "PATH\0@AT" says that
+# PATH's bytes are the member AT: the file itself, or where a link inside the root leads (N/NAME,
+# N numbering its directory); "PATH\0!unreadable" that they cannot be read.
 #
 # inside FILE: set in_at to where FILE's bytes are, relative to the root, when it is a symlink
 # resolving inside the root or not a symlink; fails for a link out of it (a variable, not
@@ -340,30 +342,42 @@ inside() {
     # shellcheck disable=SC2154 # proxgpu_real: the prelude's
     case $in_at in "$proxgpu_real"/*) in_at=${in_at#"$proxgpu_real"/} ;; *) return 1 ;; esac
 }
-# archive N DIR NAME...: the archive of DIR's files NAME... (DIR relative to the root, "." for
-# the root itself; a NAME is a path under DIR), each member named N/NAME (the prefix is digits:
-# nothing to escape for tar), in records of one block (-b 1: not padded to tar's usual 10 KiB).
+# archives: the archive of the files in lines "N<tab>DIR<tab>NAME" on stdin, those of one
+# directory together (DIR relative to the root, "." for the root itself; a NAME is a path under
+# DIR), each member named N/NAME, in records of one block (-b 1: not padded to tar's usual 10
+# KiB). The shell names descriptors 3 to 9 only, so a tar takes seven directories at most; a
+# directory that cannot be entered inside the root is left out (its files are then unreadable).
+# Run in a pipeline, a subshell of its own: its working directory and descriptors change.
 # shellcheck disable=SC2154 # proxgpu_prefix: the prelude's
-archive() {
-    ar_n=$1 ar_at=$proxgpu_prefix/$2
-    shift 2
-    [ "$ar_at" = "$proxgpu_prefix/." ] && ar_at=$proxgpu_prefix
-    (enter "$ar_at" 2>/dev/null && exec tar -cf - -b 1 --no-recursion --numeric-owner \
-        --hard-dereference --transform "s,^,$ar_n/,S" -- "$@") 2>/dev/null
-}
-# archives: one archive per run of lines "N<tab>DIR<tab>NAME" on stdin with the same N.
 archives() {
-    as_n='' as_dir=''
+    as_n='' as_fd=2 as_map='' as_open=''
     set --
     while IFS=$tab read -r r_n r_dir r_name; do
         if [ "$r_n" != "$as_n" ]; then
-            [ -z "$as_n" ] || archive "$as_n" "$as_dir" "$@"
-            as_n=$r_n as_dir=$r_dir
-            set --
+            if [ "$as_fd" -eq 9 ]; then
+                [ $# -eq 0 ] || tar_files "$as_map" "$@"
+                set --
+                as_fd=2 as_map=''
+            fi
+            as_n=$r_n as_fd=$((as_fd + 1)) as_at=$proxgpu_prefix/$r_dir
+            [ "$r_dir" = . ] && as_at=$proxgpu_prefix
+            as_open=''
+            # command: a descriptor that cannot be opened must not end the shell, as a special
+            # built-in's failed redirection would.
+            if enter "$as_at" 2>/dev/null && [ -r . ] && eval "command exec $as_fd<."; then
+                as_open=1 as_map="${as_map}s,^proc/self/fd/$as_fd/,$as_n/,S;"
+            fi
         fi
-        set -- "$@" "$r_name"
+        [ -z "$as_open" ] || set -- "$@" "/proc/self/fd/$as_fd/$r_name"
     done
-    [ -z "$as_n" ] || archive "$as_n" "$as_dir" "$@"
+    [ $# -eq 0 ] || tar_files "$as_map" "$@"
+}
+# tar_files TRANSFORM FILE...: the archive of FILE..., their names made members by TRANSFORM.
+tar_files() {
+    tf_map=$1
+    shift
+    tar -cf - -b 1 --no-recursion --numeric-owner --hard-dereference --transform "$tf_map" \
+        -- "$@" 2>/dev/null
 }
 nl='
 '

@@ -230,3 +230,34 @@ def test_module_aliases_linked_out_of_the_tree_are_dropped_not_believed(tmp_path
     assert not any(path in remote.lines or path in local.lines for path in named)
     assert remote.modes == local.modes
     hostile.assert_outside_unchanged()
+
+
+def test_configs_of_many_directories_are_read_whole_by_two_tars(tmp_path: Path) -> None:
+    """A tree with a config in each of eleven directories: each read byte for byte through the
+    directory the script entered, seven directories to a tar (the descriptors a shell can
+    name), so two tars in all, not one per directory."""
+    tree = tmp_path / "host"
+    written = {}
+    for at in (
+        "etc/modprobe.d/a.conf",
+        "run/modprobe.d/b.conf",
+        "usr/local/lib/modprobe.d/c.conf",
+        "usr/lib/modprobe.d/d.conf",
+        "lib/modprobe.d/e.conf",
+        "etc/modules-load.d/f.conf",
+        "etc/default/grub.d/g.cfg",
+        "etc/kernel/cmdline",
+        "etc/driverctl.d/0000:81:00.0",
+        "etc/proxgpu/h",
+        "etc/systemd/system/pve-guests.service.d/proxgpu.conf",
+    ):
+        path = tree / at
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f"# {at}\n\x00\xff no newline at the end".encode("latin-1"))
+        written["/" + at] = path.read_bytes()
+    log = tmp_path / "tools.log"
+    counting = {"tar": f'echo tar >>"{log}"\nexec {{real}} "$@"\n'}
+    shell = Shell(_tools(tmp_path / "counting-bin", (*TOOLS, "realpath"), counting))
+    remote = gather(CommandHost("pve1", shell, root=str(tree)))
+    assert {path: remote.raw.get(path) for path in written} == written
+    assert log.read_text().split() == ["tar", "tar"]

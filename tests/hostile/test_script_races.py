@@ -93,7 +93,7 @@ def test_gather_never_reads_a_config_swapped_for_a_link_out_after_its_look(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The swap comes between the script's look at the file and its reading: a ``tar`` first on
-    PATH makes it (in the directory the script entered), then runs the real one."""
+    PATH makes it, then runs the real one."""
     hostile = scene(tmp_path)
     victim = hostile.victim("shadow.conf", SECRET)
     modprobe = hostile.tree / "etc" / "modprobe.d"
@@ -104,7 +104,7 @@ def test_gather_never_reads_a_config_swapped_for_a_link_out_after_its_look(
     swapping.mkdir()
     real_tar = shutil.which("tar")
     (swapping / "tar").write_text(
-        f'#!/bin/sh\n[ -f kvm.conf ] && ln -sf {victim} kvm.conf\nexec {real_tar} "$@"\n'
+        f'#!/bin/sh\nln -sf {victim} {modprobe}/kvm.conf\nexec {real_tar} "$@"\n'
     )
     (swapping / "tar").chmod(0o755)
     monkeypatch.setenv("PATH", f"{swapping}:{os.environ['PATH']}")
@@ -113,6 +113,32 @@ def test_gather_never_reads_a_config_swapped_for_a_link_out_after_its_look(
     assert b"outside-the-tree" not in sent
     assert "/etc/modprobe.d/kvm.conf" in capture.unreadable
     assert capture.raw["/etc/modprobe.d/vfio.conf"] == b"options vfio-pci ids=10de:2bb5\n"
+    hostile.assert_outside_unchanged()
+
+
+def test_gather_never_reads_a_directory_swapped_for_a_link_out_after_it_was_entered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory itself is moved aside and a link out of the tree put in its place, between
+    the script's entering it and tar's reading: tar reads the directory that was entered."""
+    hostile = scene(tmp_path)
+    outside = hostile.victim("kvm.conf", SECRET).parent
+    modprobe = hostile.tree / "etc" / "modprobe.d"
+    modprobe.mkdir(parents=True, exist_ok=True)
+    (modprobe / "kvm.conf").write_bytes(b"options kvm ignore_msrs=1\n")
+    swapping = hostile.scratch / "bin"
+    swapping.mkdir()
+    aside = hostile.tree / "etc" / "moved-aside"
+    (swapping / "tar").write_text(
+        f"#!/bin/sh\nmv {modprobe} {aside} && ln -s {outside} {modprobe}\n"
+        f'exec {shutil.which("tar")} "$@"\n'
+    )
+    (swapping / "tar").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{swapping}:{os.environ['PATH']}")
+    sent, capture = _gathered(hostile.tree)
+    assert modprobe.is_symlink(), "the swap was made"
+    assert b"outside-the-tree" not in sent
+    assert capture.raw["/etc/modprobe.d/kvm.conf"] == b"options kvm ignore_msrs=1\n"
     hostile.assert_outside_unchanged()
 
 
