@@ -46,6 +46,7 @@ from proxgpu.errors import (
 from proxgpu.host.base import CommandResult, Host, command_line
 from proxgpu.host.knownhosts import read_known_hosts
 from proxgpu.host.sshcommon import (
+    SIGNALLED,
     Opening,
     SSHOptions,
     known_hosts_files,
@@ -54,10 +55,16 @@ from proxgpu.host.sshcommon import (
     no_key,
     parse_target,
 )
-from proxgpu.host.sshmux import end_master, master_pidfd, wait_exit
+from proxgpu.host.sshmux import (
+    Master,
+    Session,
+    end_master,
+    find_master,
+    master_alive,
+    start_session,
+    wait_exit,
+)
 
-#: ssh's own exit status for its failures (a remote command's status is passed through).
-SSH_FAILED = 255
 #: Seconds the shared connection outlives its last command when nobody closes it.
 IDLE_MASTER = 600
 
@@ -126,8 +133,8 @@ class OpenSSHHost(Host):
         self._opening: Opening | None = None
         self._open = False
         self._strict: list[str] = []
-        #: The master's pidfd, so that close ends it with a signal (no ssh -O exit to start).
-        self._master: int | None = None
+        #: The master's process, once it runs: close waits for its end.
+        self._master: Master | None = None
         # The action-output reader thread and the main thread may both ask for the connection.
         self._lock = threading.Lock()
 
@@ -259,7 +266,7 @@ class OpenSSHHost(Host):
             log = starting.log
             text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
             raise _failure(starting.display, text, starting.known, timeout, starting.user)
-        self._master = master_pidfd(self._control_path())
+        self._master = find_master(self._control_path())
 
     def _control_path(self) -> str:
         return os.path.join(str(self._folder), "control")
@@ -273,35 +280,28 @@ class OpenSSHHost(Host):
     ) -> CommandResult:
         limit = timeout or self.options.command_timeout
         self._ensure_open()
-        command = [*self.ssh_argv(*self._control("no")), command_line(argv)]
-        with subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        ) as proc:
-            try:
-                out, err = _collect(proc, stdin, time.monotonic() + limit, self.max_output)
-            except TimeoutError:
-                raise CommandTimeoutError(self.name, list(argv), limit) from None
-            except OverflowError:
-                raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
-            finally:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-            status = proc.wait()
-        if status == SSH_FAILED and not self._master_alive():
-            raise HostUnreachableError(self.name, f"connection lost while running {argv[0]}")
+        deadline = time.monotonic() + limit
+        try:
+            # A session on the master, asked for over its control socket (see .sshmux).
+            with start_session(self._control_path(), command_line(argv), deadline) as session:
+                out, err = _collect(session, stdin, deadline, self.max_output)
+                status = session.status(deadline)
+        except TimeoutError:
+            raise CommandTimeoutError(self.name, list(argv), limit) from None
+        except OverflowError:
+            raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
+        except OSError as exc:
+            if self._master_alive():
+                raise HostUnreachableError(self.name, f"cannot run {argv[0]}: {exc}") from None
+            raise HostUnreachableError(self.name, f"connection lost before {argv[0]}") from None
+        if status is None:
+            if not self._master_alive():
+                raise HostUnreachableError(self.name, f"connection lost while running {argv[0]}")
+            status = SIGNALLED  # killed by a signal
         return CommandResult(argv, status, out, err)
 
     def _master_alive(self) -> bool:
-        check = self.ssh_argv(*self._control("no"), "-O", "check")
-        try:
-            done = subprocess.run(check, capture_output=True, timeout=30, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return False  # a master that cannot answer is no connection to run commands on
-        return done.returncode == 0
+        return master_alive(self._control_path())
 
     def close(self) -> None:
         """End the shared connection (once one being opened has opened or failed)."""
@@ -313,17 +313,8 @@ class OpenSSHHost(Host):
             self._await_opening()
         if self._open:
             self._open = False
-            if self._master is not None:
-                end_master(self._master)
-                self._master = None
-            else:
-                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                    subprocess.run(
-                        self.ssh_argv(*self._control("no"), "-O", "exit"),
-                        capture_output=True,
-                        timeout=30,
-                        check=False,
-                    )
+            end_master(self._control_path(), self._master)
+            self._master = None
         self._remove_folder()
 
     def _remove_folder(self) -> None:
@@ -333,24 +324,24 @@ class OpenSSHHost(Host):
 
 
 def _collect(
-    proc: subprocess.Popen[bytes], stdin: bytes | None, deadline: float, max_output: int
+    session: Session, stdin: bytes | None, deadline: float, max_output: int
 ) -> tuple[bytes, bytes]:
-    """stdout and stderr of ``proc`` until it closes both, feeding it ``stdin`` meanwhile; one
-    deadline and one output bound for the whole command, as the paramiko transport has.
+    """stdout and stderr of ``session`` until the master closes both, feeding it ``stdin``
+    meanwhile; one deadline and one output bound for the whole command, as the paramiko
+    transport has.
 
     :raises TimeoutError: past ``deadline``. :raises OverflowError: past ``max_output`` bytes.
     """
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     pending = memoryview(stdin or b"")
-    writers = [proc.stdin] if pending else []
+    writers = [session.stdin] if pending else []
     if pending:
         # A blocking write of more than the pipe has room for would wait past the deadline
         # for a remote command that stopped reading.
-        os.set_blocking(proc.stdin.fileno(), False)
+        os.set_blocking(session.stdin, False)
     else:
-        proc.stdin.close()
-    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
-    readers = [proc.stdout.fileno(), proc.stderr.fileno()]
+        session.close_stdin()
+    chunks: dict[int, list[bytes]] = {session.stdout: [], session.stderr: []}
+    readers = [session.stdout, session.stderr]
     total = 0
     while readers:
         remaining = deadline - time.monotonic()
@@ -359,14 +350,14 @@ def _collect(
         readable, writable, _ = select.select(readers, writers, [], remaining)
         if writable:
             try:
-                pending = pending[os.write(proc.stdin.fileno(), pending[: 1 << 16]) :]
+                pending = pending[os.write(session.stdin, pending[: 1 << 16]) :]
             except BlockingIOError:
                 pass  # the pipe filled between select and write: wait for room again
             except BrokenPipeError:
                 pending = pending[:0]
             if not pending:
                 writers = []
-                proc.stdin.close()
+                session.close_stdin()
         for fd in readable:
             data = os.read(fd, 1 << 16)
             if not data:
@@ -375,11 +366,7 @@ def _collect(
             total += len(data)
             if total > max_output:
                 raise OverflowError
-    try:
-        wait_exit(proc, max(deadline - time.monotonic(), 0.001))
-    except subprocess.TimeoutExpired:
-        raise TimeoutError from None
-    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
+    return b"".join(chunks[session.stdout]), b"".join(chunks[session.stderr])
 
 
 #: OpenSSH's words for a revoked host key (sshconnect.c): a known_hosts ``@revoked`` line, or a

@@ -43,6 +43,7 @@ from proxgpu.errors import (
 from proxgpu.host.base import CommandResult, Host, command_line
 from proxgpu.host.knownhosts import GLOBAL_KNOWN_HOSTS, KnownHosts, read_known_hosts
 from proxgpu.host.sshcommon import (
+    SIGNALLED,
     Opening,
     SSHOptions,
     known_hosts_name,
@@ -556,9 +557,15 @@ class SSHHost(Host):
             if channel is not None:
                 channel.close()
         if result.returncode == -1:
-            # The channel closed without an exit status: the connection dropped, the command
-            # may or may not have finished.
-            raise HostUnreachableError(self.name, f"connection lost while running {argv[0]}")
+            # The channel closed without an exit status: a command killed by a signal, or the
+            # connection dropped (the command may or may not have finished). paramiko closes
+            # the channels of a dropped connection before it marks it inactive, so a request
+            # the server must answer tells them apart.
+            transport.global_request("keepalive@openssh.com", wait=True)
+            if not transport.is_active():
+                raise HostUnreachableError(self.name, f"connection lost while running {argv[0]}")
+            # As OpenSSH's ssh exits then.
+            return CommandResult(argv, SIGNALLED, result.stdout, result.stderr)
         return result
 
     def close(self) -> None:

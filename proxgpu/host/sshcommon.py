@@ -24,6 +24,9 @@ from proxgpu.errors import UsageError
 CLIENTS = ("auto", "openssh", "paramiko")
 #: The environment variable that picks the transport when ``--ssh-client`` is not given.
 CLIENT_VARIABLE = "PROXGPU_SSH_CLIENT"
+#: The status of a command that ended without one (killed by a signal), over either transport:
+#: OpenSSH's ssh exits with it then.
+SIGNALLED = 255
 #: A host name or address as OpenSSH takes one: never an option (``-oProxyCommand=...``), never a
 #: shell word of its own.
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.:][A-Za-z0-9_.:-]*")

@@ -3,8 +3,10 @@ loopback: the same commands, the same host-key verdicts, the same exit codes and
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -293,6 +295,45 @@ def test_a_command_is_bounded_in_time_and_output(
     assert host.check(["echo", "still"]).stdout == b"still\n", "the connection outlives both"
 
 
+def test_a_connection_lost_during_a_command_is_said_so(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    """The server's process for this connection is killed while a command runs: the command
+    fails as a lost connection, not as a command that exited 255."""
+    host = transport(sshd.target, client_options(sshd, tmp_path))
+    server = int(host.check(["sh", "-c", "echo $PPID"]).stdout)
+    threading.Timer(0.5, os.kill, (server, signal.SIGKILL)).start()
+    with pytest.raises(HostUnreachableError, match="connection lost while running sleep"):
+        host.run(["sleep", "5"])
+
+
+def test_a_command_killed_by_a_signal_fails_on_a_connection_that_stays(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    host = transport(sshd.target, client_options(sshd, tmp_path))
+    killed = host.run(["sh", "-c", "kill -9 $$"])
+    assert not killed.ok
+    assert host.check(["echo", "still"]).stdout == b"still\n"
+
+
+def test_a_session_the_server_refuses_is_said_with_its_words(tmp_path: Path) -> None:
+    """sshd takes one command at a time on a connection (MaxSessions 1): a second one, while
+    the first runs, is refused by the server, and the OpenSSH master passes its words on."""
+    (tmp_path / "server").mkdir()
+    with running_sshd(tmp_path / "server", max_sessions=1) as server:
+        host = OpenSSHHost(server.target, client_options(server, tmp_path))
+        try:
+            first = threading.Thread(target=host.run, args=(["sleep", "2"],))
+            first.start()
+            time.sleep(0.5)
+            with pytest.raises(HostUnreachableError, match=r"cannot run echo: .*refused"):
+                host.run(["echo", "second"])
+            first.join()
+            assert host.check(["echo", "after"]).stdout == b"after\n"
+        finally:
+            host.close()
+
+
 def test_openssh_shares_one_private_connection_and_closes_it(sshd: Sshd, tmp_path: Path) -> None:
     host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path))
     ports = {host.check(["sh", "-c", "echo $SSH_CONNECTION"]).stdout.split()[1] for _ in range(3)}
@@ -305,12 +346,12 @@ def test_openssh_shares_one_private_connection_and_closes_it(sshd: Sshd, tmp_pat
     assert check.returncode == 1, "no master ssh left running"
 
 
-def test_openssh_ends_a_master_it_has_no_pidfd_of_with_ssh_itself(
+def test_openssh_ends_a_master_it_has_no_pidfd_of(
     sshd: Sshd, tmp_path: Path, mocker: MockerFixture
 ) -> None:
-    """Where no pidfd can be had (a kernel before 5.3), close asks the master to exit with
-    ``ssh -O exit``: no master is left running either way."""
-    mocker.patch("proxgpu.host.openssh.master_pidfd", return_value=None)
+    """Where no pidfd can be had (a kernel before 5.3: a test double stands in for its refusal),
+    close waits for the master's pid to be gone: no master is left running either way."""
+    mocker.patch("proxgpu.host.sshmux.os.pidfd_open", side_effect=OSError(errno.ENOSYS, "no"))
     host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path))
     assert host.check(["true"]).ok
     folder = str(host._folder)

@@ -82,7 +82,7 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 1
     raise RuntimeError("sshd did not start listening")
 
 
-def _config(work: Path, port: int, addresses: Sequence[str]) -> str:
+def _config(work: Path, port: int, addresses: Sequence[str], max_sessions: int = 200) -> str:
     listen = "".join(f"ListenAddress {address}\n" for address in addresses)
     return (
         f"Port {port}\n{listen}HostKey {work}/host_key\nPidFile {work}/sshd.pid\n"
@@ -91,7 +91,7 @@ def _config(work: Path, port: int, addresses: Sequence[str]) -> str:
         "PermitRootLogin prohibit-password\nAllowTcpForwarding yes\nLogLevel ERROR\n"
         # One server stands for a whole fleet in the fleet tests and benchmark: let it take
         # as many connections at once as a fleet of hosts would.
-        "MaxStartups 200\nMaxSessions 200\n"
+        f"MaxStartups 200\nMaxSessions {max_sessions}\n"
         # A Proxmox host's root has Debian's stock ~/.bashrc, which bash reads for a command
         # from sshd only at shell level 1. This machine's root may start tool managers (pyenv)
         # there: about a hundred processes per command, charged to proxgpu and `ssh true` alike.
@@ -130,19 +130,24 @@ def _certificates(work: Path, addresses: Sequence[str]) -> str:
 
 @contextmanager
 def running_sshd(
-    work: Path, addresses: Sequence[str] = ("127.0.0.1",), *, certificates: bool = False
+    work: Path,
+    addresses: Sequence[str] = ("127.0.0.1",),
+    *,
+    certificates: bool = False,
+    max_sessions: int = 200,
 ) -> Iterator[Sshd]:
     """Start sshd with keys and config under ``work``; stop it on exit. It listens on each of
     ``addresses`` (loopback ones only: all of 127/8 is loopback, so several stand for the nodes
     of a cluster), with the same port and host key on each. With ``certificates`` a CA
-    (``work/ca``) has certified the host key, and user certificates it signs are accepted."""
+    (``work/ca``) has certified the host key, and user certificates it signs are accepted. It
+    takes ``max_sessions`` commands at once on one connection."""
     assert all(a.startswith("127.") for a in addresses), "loopback only"
     keygen(work / "host_key")
     keygen(work / "user_key")
     (work / "authorized_keys").write_text((work / "user_key.pub").read_text())
     port = free_port()
     extra = _certificates(work, addresses) if certificates else ""
-    (work / "sshd_config").write_text(_config(work, port, addresses) + extra)
+    (work / "sshd_config").write_text(_config(work, port, addresses, max_sessions) + extra)
     with serving(work, port, addresses) as server:
         yield server
 

@@ -1,18 +1,20 @@
-"""What the OpenSSH transport reads from ssh_config, and a master check that fails to run."""
+"""What the OpenSSH transport reads from ssh_config, a master that does not answer, and a
+command's input bounded by its deadline."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from pytest_mock import MockerFixture
 
 from proxgpu.host import openssh
-from proxgpu.host.openssh import OpenSSHHost
 from proxgpu.host.sshclient import why_openssh
 from proxgpu.host.sshcommon import known_hosts_files
+from proxgpu.host.sshmux import Session, master_alive
 
 
 def test_quoted_known_hosts_names_stay_whole() -> None:
@@ -20,14 +22,16 @@ def test_quoted_known_hosts_names_stay_whole() -> None:
     assert known_hosts_files(config) == ["/k h/known", str(Path("~/k2").expanduser())]
 
 
-def test_a_master_check_that_hangs_or_cannot_start_is_no_master(mocker: MockerFixture) -> None:
-    # A test double: ssh -O check hanging for 30 s, or ssh vanishing from PATH meanwhile, cannot
-    # be arranged with a real ssh in a unit test's time.
-    host = OpenSSHHost("pve1")
-    run = mocker.patch("proxgpu.host.openssh.subprocess.run")
-    for failure in (subprocess.TimeoutExpired(["ssh"], 30), FileNotFoundError("ssh")):
-        run.side_effect = failure
-        assert host._master_alive() is False
+def test_a_master_that_does_not_answer_or_is_not_there_is_no_master(tmp_path: Path) -> None:
+    # A real socket that takes the connection and never answers: a master stuck or ending.
+    control = tmp_path / "control"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(control))
+        silent.listen()
+        started = time.monotonic()
+        assert master_alive(str(control), timeout=0.5) is False
+        assert time.monotonic() - started < 2
+    assert master_alive(str(tmp_path / "nothing"), timeout=0.5) is False
 
 
 @pytest.mark.parametrize("value", ["none", "NONE"])
@@ -36,18 +40,19 @@ def test_none_names_no_known_hosts_file(value: str) -> None:
 
 
 def test_input_a_command_stops_reading_midway_does_not_hold_it_past_the_deadline() -> None:
-    # A real local reader standing in for ssh: it takes a few KiB, then reads no more, so the
-    # pipe is left with less room than one write (what ssh does when the remote stops reading).
-    with subprocess.Popen(
-        ["sh", "-c", "head -c 5000 >/dev/null; exec sleep 8"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as proc:
-        started = time.monotonic()
-        with pytest.raises(TimeoutError):
-            openssh._collect(proc, b"x" * 5_000_000, started + 1, 1 << 20)
-        assert time.monotonic() - started < 3
+    # A real local reader standing in for the remote command (what the master passes our pipes
+    # to): it takes a few KiB, then reads no more, so the pipe is left with less room than one
+    # write (what the master does when the remote stops reading).
+    (stdin, feed), (output, out), (errors, err) = os.pipe(), os.pipe(), os.pipe()
+    reader = ["sh", "-c", "head -c 5000 >/dev/null; exec sleep 8"]
+    with subprocess.Popen(reader, stdin=stdin, stdout=out, stderr=err) as proc:
+        for fd in (stdin, out, err):
+            os.close(fd)
+        with Session(socket.socket(socket.AF_UNIX), 1, feed, output, errors) as session:
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                openssh._collect(session, b"x" * 5_000_000, started + 1, 1 << 20)
+            assert time.monotonic() - started < 3
         proc.kill()
 
 
