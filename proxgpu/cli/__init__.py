@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
-from proxgpu.cli.parser import build_parser
+from proxgpu.cli.parser import parser_for
 from proxgpu.errors import UsageError
 
 
@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(arguments)
+        args = parser_for(arguments).parse_args(arguments)
     except UsageError as exc:
         return int(import_module("proxgpu.cli.dispatch").refuse(exc, arguments))
     except SystemExit as exc:  # --help and --version

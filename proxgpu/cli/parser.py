@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeAlias
 
 from proxgpu.cli.manual import help_epilog
@@ -55,8 +56,16 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser for every subcommand; with ``command``, for that one alone.
+
+    A command line that starts with a command's name is parsed by that command's options
+    only: building every command's (some 250 options) is half of what parsing costs, paid by
+    every run before anything starts.
+
+    >>> build_parser("plan").parse_args(["plan", "--split", "numa"]).split
+    'numa'
+    """
     parser = Parser(
         prog="proxgpu",
         description="Partition a Proxmox VE host's GPUs along NUMA lines.",
@@ -66,19 +75,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (
-        _inspect,
-        _snapshot,
-        _plan,
-        _apply,
-        _verify,
-        _rollback,
-        _history,
-        _check_gpus,
-        _run,
-        _report,
-    ):
-        add(sub)
+    for name, add in _COMMANDS.items():
+        if command in (None, name):
+            add(sub)
+    return parser
+
+
+def parser_for(arguments: list[str]) -> argparse.ArgumentParser:
+    """The parser for ``arguments``: the command's alone where they start with its name (see
+    :func:`build_parser`), else the whole one (``--help``, ``--version``, a mistyped name).
+
+    >>> parser_for(["inspect", "--json"]).parse_args(["inspect", "--json"]).handler
+    'inspecting:cmd_inspect'
+    """
+    named = arguments[0] if arguments and arguments[0] in _COMMANDS else None
+    return build_parser(named)
+
+
+def _completion(sub: Commands) -> None:
     completion = sub.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh or fish)",
@@ -88,7 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     completion.add_argument("shell", choices=["bash", "zsh", "fish"])
     completion.set_defaults(handler="completion:cmd_completion")
-    return parser
 
 
 def _command(
@@ -329,3 +342,19 @@ def _run(sub: Commands) -> None:
     )
     # It runs here: never on another host, one at a time.
     run.set_defaults(handler="launch:cmd_run", fleet="self", host=None, cluster=False)
+
+
+#: Each command's name and what adds it, in the order --help lists them.
+_COMMANDS: dict[str, Callable[[Commands], None]] = {
+    "inspect": _inspect,
+    "snapshot": _snapshot,
+    "plan": _plan,
+    "apply": _apply,
+    "verify": _verify,
+    "rollback": _rollback,
+    "history": _history,
+    "check-gpus": _check_gpus,
+    "run": _run,
+    "report": _report,
+    "completion": _completion,
+}

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from proxgpu.errors import (
     AuthenticationError,
@@ -55,15 +56,9 @@ from proxgpu.host.sshcommon import (
     no_key,
     parse_target,
 )
-from proxgpu.host.sshmux import (
-    Master,
-    Session,
-    end_master,
-    find_master,
-    master_alive,
-    start_session,
-    wait_exit,
-)
+
+if TYPE_CHECKING:
+    from proxgpu.host.sshmux import Master, Session
 
 #: Seconds the shared connection outlives its last command when nobody closes it.
 IDLE_MASTER = 600
@@ -249,11 +244,15 @@ class OpenSSHHost(Host):
         self._open = True
 
     def _await_master(self, starting: _Starting) -> None:
+        # Imported here, once ssh runs: the socket module costs some 2 ms, and nothing before
+        # the master needs it.
+        from proxgpu.host import sshmux  # noqa: PLC0415
+
         # ssh bounds connecting and the banner by ConnectTimeout; authentication is bounded here.
         timeout = starting.timeout
         limit = (timeout + 1) * starting.attempts + timeout
         try:
-            status = wait_exit(starting.proc, limit)
+            status = _wait_exit(starting.proc, limit)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(starting.proc.pid, signal.SIGKILL)
@@ -266,7 +265,7 @@ class OpenSSHHost(Host):
             log = starting.log
             text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
             raise _failure(starting.display, text, starting.known, timeout, starting.user)
-        self._master = find_master(self._control_path())
+        self._master = sshmux.find_master(self._control_path())
 
     def _control_path(self) -> str:
         return os.path.join(str(self._folder), "control")
@@ -278,12 +277,15 @@ class OpenSSHHost(Host):
     def _run(
         self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
     ) -> CommandResult:
+        from proxgpu.host import sshmux  # noqa: PLC0415 - imported once the master runs
+
         limit = timeout or self.options.command_timeout
         self._ensure_open()
         deadline = time.monotonic() + limit
         try:
             # A session on the master, asked for over its control socket (see .sshmux).
-            with start_session(self._control_path(), command_line(argv), deadline) as session:
+            session = sshmux.start_session(self._control_path(), command_line(argv), deadline)
+            with session:
                 out, err = _collect(session, stdin, deadline, self.max_output)
                 status = session.status(deadline)
         except TimeoutError:
@@ -301,7 +303,9 @@ class OpenSSHHost(Host):
         return CommandResult(argv, status, out, err)
 
     def _master_alive(self) -> bool:
-        return master_alive(self._control_path())
+        from proxgpu.host import sshmux  # noqa: PLC0415 - imported once the master runs
+
+        return sshmux.master_alive(self._control_path())
 
     def close(self) -> None:
         """End the shared connection (once one being opened has opened or failed)."""
@@ -312,8 +316,10 @@ class OpenSSHHost(Host):
         with contextlib.suppress(Exception):
             self._await_opening()
         if self._open:
+            from proxgpu.host import sshmux  # noqa: PLC0415 - imported once the master runs
+
             self._open = False
-            end_master(self._control_path(), self._master)
+            sshmux.end_master(self._control_path(), self._master)
             self._master = None
         self._remove_folder()
 
@@ -321,6 +327,28 @@ class OpenSSHHost(Host):
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], limit: float) -> int:
+    """``proc``'s exit status, waiting at most ``limit`` seconds, woken by the exit itself (a
+    pidfd): ``Popen.wait`` with a timeout polls, sleeping up to 50 ms between looks, which
+    would add that much to every connection.
+
+    >>> _wait_exit(subprocess.Popen(["sh", "-c", "exit 3"]), 10)
+    3
+
+    :raises subprocess.TimeoutExpired: when it is still running after ``limit`` seconds.
+    """
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (OSError, AttributeError):  # before Linux 5.3, or off Linux
+        return proc.wait(limit)
+    try:
+        if not select.select([fd], [], [], limit)[0]:
+            raise subprocess.TimeoutExpired(proc.args, limit)
+    finally:
+        os.close(fd)
+    return proc.wait()
 
 
 def _collect(

@@ -26,7 +26,6 @@ import select
 import signal
 import socket
 import struct
-import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -234,28 +233,6 @@ def _wait_gone(master: Master, deadline: float, close: bool = True) -> bool:
 
 def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0)
-
-
-def wait_exit(proc: subprocess.Popen[bytes], limit: float) -> int:
-    """``proc``'s exit status, waiting at most ``limit`` seconds, woken by the exit itself (a
-    pidfd): ``Popen.wait`` with a timeout polls, sleeping up to 50 ms between looks, which
-    would add that much to every connection.
-
-    >>> wait_exit(subprocess.Popen(["sh", "-c", "exit 3"]), 10)
-    3
-
-    :raises subprocess.TimeoutExpired: when it is still running after ``limit`` seconds.
-    """
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except (OSError, AttributeError):  # before Linux 5.3, or off Linux
-        return proc.wait(limit)
-    try:
-        if not select.select([fd], [], [], limit)[0]:
-            raise subprocess.TimeoutExpired(proc.args, limit)
-    finally:
-        os.close(fd)
-    return proc.wait()
 
 
 def _connect(control: str, deadline: float) -> socket.socket:

@@ -4,12 +4,13 @@ long option is its whole name, a command offers only the options it uses, and ``
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from proxgpu.cli import main
-from proxgpu.cli.parser import build_parser
+from proxgpu.cli.parser import build_parser, parser_for
 from proxgpu.errors import UsageError
 from tests.support.trees import EXAMPLES
 
@@ -132,3 +133,48 @@ def test_snapshot_dash_o_dash_says_a_snapshot_is_a_directory(
 ) -> None:
     assert main(["snapshot", "--root", CT200, "-o", "-"]) == 2
     assert "a snapshot is a directory tree, not a stream: -o DIR" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", "--root", CT200, "--json", "--tree"],
+        ["snapshot", "--host", "pve1", "-o", "x"],
+        [*PLAN, "--lxc", "200", "--vm", "300:2", "--split", "numa"],
+        ["apply", "--host", "pve1,pve2", "--parallel", "2", "--yes"],
+        ["verify", "--host", "pve1", "--json"],
+        ["rollback", "--dry-run"],
+        ["history", "--json"],
+        ["check-gpus", "--lxc", "200"],
+        ["run", "--tp", "2", "--", "nvidia-smi"],
+        ["report", "-o", "-"],
+        ["completion", "fish"],
+        ["plan", "--lx", "200"],
+        ["plan", "--split", "numa", "--split", "numa"],
+        ["history", "--gpu", "0000:01:00.0"],
+    ],
+)
+def test_a_command_parsed_by_its_own_options_reads_as_with_every_commands(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command line is parsed by the named command's options alone (half the parser's
+    cost): the same values, or the same refusal, as with the whole parser; its --help the same."""
+
+    def parsed(parser: argparse.ArgumentParser) -> object:
+        try:
+            return vars(parser.parse_args(argv))
+        except UsageError as exc:
+            return str(exc)
+
+    assert parsed(parser_for(argv)) == parsed(build_parser())
+    helps = []
+    for parser in (parser_for(argv), build_parser()):
+        with pytest.raises(SystemExit):
+            parser.parse_args([argv[0], "--help"])
+        helps.append(capsys.readouterr().out)
+    assert helps[0] == helps[1] and argv[0] in helps[0]
+
+
+def test_the_whole_parser_answers_what_names_no_command() -> None:
+    for argv in (["--version"], ["inspekt"], []):
+        assert parser_for(argv).format_help() == build_parser().format_help()
