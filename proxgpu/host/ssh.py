@@ -559,11 +559,14 @@ class SSHHost(Host):
         if result.returncode == -1:
             # The channel closed without an exit status: a command killed by a signal, or the
             # connection dropped (the command may or may not have finished). paramiko closes
-            # the channels of a dropped connection before it marks it inactive, so a request
-            # the server must answer tells them apart.
-            transport.global_request("keepalive@openssh.com", wait=True)
-            if not transport.is_active():
-                raise HostUnreachableError(self.name, f"connection lost while running {argv[0]}")
+            # the channels of a dropped connection before it marks it inactive, so a channel
+            # the server must answer (within the connect timeout) tells them apart.
+            try:
+                transport.open_session(timeout=self._timeout).close()
+            except (paramiko.SSHException, OSError, EOFError):
+                raise HostUnreachableError(
+                    self.name, f"connection lost while running {argv[0]}"
+                ) from None
             # As OpenSSH's ssh exits then.
             return CommandResult(argv, SIGNALLED, result.stdout, result.stderr)
         return result
