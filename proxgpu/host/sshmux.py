@@ -117,11 +117,11 @@ def start_session(control: str, command: str, deadline: float) -> Session:
     :raises OSError: when the control socket cannot be reached.
     """
     sock = _connect(control, deadline)
-    pipes = [os.pipe() for _ in range(3)]
-    # The master gets stdin's reading end and the writing ends of stdout and stderr.
-    theirs = (pipes[0][0], pipes[1][1], pipes[2][1])
-    ours = (pipes[0][1], pipes[1][0], pipes[2][0])
+    opened: list[int] = []
     try:
+        for _ in range(3):
+            opened.extend(os.pipe())
+        stdin, feed, output, out, errors, err = opened
         request = (
             _u32(_NEW_SESSION, 1)
             + _string(b"")  # reserved
@@ -130,20 +130,20 @@ def start_session(control: str, command: str, deadline: float) -> Session:
             + _string(command.encode("utf-8", "surrogateescape"))
         )
         sock.sendall(struct.pack(">I", len(request)) + request)
-        for fd in theirs:
+        # The master gets stdin's reading end and the writing ends of stdout and stderr.
+        for fd in (stdin, out, err):
             socket.send_fds(sock, [b"\0"], [fd])
         reply = _receive(sock)
         if reply.fields[:2] != (_SESSION_OPENED, 1):
             raise MuxError(f"the master refused the session: {reply.reason()}")
     except BaseException:
         sock.close()
-        for fd in ours:
+        for fd in opened:
             os.close(fd)
         raise
-    finally:
-        for fd in theirs:
-            os.close(fd)
-    return Session(sock, reply.fields[2], *ours)
+    for fd in (stdin, out, err):
+        os.close(fd)
+    return Session(sock, reply.fields[2], feed, output, errors)
 
 
 @dataclass(frozen=True)

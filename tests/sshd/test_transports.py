@@ -323,12 +323,15 @@ def test_a_session_the_server_refuses_is_said_with_its_words(tmp_path: Path) -> 
     with running_sshd(tmp_path / "server", max_sessions=1) as server:
         host = OpenSSHHost(server.target, client_options(server, tmp_path))
         try:
+            assert host.check(["true"]).ok
+            before = sorted(os.listdir("/proc/self/fd"))
             first = threading.Thread(target=host.run, args=(["sleep", "2"],))
             first.start()
             time.sleep(0.5)
             with pytest.raises(HostUnreachableError, match=r"cannot run echo: .*refused"):
                 host.run(["echo", "second"])
             first.join()
+            assert sorted(os.listdir("/proc/self/fd")) == before, "no descriptor left open"
             assert host.check(["echo", "after"]).stdout == b"after\n"
         finally:
             host.close()
