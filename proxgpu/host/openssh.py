@@ -1,8 +1,10 @@
 """A remote host through the system's OpenSSH client (``ssh``), one shared connection per host.
 
 The first command opens a master connection (``ControlMaster``) whose socket lives in a private
-0700 directory; every command after it is a session on that connection, so a host's several
-commands cost one handshake. :meth:`OpenSSHHost.close` ends the master and removes the directory.
+0700 directory; every command is then a session on that connection, which proxgpu asks of the
+master over that socket (:mod:`~proxgpu.host.sshmux`: no ``ssh`` per command), so a host's
+several commands cost one handshake. :meth:`OpenSSHHost.close` ends the master and removes the
+directory.
 ssh reads ssh_config itself, so everything it supports works here (host certificates,
 ``@cert-authority``, FIDO and PKCS#11 keys, GSSAPI, ``Match exec``); proxgpu only adds what its
 own options say, and ``BatchMode`` so that nothing ever waits for a password.
