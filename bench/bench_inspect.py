@@ -108,32 +108,27 @@ def main() -> None:
         }
         # Every action in turns, the floor among them (see bench.timing.interleaved).
         actions: dict[str, Callable[[], object]] = {FLOOR: partial(ssh_true, server)}
+        # What each line says beside its times: in process, the round trips it took.
+        said: dict[str, str] = {}
         for client in TRANSPORTS:
             for name, root in shapes.items():
-                actions[f"{client:8} {name:22}"] = partial(
-                    proxgpu_inspect, server, root, config, client
-                )
+                label = f"{client:8} {name:22}"
+                actions[label] = partial(proxgpu_inspect, server, root, config, client)
+                said[label] = f"round trips {proxgpu_inspect(server, root, config, client)}"
         # The whole command, as a user runs it: interpreter start, imports, connect, inspect.
         ct200 = str(REPO / "examples/hosts/ct200")
         for client in TRANSPORTS:
-            actions[f"{client:8} {'proxgpu inspect --json':22}"] = partial(
-                cli_inspect, server, ct200, config, client
-            )
-        trips = {
-            name: proxgpu_inspect(server, root, config, client)
-            for client in TRANSPORTS
-            for name, root in shapes.items()
-        }
+            label = f"{client:8} {'proxgpu inspect --json':22}"
+            actions[label] = partial(cli_inspect, server, ct200, config, client)
+            said[label] = "whole process"
         taken = interleaved(actions, RUNS, server=server.served_cpu_seconds)
         floor = taken.pop(FLOOR)
         print(
             f"floor: ssh true over loopback: {floor.wall * 1000:.1f} ms (median of {RUNS}); "
             f"{floor.cpu_line()}"
         )
-        for name, one in taken.items():
-            shape = name[9:].strip()
-            what = f"round trips {trips[shape]}" if shape in trips else "whole process"
-            print(f"{name} {what}  {compared(one, floor)}")
+        for label, one in taken.items():
+            print(f"{label} {said[label]}  {compared(one, floor)}")
 
 
 FLOOR = "floor"

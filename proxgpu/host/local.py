@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
 import signal
 import subprocess
-import threading
 import time
-from typing import IO
 
 from proxgpu.errors import CommandOutputTooLargeError, CommandTimeoutError, UsageError
 from proxgpu.host.base import DEFAULT_TIMEOUT, CommandResult, Host
+from proxgpu.host.pipes import exchange
 
 
 class LocalHost(Host):
@@ -66,39 +64,16 @@ def _bounded_read(
     :raises TimeoutError: past ``deadline``. :raises OverflowError: past ``max_output`` bytes.
     """
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin or b""), daemon=True)
-    feeder.start()
-    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
-    total = 0
-    with selectors.DefaultSelector() as selector:
-        for stream in chunks:
-            selector.register(stream, selectors.EVENT_READ)
-        while selector.get_map():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            for key, _ in selector.select(remaining):
-                data = os.read(key.fd, 1 << 16)
-                if not data:
-                    selector.unregister(key.fd)
-                    continue
-                total += len(data)
-                if total > max_output:
-                    raise OverflowError
-                chunks[key.fd].append(data)
+    outputs = (proc.stdout.fileno(), proc.stderr.fileno())
+    feed = proc.stdin.fileno()
+    read = exchange(
+        feed, proc.stdin.close, stdin, outputs, deadline=deadline, max_output=max_output
+    )
     try:
         proc.wait(max(deadline - time.monotonic(), 0))
     except subprocess.TimeoutExpired:
         raise TimeoutError from None
-    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
-
-
-def _feed(pipe: IO[bytes], data: bytes) -> None:
-    # A command that exits without reading all of its stdin is not an error of the transport.
-    with contextlib.suppress(OSError):
-        pipe.write(data)
-    with contextlib.suppress(OSError):
-        pipe.close()
+    return read
 
 
 def _kill_session(proc: subprocess.Popen[bytes]) -> None:

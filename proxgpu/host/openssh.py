@@ -48,6 +48,7 @@ from proxgpu.errors import (
 )
 from proxgpu.host.base import CommandResult, Host, command_line
 from proxgpu.host.knownhosts import read_known_hosts
+from proxgpu.host.pipes import exchange
 from proxgpu.host.sshcommon import (
     SIGNALLED,
     Opening,
@@ -60,7 +61,7 @@ from proxgpu.host.sshcommon import (
 )
 
 if TYPE_CHECKING:
-    from proxgpu.host.sshmux import Master, Session
+    from proxgpu.host.sshmux import Master
 
 #: Seconds the shared connection outlives its last command when nobody closes it.
 IDLE_MASTER = 600
@@ -129,7 +130,6 @@ class OpenSSHHost(Host):
         self._folder: str | None = None
         self._opening: Opening | None = None
         self._open = False
-        self._strict: list[str] = []
         #: The master's process, once it runs: close waits for its end.
         self._master: Master | None = None
         # The action-output reader thread and the main thread may both ask for the connection.
@@ -210,12 +210,12 @@ class OpenSSHHost(Host):
         strict = _first(config, "stricthostkeychecking", "true").lower()
         accept = self.options.accept_new_host_key or strict in ("accept-new", "false", "no")
         log = Path(str(self._folder)) / "master.log"
-        # A changed key is refused whatever ssh_config says (StrictHostKeyChecking=no would let
-        # ssh go on with it), on the master and on any connection a command makes without it.
-        self._strict = ["-o", f"StrictHostKeyChecking={'accept-new' if accept else 'yes'}"]
         timeout = float(_first(config, "connecttimeout", "none").replace("none", "10"))
         argv = self.ssh_argv(
-            *self._control("yes"),
+            # A changed key is refused whatever ssh_config says (StrictHostKeyChecking=no would
+            # let ssh go on with it).
+            *("-o", f"StrictHostKeyChecking={'accept-new' if accept else 'yes'}"),
+            *("-o", "ControlMaster=yes", "-o", f"ControlPath={self._control_path()}"),
             # Without a ConnectTimeout ssh would wait as long as the kernel's TCP connect does.
             *("-o", f"ConnectTimeout={math.ceil(timeout)}"),
             # Should proxgpu be killed before close(), the master ends by itself once idle.
@@ -272,10 +272,6 @@ class OpenSSHHost(Host):
     def _control_path(self) -> str:
         return os.path.join(str(self._folder), "control")
 
-    def _control(self, master: str) -> list[str]:
-        path = self._control_path()
-        return [*self._strict, "-o", f"ControlMaster={master}", "-o", f"ControlPath={path}"]
-
     def _run(
         self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
     ) -> CommandResult:
@@ -288,7 +284,14 @@ class OpenSSHHost(Host):
             # A session on the master, asked for over its control socket (see .sshmux).
             session = sshmux.start_session(self._control_path(), command_line(argv), deadline)
             with session:
-                out, err = _collect(session, stdin, deadline, self.max_output)
+                out, err = exchange(
+                    session.stdin,
+                    session.close_stdin,
+                    stdin,
+                    (session.stdout, session.stderr),
+                    deadline=deadline,
+                    max_output=self.max_output,
+                )
                 status = session.status(deadline)
         except TimeoutError:
             raise CommandTimeoutError(self.name, list(argv), limit) from None
@@ -351,52 +354,6 @@ def _wait_exit(proc: subprocess.Popen[bytes], limit: float) -> int:
     finally:
         os.close(fd)
     return proc.wait()
-
-
-def _collect(
-    session: Session, stdin: bytes | None, deadline: float, max_output: int
-) -> tuple[bytes, bytes]:
-    """stdout and stderr of ``session`` until the master closes both, feeding it ``stdin``
-    meanwhile; one deadline and one output bound for the whole command, as the paramiko
-    transport has.
-
-    :raises TimeoutError: past ``deadline``. :raises OverflowError: past ``max_output`` bytes.
-    """
-    pending = memoryview(stdin or b"")
-    writers = [session.stdin] if pending else []
-    if pending:
-        # A blocking write of more than the pipe has room for would wait past the deadline
-        # for a remote command that stopped reading.
-        os.set_blocking(session.stdin, False)
-    else:
-        session.close_stdin()
-    chunks: dict[int, list[bytes]] = {session.stdout: [], session.stderr: []}
-    readers = [session.stdout, session.stderr]
-    total = 0
-    while readers:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError
-        readable, writable, _ = select.select(readers, writers, [], remaining)
-        if writable:
-            try:
-                pending = pending[os.write(session.stdin, pending[: 1 << 16]) :]
-            except BlockingIOError:
-                pass  # the pipe filled between select and write: wait for room again
-            except BrokenPipeError:
-                pending = pending[:0]
-            if not pending:
-                writers = []
-                session.close_stdin()
-        for fd in readable:
-            data = os.read(fd, 1 << 16)
-            if not data:
-                readers.remove(fd)
-            chunks[fd].append(data)
-            total += len(data)
-            if total > max_output:
-                raise OverflowError
-    return b"".join(chunks[session.stdout]), b"".join(chunks[session.stderr])
 
 
 #: OpenSSH's words for a revoked host key (sshconnect.c): a known_hosts ``@revoked`` line, or a

@@ -158,8 +158,7 @@ def find_master(control: str, timeout: float = 5.0) -> Master | None:
     """The master listening on ``control`` (its alive check says its pid); ``None`` when it
     does not answer as the protocol says. No pidfd before Linux 5.3, or off Linux."""
     try:
-        with _connect(control, time.monotonic() + timeout) as sock:
-            pid = _request(sock, _ALIVE_CHECK, _ALIVE)[2]
+        pid = _alive_pid(control, timeout)
     except (OSError, IndexError):
         return None
     try:
@@ -173,9 +172,8 @@ def master_alive(control: str, timeout: float = 5.0) -> bool:
     ``timeout`` seconds. A master whose connection ended stops answering at once, though its
     process may be a few milliseconds from its end (so its pidfd would not say yet)."""
     try:
-        with _connect(control, time.monotonic() + timeout) as sock:
-            _request(sock, _ALIVE_CHECK, _ALIVE)
-    except OSError:
+        _alive_pid(control, timeout)
+    except (OSError, IndexError):
         return False
     return True
 
@@ -188,15 +186,25 @@ def end_master(control: str, master: Master | None, timeout: float = 5.0) -> Non
     cannot be asked gets SIGTERM, sent again while it runs."""
     deadline = time.monotonic() + timeout
     try:
-        with _connect(control, deadline) as sock:
-            sock.sendall(_message(_TERMINATE, 1))
-            # Its answer may never come (it exits first); the end of the connection does.
-            while sock.recv(4096):
-                pass
-    except OSError:
-        _signal(master, deadline)
-    if master is not None:
-        _wait_gone(master, deadline)
+        try:
+            with _connect(control, deadline) as sock:
+                sock.sendall(_message(_TERMINATE, 1))
+                # Its answer may never come (it exits first); the end of the connection does.
+                while sock.recv(4096):
+                    pass
+        except OSError:
+            _signal(master, deadline)
+        if master is not None:
+            _gone(master, deadline)
+    finally:
+        if master is not None and master.pidfd is not None:
+            os.close(master.pidfd)
+
+
+def _alive_pid(control: str, timeout: float) -> int:
+    """The pid the master's alive check answers with."""
+    with _connect(control, time.monotonic() + timeout) as sock:
+        return _request(sock, _ALIVE_CHECK, _ALIVE)[2]
 
 
 def _signal(master: Master | None, deadline: float) -> None:
@@ -208,31 +216,24 @@ def _signal(master: Master | None, deadline: float) -> None:
                 os.kill(master.pid, signal.SIGTERM)
         except ProcessLookupError:
             return
-        if _wait_gone(master, min(deadline, time.monotonic() + 0.1), close=False):
+        if _gone(master, min(deadline, time.monotonic() + 0.1)):
             return
 
 
-def _wait_gone(master: Master, deadline: float, close: bool = True) -> bool:
+def _gone(master: Master, deadline: float) -> bool:
     """Whether the master ended by ``deadline``: its pidfd readable, else its pid gone (reaped:
     it is no child of ours, so whoever reaps orphans does it at once)."""
-    try:
-        if master.pidfd is not None:
-            return bool(select.select([master.pidfd], [], [], _left(deadline))[0])
-        while True:
-            try:
-                os.kill(master.pid, 0)
-            except ProcessLookupError:
-                return True
-            if _left(deadline) == 0:
-                return False
-            time.sleep(0.005)
-    finally:
-        if close and master.pidfd is not None:
-            os.close(master.pidfd)
-
-
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0)
+    if master.pidfd is not None:
+        left = max(deadline - time.monotonic(), 0)
+        return bool(select.select([master.pidfd], [], [], left)[0])
+    while True:
+        try:
+            os.kill(master.pid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
 
 
 def _connect(control: str, deadline: float) -> socket.socket:

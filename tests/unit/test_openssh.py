@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from proxgpu.host import openssh
+from proxgpu.host.pipes import exchange
 from proxgpu.host.sshclient import why_openssh
 from proxgpu.host.sshcommon import known_hosts_files
 from proxgpu.host.sshmux import Session, master_alive
@@ -51,7 +52,14 @@ def test_input_a_command_stops_reading_midway_does_not_hold_it_past_the_deadline
         with Session(socket.socket(socket.AF_UNIX), 1, feed, output, errors) as session:
             started = time.monotonic()
             with pytest.raises(TimeoutError):
-                openssh._collect(session, b"x" * 5_000_000, started + 1, 1 << 20)
+                exchange(
+                    session.stdin,
+                    session.close_stdin,
+                    b"x" * 5_000_000,
+                    (session.stdout, session.stderr),
+                    deadline=started + 1,
+                    max_output=1 << 20,
+                )
             assert time.monotonic() - started < 3
         proc.kill()
 
