@@ -106,6 +106,21 @@ def _script_file(name: str) -> str:
     return "\n".join("" if line.lstrip().startswith("#") else line for line in text.split("\n"))
 
 
+def script_argv(root: str, name: str, *args: str, bulk: bool = False) -> list[str]:
+    """The command that runs ``scripts/NAME.sh`` with ``args`` on a host whose root is ``root``
+    (see :func:`run_script`).
+
+    >>> argv = script_argv("/srv/tree", "gather", "/srv/tree", "check", bulk=True)
+    >>> argv[:2], argv[3], argv[4].splitlines()[0], argv[5:]
+    (['sh', '-c'], 'blocks', 'proxgpu_prefix=/srv/tree', ['/srv/tree', 'check'])
+    """
+    # The prelude's `enter` keeps every path inside this root (see prelude.sh).
+    text = f"proxgpu_prefix={shlex.quote(root.rstrip('/'))}\n{script_text(name)}"
+    if bulk:
+        return ["sh", "-c", _script_file("blocks"), "blocks", text, *args]
+    return ["sh", "-c", text, "sh", *args]
+
+
 def run_script(
     host: Host,
     name: str,
@@ -125,11 +140,7 @@ def run_script(
     :raises HostUnreachableError: when the transport fails.
     """
     start = time.monotonic()
-    # The prelude's `enter` keeps every path inside this root (see prelude.sh).
-    text = f"proxgpu_prefix={shlex.quote(host.root.rstrip('/'))}\n{script_text(name)}"
-    argv = ["sh", "-c", text, "sh", *args]
-    if bulk:
-        argv = ["sh", "-c", _script_file("blocks"), "blocks", text, *args]
+    argv = script_argv(host.root, name, *args, bulk=bulk)
     result = host.run(argv, stdin=payload, timeout=timeout)
     log.info(
         "%s: %s.sh (%d args, %d bytes in, %d out) exited %d in %.2f s",

@@ -3,7 +3,8 @@
 # to 1 MiB (see run_script's bulk in proxgpu/host/scripts.py). Over SSH each write a script makes
 # leaves as a packet of its own, and the client decrypts and handles each one: the gather's
 # hundreds of small writes become a handful of packets. stderr and stdin pass as they are.
-# Usage: sh -c BLOCKS blocks SCRIPT ARG...    (runs: sh -c SCRIPT sh ARG...)
+# Usage: sh -c BLOCKS blocks SCRIPT ARG...    (runs SCRIPT with ARG... in a subshell of this one:
+# the same as sh -c SCRIPT sh ARG..., less a shell's start)
 # Exit: the script's status (1 when it left none: its shell was killed).
 script=$1
 shift
@@ -15,7 +16,7 @@ exec 3>&1
 status=$(
     {
         {
-            sh -c "$script" sh "$@" 3>&- 4>&-
+            (eval "$script") 3>&- 4>&-
             echo "$?" >&4
         } | dd ibs=65536 obs=1048576 2>/dev/null >&3
     } 4>&1

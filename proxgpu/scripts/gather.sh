@@ -1,7 +1,7 @@
 # shellcheck shell=sh
 # proxgpu gather: print, in one pass, every file inspection reads.
 # Usage: gather.sh ROOT [check|modes]   (ROOT is the prefix the host's absolute paths live under,
-# "/" for a live host; check: then say where each file read is, see check_names below; modes:
+# "/" for a live host; check: then say where each file read is, see the check below; modes:
 # and each one's mode, for a snapshot)
 #
 # Plain POSIX sh plus coreutils, grep, find, awk and GNU tar, so it runs unchanged on a Proxmox VE
@@ -59,15 +59,13 @@ directories() {
     for f; do [ -d "$f" ] && printf '%s\0' "$f"; done
     return 0
 }
-# batched WHAT CMD...: run CMD on the NUL-separated names on stdin, as many at a time as fit.
-# xargs exits 123 when a batch's grep found nothing or could not read a file (-s: as a missing
-# one), anything else when a batch could not run at all.
+# The file names reach a command through `xargs -0 -r CMD...` (as many at a time as fit), the last
+# command of its pipeline, so that the shell runs it without a subshell around it and $? is its
+# status. batched STATUS WHAT: says that WHAT failed unless xargs' STATUS is 0 or 123 (a batch's
+# grep found nothing or could not read a file, -s: as a missing one); anything else is a batch
+# that could not run at all.
 batched() {
-    b_what=$1
-    shift
-    xargs -0 -r "$@"
-    b_status=$?
-    case $b_status in 0 | 123) ;; *) rec failed "$b_what" "$b_status" ;; esac
+    case $1 in 0 | 123) ;; *) rec failed "$2" "$1" ;; esac
 }
 
 pciids=
@@ -156,7 +154,8 @@ configs='etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg
 secure_boot=sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
 
 rec section lines
-line_files | batched "reading the sysfs and procfs files" grep -H -s -Z -D skip ''
+line_files | xargs -0 -r grep -H -s -Z -D skip ''
+batched $? "reading the sysfs and procfs files"
 # The first CPU's vendor, flags (pdpe1gb, for the passthrough advice) and address bits: three
 # lines of its block, which come in that order.
 grep -m 3 -H -s -Z -D skip -E '^(vendor_id|flags|address sizes)[[:space:]]*:' proc/cpuinfo
@@ -292,18 +291,19 @@ rec section links
 # - the mediated devices that exist now, each a link in its type's devices/ (mdev sysfs ABI): a
 #   running VM's vGPU; a stopped VM's mdev= entry takes an instance only at its start;
 # - each driver's module link: driver names are not module names (bochs-drm lives in bochs.ko).
+# find's status 1 (a directory gone or unreadable meanwhile) makes xargs' 123, no failure.
 # shellcheck disable=SC2016 # $@ is the inner shell's
 directories sys/bus/pci/devices/ sys/bus/pci/devices/*/ sys/bus/pci/devices/*/drm/ \
     sys/bus/pci/devices/*/mdev_supported_types/*/devices/ sys/bus/pci/drivers/*/ |
-    batched "reading the devices' links" sh -c 'find "$@" -mindepth 1 -maxdepth 1 \( \
+    xargs -0 -r sh -c 'exec find "$@" -mindepth 1 -maxdepth 1 \( \
     \( -path "sys/bus/pci/devices/*" ! -path "sys/bus/pci/devices/*/*" -type l \) -o \
     \( -path "sys/bus/pci/devices/*" ! -path "sys/bus/pci/devices/*/*/*" \
         \( -name driver -o -name iommu_group -o -name pci_bus -o -name physfn \) \) -o \
     \( -path "sys/bus/pci/devices/*/drm/*" \( -name "card*" -o -name "renderD*" \) \) -o \
     -path "sys/bus/pci/devices/*/mdev_supported_types/*/devices/*" -o \
     \( -path "sys/bus/pci/drivers/*" -name module \) \
-    \) -printf "%y\0%p\0%l\n" 2>/dev/null
-    exit 0' sh
+    \) -printf "%y\0%p\0%l\n" 2>/dev/null' sh
+batched $? "reading the devices' links"
 for d in sys/firmware/efi etc/pve; do
     [ -d "$d" ] && printf 'd\0%s\0\n' "$d"
 done
@@ -325,19 +325,22 @@ rec section raw
 # number of commands however many files there are (a node holds a config per guest). Each
 # directory is entered inside the root (the prelude's enter) and held open as a descriptor, and
 # tar reads its files through that descriptor (/proc/self/fd/N/NAME), never through the path
-# again: a directory swapped for a link after it was entered changes nothing. tar opens every
-# file as it always does, never through a link at its end (O_NOFOLLOW) and never blocking
+# again: a directory swapped for a link after it was entered changes nothing. In a tree tar opens
+# every file as it always does, never through a link at its end (O_NOFOLLOW) and never blocking
 # (O_NONBLOCK): a link or FIFO swapped in after the look is archived as what it is, never
-# followed or read, so what lies outside the root is never read. A line "PATH\0@AT" says that
-# PATH's bytes are the member AT: the file itself, or where a link inside the root leads (N/NAME,
-# N numbering its directory); "PATH\0!unreadable" that they cannot be read.
+# followed or read, so what lies outside the root is never read. (On a live host, whose root /
+# nothing lies outside, tar follows a link itself; a FIFO is still archived, never read.) A line
+# "PATH\0@AT" says that PATH's bytes are the member AT: the file itself, or where a link inside
+# the root leads (N/NAME, N numbering its directory); "PATH\0!unreadable" that they cannot be read.
 #
 # inside FILE: set in_at to where FILE's bytes are, relative to the root, when it is a symlink
 # resolving inside the root or not a symlink; fails for a link out of it (a variable, not
 # output: a command substitution would cost a process per file).
 inside() {
     in_at=$1
-    [ -L "$1" ] || return 0
+    # A live host's root is /, which no link leads out of: there tar follows the links itself
+    # (follow, below), one process less for each config that is a link.
+    { [ -n "$proxgpu_real" ] && [ -L "$1" ]; } || return 0
     in_at=$(realpath -e -- "$1") || return 1
     # shellcheck disable=SC2154 # proxgpu_real: the prelude's
     case $in_at in "$proxgpu_real"/*) in_at=${in_at#"$proxgpu_real"/} ;; *) return 1 ;; esac
@@ -376,12 +379,15 @@ archives() {
 tar_files() {
     tf_map=$1
     shift
-    tar -cf - -b 1 --no-recursion --numeric-owner --hard-dereference --transform "$tf_map" \
-        -- "$@" 2>/dev/null
+    # shellcheck disable=SC2086 # $follow: one option or none
+    tar -cf - -b 1 --no-recursion --numeric-owner --hard-dereference $follow \
+        --transform "$tf_map" -- "$@" 2>/dev/null
 }
+follow=
+[ -z "$proxgpu_real" ] && follow=--dereference
 nl='
 '
-tab=$(printf '\t')
+tab='	'
 archived='' n=0 last=''
 # shellcheck disable=SC2086 # $configs: globs, one word each
 for f in $configs; do
@@ -419,62 +425,61 @@ if [ -f "$f" ] && [ -r "$f" ]; then
     echo
 fi
 
-# check_names [modes]: where each file named on stdin is (NUL-terminated names, then "#listed"
-# once the list is whole): "#outside" when it is reached through a link out of the root (a
-# directory on its way, or itself, resolves outside it: the first such one is named, by where it
-# leads); with modes, each other one's "#mode". A constant number of commands however many files
-# and directories a tree holds: every directory on the way and every file are resolved by one
-# realpath per batch, in the order given, and the files inside by one stat per batch. A name with
-# a tab or a newline cannot be carried by a record: proxgpu drops such a file from what it read.
-check_names() {
-    # Each name (once), after every directory on its way (each listed once), then, once the
-    # list was whole, "#resolved" and what realpath -m makes of those paths: one line per path,
-    # in order, whatever is missing or loops, so line N resolves path N.
-    awk -v tab="$tab" -v realpath="xargs -d '\n' -r realpath -m --" '
-        BEGIN { RS = "\0" }
-        $0 == "#listed" { listed = 1; exit }
-        index($0, tab) || index($0, "\n") || $0 == "" || ($0 in named) { next }
-        { named[$0]; n = split($0, part, "/"); at = part[1]
-          for (i = 1; i <= n; i++) {
-              if (i > 1) at = at "/" part[i]
-              if (!(at in seen)) { seen[at]; path[++paths] = at; print at }
-          }
-          print "\t" $0 }
-        END {
-            if (!listed) exit 1
-            print "#resolved"
-            fflush()
-            for (i = 1; i <= paths; i++) print path[i] | realpath
-            close(realpath)
-        }' |
-        awk -v tab="$tab" -v real="$proxgpu_real" -v modes="${1-}" \
-            -v stat="xargs -0 -r stat -L -c '#mode$tab%a$tab%n' -- 2>/dev/null" '
-        # Section 1: the paths (a name again, tab first, after its own path); section 2: what
-        # each path resolves to, in the same order. A count that differs is no check at all.
-        $0 == "#resolved" { second = 1; next }
-        !second && index($0, tab) == 1 { names[++named] = substr($0, 2); next }
-        !second { path[++paths] = $0; next }
-        { resolved[path[++got]] = $0 }
-        END {
-            if (!second || got != paths) exit 1
-            for (i = 1; i <= named; i++) {
-                n = split(names[i], part, "/"); at = ""; out = ""
-                for (j = 1; j <= n && out == ""; j++) {
-                    at = (j == 1) ? part[1] : at "/" part[j]
-                    if (index(resolved[at] "/", real "/") != 1) out = resolved[at]
-                }
-                if (out != "") printf "#outside%s%s%s%s\n", tab, names[i], tab, out
-                else inside[i] = 1
+# The check: where each file named on stdin is (NUL-terminated names, then "#listed" once the
+# list is whole): "#outside" when it is reached through a link out of the root (a directory on
+# its way, or itself, resolves outside it: the first such one is named, by where it leads); with
+# modes, each other one's "#mode"; then "#checked". One awk and a constant number of commands
+# however many files and directories a tree holds: every directory on the way and every file are
+# resolved by one realpath per batch (its arguments in one sh -c string, under the kernel's limit
+# on one argument), in the order given, and the files inside by one stat per batch. A name with a
+# tab or a newline cannot be carried by a record: proxgpu drops such a file from what it read.
+# shellcheck disable=SC2016 # the awk program's $ are awk's
+check_program='
+    BEGIN { RS = "\0" }
+    $0 == "#listed" { listed = 1; exit }
+    index($0, tab) || index($0, "\n") || $0 == "" || ($0 in named) { next }
+    # Each name (once), after every directory on its way (each once).
+    { named[$0]; names[++names_n] = $0; n = split($0, part, "/"); at = part[1]
+      for (i = 1; i <= n; i++) {
+          if (i > 1) at = at "/" part[i]
+          if (!(at in seen)) { seen[at]; path[++paths] = at }
+      } }
+    # A word the shell takes as it is: in single quotes, each quote in it as '"'"'.
+    function quoted(s) { gsub(q, q "\"" q "\"" q, s); return q s q }
+    # What realpath -m makes of the paths in the command CMD, NUL after each (a target with a
+    # newline cannot shift the count), whatever is missing or loops: answer N resolves path N.
+    function resolve(cmd,   line) {
+        while ((cmd | getline line) > 0) resolved[path[++got]] = line
+        close(cmd)
+    }
+    END {
+        if (!listed) exit 1
+        cmd = ""
+        for (i = 1; i <= paths; i++) {
+            cmd = cmd " " quoted(path[i])
+            if (length(cmd) > 100000 || i == paths) { resolve("exec realpath -m -z --" cmd); cmd = "" }
+        }
+        # A count that differs is no check at all.
+        if (got != paths) exit 1
+        for (i = 1; i <= names_n; i++) {
+            n = split(names[i], part, "/"); at = ""; out = ""
+            for (j = 1; j <= n && out == ""; j++) {
+                at = (j == 1) ? part[1] : at "/" part[j]
+                if (index(resolved[at] "/", real "/") != 1) out = resolved[at]
             }
-            if (modes != "modes") exit 0
+            if (out != "") printf "#outside%s%s%s%s\n", tab, names[i], tab, out
+            else inside[i] = 1
+        }
+        if (modes == "modes") {
             # The names inside get their modes from stat (which follows a last link: it
             # resolves inside, or the name was said to be outside), once every outside one
             # was said.
             fflush()
-            for (i = 1; i <= named; i++) if (i in inside) printf "%s%c", names[i], 0 | stat
+            for (i = 1; i <= names_n; i++) if (i in inside) printf "%s%c", names[i], 0 | stat
             close(stat)
-        }' && rec checked
-}
+        }
+        print "#checked"
+    }'
 case ${2-} in check | modes)
     # The same lists the steps above read, looked at again after the reading: the names are the
     # files the reading found (a file it refused is among them).
@@ -485,7 +490,8 @@ case ${2-} in check | modes)
             ${kernel:+"$initrd"} var/lib/dpkg/status $configs $secure_boot \
             lib/modules/*/modules.alias lib/modules/*/modules.builtin.modinfo
         printf '#listed\0'
-    } | check_names "$2"
+    } | awk -v tab="$tab" -v q="'" -v real="$proxgpu_real" -v modes="$2" \
+        -v stat="exec xargs -0 -r stat -L -c '#mode$tab%a$tab%n' -- 2>/dev/null" "$check_program"
     ;;
 esac
 rec end

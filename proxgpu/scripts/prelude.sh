@@ -22,8 +22,14 @@
 set -u
 # run_script puts proxgpu_prefix (the root without its trailing slash, "" for /) in front.
 proxgpu_prefix=${proxgpu_prefix-}
-proxgpu_real=$(cd -P -- "${proxgpu_prefix:-/}" 2>/dev/null && pwd -P) || proxgpu_real=//missing
-proxgpu_real=${proxgpu_real%/}
+# The root as the kernel names it (every link resolved), from the shell's own cd -P and back, not
+# a command substitution: that would fork a process in front of every script.
+if cd -P -- "${proxgpu_prefix:-/}" 2>/dev/null; then
+    proxgpu_real=${PWD%/}
+    cd -- "$OLDPWD" 2>/dev/null || cd /
+else
+    proxgpu_real=//missing
+fi
 enter() {
     case $1 in "$proxgpu_prefix" | "$proxgpu_prefix"/*) ;; *) en_out "$1"; return 4 ;; esac
     en_rest=${1#"$proxgpu_prefix"} en_missing=0

@@ -164,6 +164,16 @@ def test_local_machine_inspection_reads_the_real_kernel() -> None:
     assert inv.numa_nodes, "every Linux kernel exposes at least node0"
 
 
+def test_the_live_host_s_whole_files_are_read_through_their_links() -> None:
+    """On this machine (root /, which no link leads out of) a config that is a link is read as
+    what it leads to, as the kernel reads it: Debian's /etc/modules-load.d/modules.conf is a
+    link to ../modules (systemd's package)."""
+    capture = gather(LocalHost())
+    linked = [path for path in capture.raw if Path(path).is_symlink()]
+    assert linked, "a config that is a link was read (this Debian machine has one)"
+    assert {path: Path(path).read_bytes() for path in capture.raw} == capture.raw
+
+
 def test_inspection_is_one_command(example_host: Path) -> None:
     """One round trip, and a second only where /proc shows MIG compute instances (the mig
     example): their UUIDs are nvidia-smi's."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,24 @@ def test_the_prelude_makes_an_unset_variable_an_error(scripts: dict[str, str]) -
     answer = run_script(LocalHost(), "typo", check=False)
     assert answer.returncode != 0 and answer.records == []
     assert "undefined_name" in answer.stderr
+
+
+def test_the_prelude_resolves_the_root_and_leaves_the_script_where_it_started(
+    scripts: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root as the kernel names it (its links resolved) for every check of a path, found
+    without moving the script: a post-action runs where the command was started."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    start = tmp_path / "start"
+    start.mkdir()
+    monkeypatch.chdir(start)
+    scripts["where"] = 'rec at "$PWD" "$(pwd -P)" "$proxgpu_real"\n'
+    answer = run_script(LocalHost(str(tmp_path / "link")), "where")
+    assert answer.records == [Record("at", (str(start), str(start), str(real)))]
+    answer = run_script(LocalHost(str(tmp_path / "gone")), "where")
+    assert answer.records == [Record("at", (str(start), str(start), "//missing"))]
 
 
 def test_a_script_that_runs_too_long_is_a_timeout(scripts: dict[str, str]) -> None:
