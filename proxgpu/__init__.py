@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from proxgpu.errors import ProxgpuError
 
 if TYPE_CHECKING:
-    from proxgpu.apply import ApplyOptions
+    from proxgpu.apply import ApplyOptions, history, verify
     from proxgpu.fleet import (
         Target,
         apply_cluster,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from proxgpu.host import connect
     from proxgpu.host.ssh import SSHOptions
     from proxgpu.inspection import Gpu, GpuFilter, Inventory, NumaNode, PciFunction, inspect
-    from proxgpu.pipeline import propose, split_host
+    from proxgpu.pipeline import propose, split_host, undo
     from proxgpu.planning import SplitPolicy
     from proxgpu.rendering import RenderOptions
 
@@ -41,12 +41,15 @@ if TYPE_CHECKING:
 # command line's --help and usage errors never need.
 _LAZY = {
     "ApplyOptions": "proxgpu.apply",
+    "history": "proxgpu.apply",
+    "verify": "proxgpu.apply",
     "connect": "proxgpu.host",
     "SSHOptions": "proxgpu.host.ssh",
     "SplitPolicy": "proxgpu.planning",
     "RenderOptions": "proxgpu.rendering",
     "propose": "proxgpu.pipeline",
     "split_host": "proxgpu.pipeline",
+    "undo": "proxgpu.pipeline",
     **{
         name: "proxgpu.fleet"
         for name in (
@@ -88,10 +91,13 @@ __all__ = [
     "connect",
     "each_host",
     "find_nodes",
+    "history",
     "inspect",
     "plan_cluster",
     "propose",
     "roll_out",
     "snapshot_nodes",
     "split_host",
+    "undo",
+    "verify",
 ]

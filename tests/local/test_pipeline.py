@@ -34,3 +34,16 @@ def test_apply_then_again_changes_nothing(tmp_path: Path) -> None:
     assert first.changed and first.applied.journal_id
     assert "dev0: /dev/nvidia0" in (root / "etc/pve/lxc/200.conf").read_text()
     assert not second.changed and second.diff == []
+
+
+def test_the_whole_job_from_the_one_import_surface(tmp_path: Path) -> None:
+    """What a script author guesses: every step by its ``proxgpu.`` name, no subpackage."""
+    root = copy_example(tmp_path)
+    with proxgpu.connect(root=str(root)) as host:
+        applied = proxgpu.split_host(host, proxgpu.SplitPolicy(lxc=200, vms=[300]), check=False)
+        assert not proxgpu.verify(host).drifted, "verify compares with the last apply"
+        assert [e.id for e in proxgpu.history(host)] == [applied.applied.journal_id]
+        assert proxgpu.undo(host).changed and not proxgpu.undo(host).changed
+    # Everything as it was, but the journal and its backups, which keep the history.
+    after = {p: b for p, b in tree_bytes(root).items() if not p.startswith("var/lib/proxgpu/")}
+    assert after == tree_bytes(copy_example(tmp_path / "fresh"))
