@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -173,11 +174,12 @@ def write_all(
 ) -> None:
     """stdout, or ``-o FILE``: one document holding every host (JSON: the fleet document;
     text: a section per host), written whole (see :func:`~.console.write_output`)."""
+    svg = getattr(args, "format", "text") == "svg" and not getattr(args, "tree", False)
     if args.json:
         documents = {n: _document(o) for n, o in outcomes.items()}
         extra = {"cluster": header.document} if header.document else {}
         text = json.dumps({**extra, "hosts": documents}, indent=2) + "\n"
-    elif getattr(args, "format", "text") == "svg" and not getattr(args, "tree", False):
+    elif svg:
         # Loaded for pictures only: the picture package brings the planner, Jinja2 and pydantic.
         stack_svgs = import_module("proxgpu.picture.svg").stack_svgs
         text = stack_svgs([(n, _svg_or_error(outcomes.get(n))) for n in hosts])
@@ -190,22 +192,38 @@ def write_all(
                 text += f"== {name} ==\n{body}" + ("" if body.endswith("\n") else "\n")
     output = getattr(args, "output", None) if _combined(args) else None
     if output is not None and _per_host(output):
+        _folder_for(output)
+        suffix = ".json" if args.json else ".svg" if svg else ".txt"
         for name in hosts:
             outcome = outcomes.get(name)
             if outcome is not None and outcome.result is not None:
                 own = json.dumps(_document(outcome), indent=2) + "\n"
-                write_output(own if args.json else outcome.result.text, per_host_path(output, name))
+                path = per_host_path(output, name, suffix)
+                write_output(own if args.json else outcome.result.text, path)
         return
     write_output(text, output)
 
 
-def per_host_path(output: str, name: str) -> str:
-    """``-o`` for one host of several: ``{host}`` replaced, or the host's file in ``DIR/``.
+def per_host_path(output: str, name: str, suffix: str) -> str:
+    """``-o`` for one host of several: ``{host}`` replaced, or the host's file in ``DIR/``,
+    named with the format's ``suffix``.
 
-    >>> per_host_path("out/{host}.svg", "pve1"), per_host_path("out/", "pve2")
-    ('out/pve1.svg', 'out/pve2')
+    >>> per_host_path("out/{host}.svg", "pve1", ".svg"), per_host_path("out/", "pve2", ".txt")
+    ('out/pve1.svg', 'out/pve2.txt')
     """
-    return output.replace("{host}", name) if "{host}" in output else output + name
+    return output.replace("{host}", name) if "{host}" in output else output + name + suffix
+
+
+def _folder_for(output: str) -> None:
+    """``-o DIR/``: the folder is made when missing, as ``snapshot -o`` makes its own.
+
+    :raises UsageError: when it cannot be.
+    """
+    if output.endswith("/"):
+        try:
+            os.makedirs(output, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{output}: cannot make the folder: {exc.strerror}") from None
 
 
 def _per_host(output: str) -> bool:

@@ -143,7 +143,11 @@ def _inspect(sub: Commands) -> None:
         help="print the NUMA nodes and PCIe tree down to each GPU as text (like lstopo)",
     )
     inspect.add_argument(
-        "-o", "--output", metavar="FILE", help="write to FILE (default, or -: stdout)"
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write to FILE (default, or -: stdout); with several hosts one FILE holds them all, "
+        "DIR/ or a {host} in the name makes a file per host",
     )
 
 

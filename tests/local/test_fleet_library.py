@@ -172,11 +172,17 @@ def test_one_json_file_holds_every_node_and_per_host_files_on_request(tmp_path: 
         main(["inspect", "--root", str(CLUSTER), "--cluster", "--json", "-o", str(combined)]) == 0
     )
     assert list(json.loads(combined.read_text())["hosts"]) == NODES
-    folder = tmp_path / "each"
-    folder.mkdir()
+    # A folder not there yet is made; each host's file is named for its format.
+    folder = tmp_path / "each" / "tree"
     assert main(["inspect", "--root", str(CLUSTER), "--cluster", "--tree", "-o", f"{folder}/"]) == 0
-    assert sorted(p.name for p in folder.iterdir()) == NODES
-    assert "NUMA node" in (folder / "pve2").read_text()
+    assert sorted(p.name for p in folder.iterdir()) == [f"{node}.txt" for node in NODES]
+    assert "NUMA node" in (folder / "pve2.txt").read_text()
+    for kind, suffix in (("--json", ".json"), ("--format=svg", ".svg")):
+        folder = tmp_path / "each" / kind
+        assert main(["inspect", "--root", str(CLUSTER), "--cluster", kind, "-o", f"{folder}/"]) == 0
+        assert sorted(p.name for p in folder.iterdir()) == [f"{node}{suffix}" for node in NODES]
+    assert json.loads((tmp_path / "each/--json/pve3.json").read_text())["hostname"] == "pve3"
+    assert ET.parse(tmp_path / "each/--format=svg/pve1.svg").getroot().tag.endswith("svg")
 
 
 def test_every_command_run_host_by_host_has_its_work_in_the_table() -> None:
