@@ -71,15 +71,13 @@ class ClusterNodes:
         """One line about the cluster, as ``plan --cluster`` prints it first.
 
         >>> snapshot_nodes("examples/hosts/cluster-3").summary()
-        'Cluster gpu-lab: 3 of 4 nodes (pve1, pve2, pve3); pve4 offline: skipped ...'
+        'Cluster gpu-lab, quorate: 3 of 4 nodes (pve1, pve2, pve3); pve4 offline: skipped ...'
         """
         online = ", ".join(self.targets) or "none"
-        text = f"Cluster {self.members.name or '?'}: {len(self.targets)} of "
+        quorum = "quorate" if self.members.quorate else "NOT QUORATE (/etc/pve is read-only)"
+        text = f"Cluster {self.members.name or '?'}, {quorum}: {len(self.targets)} of "
         text += f"{len(self.members.members)} nodes ({online})"
-        text += "".join(f"; {name} {why}" for name, why in self.skipped.items())
-        if not self.members.quorate:
-            text += "; NOT QUORATE: /etc/pve is read-only until it is"
-        return text
+        return text + "".join(f"; {name} {why}" for name, why in self.skipped.items())
 
     def document(self) -> dict[str, object]:
         """The cluster as ``--json`` shows it beside the nodes' documents."""

@@ -225,6 +225,19 @@ def test_the_cluster_report_shows_the_cluster_and_its_mapping_once(
     page.feed(out.read_text())
     assert page.codes.count("/etc/pve/mapping/pci.cfg") == 1, "one mapping, one end state"
     text = " ".join(page.text)
-    assert "Cluster gpu-lab: 3 of 4 nodes (pve1, pve2, pve3); pve4 offline" in text
+    assert "Cluster gpu-lab, quorate: 3 of 4 nodes (pve1, pve2, pve3); pve4 offline" in text
     assert "PCI mapping gpu-vfio, one for the whole cluster" in text
     assert "pve4: offline" in capsys.readouterr().err
+
+
+def test_the_cluster_line_says_whether_it_is_quorate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_cluster(tmp_path)
+    for members in root.glob("*/etc/pve/.members"):
+        document = json.loads(members.read_text())
+        document["cluster"]["quorate"] = 0
+        members.write_text(json.dumps(document))
+    main(["plan", "--root", str(root), "--cluster", *GUESTS])
+    out = capsys.readouterr().out
+    assert "Cluster gpu-lab, NOT QUORATE (/etc/pve is read-only): 3 of 4 nodes" in out
