@@ -24,7 +24,8 @@ from proxgpu.cli.console import error_document, write_output
 from proxgpu.cli.hosts import connector
 from proxgpu.cli.shown import HostWork, Shown
 from proxgpu.errors import UsageError
-from proxgpu.fleet import Event, Outcome, Target, each_host, roll_out
+from proxgpu.fleet import Event, Outcome, Say, Target, each_host, roll_out
+from proxgpu.host.base import Host
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,9 @@ HOST_WORK = {
 
 
 def host_work(handler: str) -> HostWork:
-    """The per-host work of the command ``handler`` names (see :data:`HOST_WORK`).
+    """The per-host work of the command ``handler`` names (see :data:`HOST_WORK`), its module
+    imported when the first host is open: the connections' handshakes then overlap the import
+    (the inspection, the planner), not follow it.
 
     >>> host_work("change:cmd_plan").__name__
     'host_plan'
@@ -113,7 +116,12 @@ def host_work(handler: str) -> HostWork:
         command = handler.partition(":cmd_")[2].replace("_", "-")
         raise UsageError(f"proxgpu {command} does not run on several hosts: give one --host")
     module, _, name = HOST_WORK[handler].partition(":")
-    work: HostWork = getattr(import_module(f"proxgpu.cli.{module}"), name)
+
+    def work(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+        done: HostWork = getattr(import_module(f"proxgpu.cli.{module}"), name)
+        return done(args, host, say)
+
+    work.__name__ = name
     return work
 
 
