@@ -7,7 +7,8 @@
 # Plain POSIX sh plus coreutils, grep, find, awk and GNU tar, so it runs unchanged on a Proxmox VE
 # host, over SSH, and against a snapshot directory. Forks stay constant in the number of devices
 # and guests: one grep reads every small text file, one find reads every symlink, one awk picks
-# the names out of pci.ids, one tar (per seven directories) reads the configs. The file names
+# the few lines it needs out of pci.ids, the kernels' module aliases and dpkg's status, one tar
+# (per seven directories) reads the configs. The file names
 # reach grep and find through xargs (batches under the kernel's argument limit, however many SR-IOV
 # functions the host has), and a batch that could not run is said (#failed WHAT STATUS), never
 # taken for files that are empty. Only regular files are opened: a FIFO or device where a sysfs
@@ -160,29 +161,27 @@ batched $? "reading the sysfs and procfs files"
 # lines of its block, which come in that order.
 grep -m 3 -H -s -Z -D skip -E '^(vendor_id|flags|address sizes)[[:space:]]*:' proc/cpuinfo
 
-if [ -n "$pciids" ]; then
-    # Only the vendor and device lines of devices present: the whole file is over a megabyte.
-    # The ID pairs come on stdin, one a line: as one argument they could pass the kernel's limit.
-    # shellcheck disable=SC2086 # $pairs: one word per pair
-    printf '%s\n' $pairs | awk -v path="$pciids" '
-        FNR == NR { want[$1] = 1; vend[substr($1, 1, 4)] = 1; next }
-        /^C / { exit }
-        /^[0-9a-f][0-9a-f][0-9a-f][0-9a-f]  / { v = substr($0, 1, 4); keep = (v in vend); if (keep) printf "%s%c%s\n", path, 0, $0; next }
-        /^\t[0-9a-f][0-9a-f][0-9a-f][0-9a-f]  / { if (keep && ((v substr($0, 2, 4)) in want)) printf "%s%c%s\n", path, 0, $0 }
-    ' - "$pciids"
-fi
-
-# Each installed kernel's modules.alias lines that find a module for one of those modaliases (the
-# file is over a megabyte), and the same of its built-in modules' aliases, the "MODULE.alias=GLOB"
-# strings of its NUL-separated modules.builtin.modinfo, one a line. Each list starts with a line
-# saying so, written only for a file that can be read: a snapshot's copy is that list, which reads
-# back the same. A glob is kept when its start before any * ? [ ] or backslash begins a modalias
-# and, made of letters, digits, : _ - * ? only, it matches one; any other is kept on its start
-# alone, so nothing that could match is left out (proxgpu matches them all as kmod does). One
-# awk takes every kernel's files of a kind, after the modaliases on its standard input, so the
-# forks do not grow with the kernels.
+# One awk reads three kinds of files, each for a few of its lines, so that the forks do not grow
+# with what the host holds:
+# - pci.ids (over a megabyte): only the vendor and device lines of devices present, whose ID
+#   pairs come first on its standard input, one a line (as one argument they could pass the
+#   kernel's limit), then an empty line;
+# - each installed kernel's modules.alias lines that find a module for one of those modaliases
+#   (the file is over a megabyte), and the same of its built-in modules' aliases, the
+#   "MODULE.alias=GLOB" strings of its NUL-separated modules.builtin.modinfo, one a line. The
+#   modaliases come next on the standard input, then an empty line, then grep's lines of every
+#   modules.alias (PATH NUL LINE); the modules.builtin.modinfo files are named one a line in
+#   proxgpu_builtins. Each list starts with a line saying so, written only for a file that can be
+#   read: a snapshot's copy is that list, which reads back the same. A glob is kept when its
+#   start before any * ? [ ] or backslash begins a modalias and, made of letters, digits,
+#   : _ - * ? only, it matches one; any other is kept on its start alone, so nothing that could
+#   match is left out (proxgpu matches them all as kmod does);
+# - dpkg's status: pve-container's version decides whether a container takes devN entries, so
+#   only its paragraph's Package, Status and Version lines are read.
+# Each file is read with getline: one awk cannot open (gone since the look) gives nothing, and
+# the others are still read (a file operand awk cannot open would end the run).
 # shellcheck disable=SC2016 # the awk program's $ are awk's
-alias_filter='
+few_lines='
     function keep(glob,   start, re, m) {
         # Most lines are of other buses, or of other vendors: told apart without a regex.
         if (substr(glob, 1, 5) == "pci:v") {
@@ -203,51 +202,84 @@ alias_filter='
             if ((start == "" || index(m, start) == 1) && (re == "" || m ~ re)) return 1
         return 0
     }
-    function wanted(m) { want[m] = 1; vendors[substr(m, 6, 8)] = 1 }
-    # The modaliases come first on the standard input: before a line "#" that grep'"'"'s lines,
-    # PATH NUL LINE, follow (alias), or alone, the files named as arguments (builtin).
+    function line(path, text) { printf "%s%c%s\n", path, 0, text }
+    function names(path,   text, v, kept) {
+        while ((getline text < path) > 0) {
+            if (text ~ /^C /) break
+            if (text ~ /^[0-9a-f][0-9a-f][0-9a-f][0-9a-f]  /) {
+                v = substr(text, 1, 4)
+                if (kept = (v in pair_vendors)) line(path, text)
+            } else if (kept && text ~ /^\t[0-9a-f][0-9a-f][0-9a-f][0-9a-f]  / &&
+                       (v substr(text, 2, 4)) in pairs) line(path, text)
+        }
+        close(path)
+    }
+    function container(path,   text, word, kept) {
+        while ((getline text < path) > 0) {
+            if (text ~ /^Package: /) { split(text, word); kept = (word[2] == "pve-container") }
+            if (kept && text ~ /^(Package|Status|Version): /) line(path, text)
+            if (kept && text == "") break
+        }
+        close(path)
+    }
+    function builtin(path,   text, at) {
+        while ((getline text < path) > 0)
+            if ((at = index(text, ".alias=")) > 1 && text !~ /[ \t\n]/ &&
+                keep(substr(text, at + 7))) line(path, text)
+        close(path)
+    }
     BEGIN {
-        if (kind == "alias") { while ((getline) > 0 && $0 != "#") wanted($0) }
-        else { while ((getline m < "-") > 0) wanted(m); RS = "\0" }
+        while ((getline) > 0 && $0 != "") { pairs[$1] = 1; pair_vendors[substr($1, 1, 4)] = 1 }
+        while ((getline) > 0 && $0 != "") { want[$0] = 1; vendors[substr($0, 6, 8)] = 1 }
     }
-    kind == "alias" && (at = index($0, "\0")) > 1 {
+    (at = index($0, "\0")) > 1 {
         if (split(substr($0, at + 1), word) == 3 && word[1] == "alias" && keep(word[2]))
-            printf "%s%c%s\n", substr($0, 1, at - 1), 0, "alias " word[2] " " word[3]
+            line(substr($0, 1, at - 1), "alias " word[2] " " word[3])
     }
-    kind == "builtin" && (at = index($0, ".alias=")) > 1 && $0 !~ /[ \t\n]/ {
-        if (keep(substr($0, at + 7))) printf "%s%c%s\n", FILENAME, 0, $0
+    END {
+        if (pciids != "") names(pciids)
+        if (dpkg != "") container(dpkg)
+        # From the environment: a -v value would have its backslashes taken as escapes.
+        if (ENVIRON["proxgpu_builtins"] == "") exit
+        RS = "\0"
+        n = split(ENVIRON["proxgpu_builtins"], file, "\n")
+        for (i = 1; i <= n; i++) builtin(file[i])
     }
 '
 aliased='#proxgpu: the lines that can find a module for a function of a GPU'
-# alias_lists KIND FILE...: the lists of those of FILE... that can be read (KIND alias: each a
-# modules.alias; builtin: a modules.builtin.modinfo).
-alias_lists() {
-    al_kind=$1
-    shift
-    al_all=$#
+# readable_lists FILE...: the list line of each of FILE... that can be read, and those names in
+# lists (one a line: a name with a newline cannot be carried by a record, and the kernel never
+# makes one).
+readable_lists() {
+    lists=''
     for f; do
         { [ -f "$f" ] && [ -r "$f" ]; } || continue
-        # A name with a newline cannot be carried by a record (the kernel never makes one).
         case $f in *"
 "*) continue ;; esac
         printf '%s\0%s\n' "$f" "$aliased"
-        set -- "$@" "$f"
+        lists="${lists:+$lists
+}$f"
     done
-    shift "$al_all"
-    { [ $# -gt 0 ] && [ -n "$modaliases" ]; } || return 0
-    # shellcheck disable=SC2086 # $modaliases: one word each, checked above
-    if [ "$al_kind" = alias ]; then
-        # grep's quicker first cut keeps more than the filter, never less: a glob of one of
-        # those vendors, or with * ? [ ] or a backslash in its first 13 characters.
-        { printf '%s\n' $modaliases '#'; grep -H -Z -E -s -e "^alias $near" -- "$@"; } |
-            awk -v kind=alias "$alias_filter"
-    else
-        printf '%s\n' $modaliases | awk -v kind=builtin "$alias_filter" "$@"
-    fi
 }
+readable_lists lib/modules/*/modules.builtin.modinfo
+builtins=$lists
+readable_lists lib/modules/*/modules.alias
+[ -n "$modaliases" ] || lists='' builtins=''
+dpkg=var/lib/dpkg/status
+[ -f "$dpkg" ] || dpkg=''
+# grep's quicker first cut keeps more than the filter, never less: a glob of one of those
+# vendors, or with * ? [ ] or a backslash in its first 13 characters.
 near="(pci:v($near)|[^ ]{0,12}[][*?\\])"
-alias_lists alias lib/modules/*/modules.alias
-alias_lists builtin lib/modules/*/modules.builtin.modinfo
+# A pipeline's part is a subshell of its own: what it sets (set -f: the words are IDs and names,
+# never patterns; IFS: one name a line) stays there.
+# shellcheck disable=SC2086 # $pairs, $modaliases: one word each; $lists: one name a line
+{
+    set -f
+    printf '%s\n' $pairs '' $modaliases ''
+    IFS='
+'
+    [ -z "$lists" ] || grep -H -Z -E -s -e "^alias $near" -- $lists
+} | proxgpu_builtins=$builtins awk -v pciids="$pciids" -v dpkg="$dpkg" "$few_lines"
 
 # The running kernel's initramfs: which modules it loads before the root file system, and whether
 # it carries proxgpu's binding (base names only). A snapshot keeps that list as the file's text,
@@ -270,14 +302,6 @@ if [ -n "$kernel" ] && [ -f "$initrd" ] && [ -r "$initrd" ]; then
             { sub(/.*\//, "") } /\.ko/ || /proxgpu/ { printf "%s%c%s\n", path, 0, $0 }'
     fi
 fi
-
-# pve-container's version decides whether a container takes devN entries: only its dpkg status
-# paragraph's Package, Status and Version lines are read.
-[ -f var/lib/dpkg/status ] && awk -v path=var/lib/dpkg/status '
-    /^Package: / { keep = ($2 == "pve-container") }
-    keep && /^(Package|Status|Version): / { printf "%s%c%s\n", path, 0, $0 }
-    keep && /^$/ { exit }
-' var/lib/dpkg/status
 
 rec section links
 # One find (per batch) looks in every directory that holds links inspection reads, each kind

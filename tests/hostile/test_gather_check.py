@@ -21,7 +21,7 @@ from proxgpu.inspection.build import GpuFilter, build_inventory
 from proxgpu.inspection.capture import Capture, gather
 from proxgpu.paths import CAPTURED_DIR, NVIDIA_SMI_LIST
 from tests.support.hostile import Scene, scene
-from tests.support.trees import sriov_tree
+from tests.support.trees import copy_example, sriov_tree
 
 VM = "etc/pve/qemu-server/300.conf"
 MODULES = "etc/modules"
@@ -261,3 +261,27 @@ def test_configs_of_many_directories_are_read_whole_by_two_tars(tmp_path: Path) 
     remote = gather(CommandHost("pve1", shell, root=str(tree)))
     assert {path: remote.raw.get(path) for path in written} == written
     assert log.read_text().split() == ["tar", "tar"]
+
+
+def test_a_file_gone_after_the_look_leaves_the_others_read(tmp_path: Path) -> None:
+    """One awk reads pci.ids, the module aliases and dpkg's status, each by getline: pci.ids
+    removed between the look and the reading (by a grep that runs before the awk reads it)
+    gives no names, and the built-in modules' aliases and pve-container's version are still
+    read, not lost with the run of a failed file operand."""
+    tree = copy_example(tmp_path, dest="host")
+    kernel = tree / "lib/modules/6.8.12-11-pve"
+    (kernel / "modules.builtin.modinfo").write_bytes(
+        b"nvme.alias=pci:v*d*sv*sd*bc01sc08i02*\0vfio_pci.alias=pci:v000010DEd*sv*sd*bc*sc*i*\0"
+    )
+    dpkg = tree / "var/lib/dpkg/status"
+    dpkg.parent.mkdir(parents=True)
+    dpkg.write_text("Package: pve-container\nStatus: install ok installed\nVersion: 6.0.9\n\n")
+    pci_ids = tree / "usr/share/misc/pci.ids"
+    remove = f'case "$*" in *"^alias "*) rm -f "{pci_ids}" ;; esac\n'
+    removing = {"grep": remove + 'exec {real} "$@"\n'}
+    shell = Shell(_tools(tmp_path / "bin", (*TOOLS, "realpath", "rm"), removing))
+    capture = gather(CommandHost("pve1", shell, root=str(tree)))
+    assert not pci_ids.exists() and "/usr/share/misc/pci.ids" not in capture.lines
+    builtin = capture.lines["/lib/modules/6.8.12-11-pve/modules.builtin.modinfo"]
+    assert "vfio_pci.alias=pci:v000010DEd*sv*sd*bc*sc*i*" in builtin
+    assert capture.lines["/var/lib/dpkg/status"][-1] == "Version: 6.0.9"
