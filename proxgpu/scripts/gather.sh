@@ -157,11 +157,8 @@ secure_boot=sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e09803
 rec section lines
 line_files | xargs -0 -r grep -H -s -Z -D skip ''
 batched $? "reading the sysfs and procfs files"
-# The first CPU's vendor, flags (pdpe1gb, for the passthrough advice) and address bits: three
-# lines of its block, which come in that order.
-grep -m 3 -H -s -Z -D skip -E '^(vendor_id|flags|address sizes)[[:space:]]*:' proc/cpuinfo
 
-# One awk reads three kinds of files, each for a few of its lines, so that the forks do not grow
+# One awk reads four kinds of files, each for a few of its lines, so that the forks do not grow
 # with what the host holds:
 # - pci.ids (over a megabyte): only the vendor and device lines of devices present, whose ID
 #   pairs come first on its standard input, one a line (as one argument they could pass the
@@ -177,7 +174,9 @@ grep -m 3 -H -s -Z -D skip -E '^(vendor_id|flags|address sizes)[[:space:]]*:' pr
 #   : _ - * ? only, it matches one; any other is kept on its start alone, so nothing that could
 #   match is left out (proxgpu matches them all as kmod does);
 # - dpkg's status: pve-container's version decides whether a container takes devN entries, so
-#   only its paragraph's Package, Status and Version lines are read.
+#   only its paragraph's Package, Status and Version lines are read;
+# - /proc/cpuinfo: the first CPU's vendor, flags (pdpe1gb, for the passthrough advice) and
+#   address bits, three lines of its block, which come in that order.
 # Each file is read with getline: one awk cannot open (gone since the look) gives nothing, and
 # the others are still read (a file operand awk cannot open would end the run).
 # shellcheck disable=SC2016 # the awk program's $ are awk's
@@ -222,6 +221,11 @@ few_lines='
         }
         close(path)
     }
+    function first_cpu(path,   text, found) {
+        while (found < 3 && (getline text < path) > 0)
+            if (text ~ /^(vendor_id|flags|address sizes)[[:space:]]*:/) { line(path, text); found++ }
+        close(path)
+    }
     function builtin(path,   text, at) {
         while ((getline text < path) > 0)
             if ((at = index(text, ".alias=")) > 1 && text !~ /[ \t\n]/ &&
@@ -239,6 +243,7 @@ few_lines='
     END {
         if (pciids != "") names(pciids)
         if (dpkg != "") container(dpkg)
+        if (cpuinfo != "") first_cpu(cpuinfo)
         # From the environment: a -v value would have its backslashes taken as escapes.
         if (ENVIRON["proxgpu_builtins"] == "") exit
         RS = "\0"
@@ -265,8 +270,9 @@ readable_lists lib/modules/*/modules.builtin.modinfo
 builtins=$lists
 readable_lists lib/modules/*/modules.alias
 [ -n "$modaliases" ] || lists='' builtins=''
-dpkg=var/lib/dpkg/status
+dpkg=var/lib/dpkg/status cpuinfo=proc/cpuinfo
 [ -f "$dpkg" ] || dpkg=''
+[ -f "$cpuinfo" ] || cpuinfo=''
 # grep's quicker first cut keeps more than the filter, never less: a glob of one of those
 # vendors, or with * ? [ ] or a backslash in its first 13 characters.
 near="(pci:v($near)|[^ ]{0,12}[][*?\\])"
@@ -279,7 +285,8 @@ near="(pci:v($near)|[^ ]{0,12}[][*?\\])"
     IFS='
 '
     [ -z "$lists" ] || grep -H -Z -E -s -e "^alias $near" -- $lists
-} | proxgpu_builtins=$builtins awk -v pciids="$pciids" -v dpkg="$dpkg" "$few_lines"
+} | proxgpu_builtins=$builtins awk -v pciids="$pciids" -v dpkg="$dpkg" -v cpuinfo="$cpuinfo" \
+    "$few_lines"
 
 # The running kernel's initramfs: which modules it loads before the root file system, and whether
 # it carries proxgpu's binding (base names only). A snapshot keeps that list as the file's text,
