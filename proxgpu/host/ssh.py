@@ -21,7 +21,6 @@ import hashlib
 import io
 import logging
 import os
-import select
 import socket
 import threading
 import time
@@ -632,6 +631,13 @@ def _collect(
     :raises TimeoutError: past ``deadline``. :raises OverflowError: past ``max_output`` bytes.
     """
     channel.settimeout(max(deadline - time.monotonic(), 0.001))
+    # Not select() on the channel: its fileno() is an OS pipe that paramiko's transport thread
+    # may still write to while close() closes it, and the EBADF or EPIPE then kills the whole
+    # connection (a command stopped at max_output lost it once in about 40 tries). An Event is
+    # set by the same feeds and closes and has nothing to close.
+    arrived = threading.Event()
+    channel.in_buffer.set_event(arrived)
+    channel.in_stderr_buffer.set_event(arrived)
     if stdin is not None:
         channel.sendall(stdin)
     channel.shutdown_write()
@@ -655,8 +661,9 @@ def _collect(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError
-        # The channel's file descriptor is readable when data, EOF or a close arrives.
-        select.select([channel], [], [], remaining)
+        # Set when data, EOF or a close arrives; only this loop's reads clear it, and it drains
+        # both streams before it waits, so nothing that arrives is missed.
+        arrived.wait(remaining)
     if not channel.status_event.wait(max(deadline - time.monotonic(), 0)):
         raise TimeoutError
     status = channel.recv_exit_status()
