@@ -633,7 +633,7 @@ def _collect(
     channel.settimeout(max(deadline - time.monotonic(), 0.001))
     # Not select() on the channel: its fileno() is an OS pipe that paramiko's transport thread
     # may still write to while close() closes it, and the EBADF or EPIPE then kills the whole
-    # connection (a command stopped at max_output lost it once in about 40 tries). An Event is
+    # connection (3 of 300 commands stopped at max_output lost it). An Event is
     # set by the same feeds and closes and has nothing to close.
     arrived = threading.Event()
     channel.in_buffer.set_event(arrived)

@@ -265,10 +265,9 @@ def predicted_minors(before: dict[str, int], plan: Any) -> dict[str, int]:
 
 # Where the initramfs scenarios keep the guest's initramfs as it was before nvidia joined it,
 # and the one built with nvidia (with what it was built from), so that only the first scenario
-# runs update-initramfs for them (each run takes minutes under TCG). Debian 12's
-# update-initramfs keeps no checksum of its own beside them.
+# runs update-initramfs for them (each run takes minutes under TCG).
 SAVED = "/var/tmp/proxgpu-e2e-initramfs"
-INITRAMFS_STATE = "boot/initrd.img-*"
+INITRDS = "boot/initrd.img-*"
 
 
 def start_loading_nvidia_from_the_initramfs(host: QemuTestHost) -> None:
@@ -277,14 +276,14 @@ def start_loading_nvidia_from_the_initramfs(host: QemuTestHost) -> None:
     /etc/initramfs-tools/modules, and its init loads them before it mounts the root)."""
     early = f"""set -e
         mkdir -p {SAVED} && cd /
-        tar -cf {SAVED}/late.tar {INITRAMFS_STATE}
+        tar -cf {SAVED}/late.tar {INITRDS}
         echo nvidia >> /etc/initramfs-tools/modules
-        inputs=$(cat boot/initrd.img-* etc/initramfs-tools/modules | sha256sum)
+        inputs=$(cat {INITRDS} etc/initramfs-tools/modules | sha256sum)
         if [ "$(cat {SAVED}/early.inputs 2>/dev/null)" = "$inputs" ]; then
             tar -xf {SAVED}/early.tar
         else
             update-initramfs -u -k all
-            tar -cf {SAVED}/early.tar {INITRAMFS_STATE}
+            tar -cf {SAVED}/early.tar {INITRDS}
             echo "$inputs" > {SAVED}/early.inputs
         fi"""
     rc, _, err = host.ssh(["sh", "-c", early], timeout=600)

@@ -303,11 +303,13 @@ def test_the_connection_outlives_hundreds_of_commands_stopped_at_the_limit(
     # stops (3 of 300 measured), so 300 stops would almost surely catch it coming back.
     host = SSHHost(sshd.target, client_options(sshd, tmp_path))
     host.max_output = 1 << 20
-    for stop in range(300):
-        with pytest.raises(CommandOutputTooLargeError):
-            host.run(["head", "-c", "30000000", "/dev/zero"])
-        assert host.run(["echo", "ok"]).stdout == b"ok\n", f"lost after stop {stop + 1}"
-    host.close()
+    try:
+        for stop in range(300):
+            with pytest.raises(CommandOutputTooLargeError):
+                host.run(["head", "-c", "30000000", "/dev/zero"])
+            assert host.run(["echo", "ok"]).stdout == b"ok\n", f"lost after stop {stop + 1}"
+    finally:
+        host.close()
 
 
 def test_a_connection_lost_during_a_command_is_said_so(
