@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.phases import LEDGER, PHASES_KEY
 from tests.proxmox.sources import SourcesUnavailableError, locate
 from tests.support.sshd import SSHD, Sshd, running_sshd
 from tests.support.tools import require_tool
@@ -67,3 +68,59 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     require_tool("ssh-keygen", "openssh-client")
     with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
         yield server
+
+
+# Each tier's first start and last stop (wall clock) as its tests' reports arrive: "e2e" for the
+# tests marked so, "fast" for the rest. The tiers overlap where pytest -n runs them side by side.
+_TIER_SPAN: dict[str, tuple[float, float]] = {}
+# Each e2e test's (worker, seconds, phases line), from the report of its teardown
+# (tests/e2e/conftest.py), in the order they ran. Kept here: pytest-xdist's controller loads this
+# conftest, not the e2e folder's.
+_E2E_PHASES: list[tuple[str, float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Stretch the span of the report's tier to cover it, and keep an e2e test's phases."""
+    tier = "e2e" if "e2e" in report.keywords else "fast"
+    first, last = _TIER_SPAN.get(tier, (report.start, report.stop))
+    _TIER_SPAN[tier] = (min(first, report.start), max(last, report.stop))
+    for key, value in report.user_properties:
+        if key == PHASES_KEY and isinstance(value, tuple):
+            worker, seconds, line = value
+            _E2E_PHASES.append((str(worker), float(seconds), str(line)))
+
+
+def _e2e_seconds() -> float:
+    """The e2e tier's time: its tests' seconds on the worker that spent the most (the test hosts
+    run side by side, one a worker)."""
+    spent: dict[str, float] = {}
+    for worker, seconds, _ in _E2E_PHASES:
+        spent[worker] = spent.get(worker, 0.0) + seconds
+    return max(spent.values(), default=0.0)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each e2e test's phases, by worker, the e2e tier's time against its budget, and how long
+    each tier took, wall clock, from its first test's start to its last one's end."""
+    if _E2E_PHASES:
+        title = f"e2e tier: {_e2e_seconds():.0f} s of its {LEDGER.budget:.0f} s budget"
+        terminalreporter.section(title)
+    for worker in sorted({worker for worker, _, _ in _E2E_PHASES}):
+        # The tier's doctests take no time worth a line.
+        lines = [line for w, seconds, line in _E2E_PHASES if w == worker and seconds >= 1]
+        if worker and lines:
+            terminalreporter.write_line(f"{worker}:")
+        for line in lines:
+            terminalreporter.write_line(line)
+    spans = [f"{tier} {last - first:.0f} s" for tier, (first, last) in sorted(_TIER_SPAN.items())]
+    if spans:
+        terminalreporter.write_line(f"tiers, wall clock: {', '.join(spans)}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An e2e tier that ran over its budget fails the run, even where every test passed."""
+    spent = _e2e_seconds()
+    if spent > LEDGER.budget and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nthe e2e tier took {spent:.0f} s, over its budget of {LEDGER.budget:.0f} s")

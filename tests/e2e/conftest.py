@@ -9,12 +9,15 @@
 * ``reboot()``: cold reboot into whatever kernel/initramfs the guest now has on /boot;
 * ``stop()``.
 
-``testhost_without_iommu`` (module scope) is a second such host, booted without the vIOMMU.
+``testhost_without_iommu`` (module scope) is a second such host, booted with the IOMMU off.
 
 The guest image is built on first use and cached (see ``image.py``); ``pytest -m "not e2e"``
 never reaches these fixtures, so it builds and boots nothing. Missing host tools skip the
 tests, except under CI (``$CI`` set), where a skipped e2e test would hide a broken setup, so
 they fail instead.
+
+Each test's costly steps are timed as phases (``phases.py``): the run's summary lists them per
+test, and the tier fails once it has spent its budget of wall seconds (``$PROXGPU_E2E_BUDGET_S``).
 
 Environment: ``$PROXGPU_TESTHOST_CACHE`` (image cache, default /var/cache/proxgpu-testhost),
 ``$PROXGPU_TESTHOST_RUNDIR`` (keep overlays and console logs there instead of pytest's tmp),
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -34,6 +38,7 @@ import pytest
 from tests.support.tools import find_tool
 
 from .image import GuestImage, cache_root, ensure_image, is_complete, recipe_key
+from .phases import LEDGER, PHASES_KEY, phase
 from .testhost import QemuTestHost, stop_all
 
 HERE = Path(__file__).resolve().parent
@@ -75,18 +80,43 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.e2e)
 
 
+def _is_e2e(item: pytest.Item) -> bool:
+    return item.get_closest_marker("e2e") is not None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Start charging phases to an e2e test; fail it at once if the tier spent its budget."""
+    if not _is_e2e(item):
+        return
+    item.stash[_STARTED] = time.monotonic()
+    LEDGER.begin(item.nodeid)
+    over = LEDGER.over_budget()
+    if over:
+        spent = "\n".join(test.line() for test in LEDGER.tests)
+        pytest.fail(f"{over}; where its time went:\n{spent}", pytrace=False)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Attach the tail of the guest's console to the report of a failed e2e test."""
+    """Attach the tail of the guest's console to the report of a failed e2e test, and the
+    test's phases to the report of its teardown."""
     report = yield
     hosts = [h for h in getattr(item, "funcargs", {}).values() if isinstance(h, QemuTestHost)]
     for host in hosts if report.failed else []:
         report.sections.append(
             (f"test host console ({host.console_log})", host.console_tail(CONSOLE_TAIL_LINES))
         )
+    if call.when == "teardown" and _STARTED in item.stash:
+        record = LEDGER.end(item.nodeid, time.monotonic() - item.stash[_STARTED])
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        report.user_properties.append((PHASES_KEY, (worker, record.seconds, record.line())))
     return report
+
+
+_STARTED = pytest.StashKey[float]()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -111,7 +141,8 @@ def _run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def testhost_image() -> GuestImage:
     """The cached guest image for the current recipe, built first if missing."""
     _require_prerequisites()
-    return ensure_image()
+    with phase("image"):
+        return ensure_image()
 
 
 @pytest.fixture(scope="session")

@@ -232,3 +232,18 @@ def _mounts_under(path: Path) -> list[Path]:
         if point == prefix or prefix in point.parents:
             found.append(point)
     return found
+
+
+def main() -> int:
+    """``python -m tests.e2e.image``: build the image for the current recipe, or reuse the cached
+    one, and say which and how long it took (``.ci/run`` builds it so while lint runs)."""
+    started = time.monotonic()
+    entry = cache_root() / recipe_key()
+    verb = "reused" if is_complete(entry) else "built"
+    image = ensure_image()
+    print(f"e2e guest image {verb} in {time.monotonic() - started:.0f} s: {image.directory}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,16 +7,18 @@ NVIDIA driver (module ``nvidia``, with NVIDIA's own softdep, minors and /proc fi
 and snd_hda_intel their audio functions, as on the seed host.
 
 The tests in this module run in order and share the guest: inspect, plan, then, for each way
-nvidia loads (udev, initramfs) and each binding (modprobe, driverctl), apply, two cold reboots,
+nvidia loads (udev, initramfs) and each binding (modprobe, driverctl), apply, two cold reboots
+(the second without nvidia-modprobe, so that the nodes unit makes the nodes with mknod),
 rollback and one more. The refusals on the real kernel are in ``test_failures_e2e.py``.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,40 +26,14 @@ import pytest
 
 from proxgpu.paths import MODPROBE_CONF
 
+from .cli import json_of, proxgpu
+from .phases import phase
 from .testhost import QemuTestHost
 
 pytestmark = pytest.mark.e2e
 
 NODE0 = [f"0000:{bus:02x}:00.0" for bus in (0x21, 0x22, 0x23, 0x24)]
 NODE1 = [f"0000:{bus:02x}:00.0" for bus in (0x81, 0x82, 0x83, 0x84)]
-
-
-def proxgpu(
-    host: QemuTestHost, tmp_path: Path, *args: str, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    """Run the real ``proxgpu`` command line against the guest."""
-    ssh_config = tmp_path / "empty_ssh_config"
-    ssh_config.touch()
-    argv = [
-        sys.executable,
-        "-m",
-        "proxgpu",
-        *args,
-        "--host",
-        f"{host.user}@127.0.0.1:{host.port}",
-        "-i",
-        str(host.identity_file),
-        "--known-hosts",
-        str(host.known_hosts),
-        "--ssh-config",
-        str(ssh_config),
-    ]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def json_of(result: subprocess.CompletedProcess[str]) -> Any:
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def test_inspect_sees_eight_gpus_four_per_node(testhost: QemuTestHost, tmp_path: Path) -> None:
@@ -286,7 +262,8 @@ def start_loading_nvidia_from_the_initramfs(host: QemuTestHost) -> None:
             tar -cf {SAVED}/early.tar {INITRDS}
             echo "$inputs" > {SAVED}/early.inputs
         fi"""
-    rc, _, err = host.ssh(["sh", "-c", early], timeout=600)
+    with phase("initramfs"):
+        rc, _, err = host.ssh(["sh", "-c", early], timeout=600)
     assert rc == 0, err
     host.reboot()
     assert loaded_before_root(host), "nvidia loads from the initramfs now"
@@ -323,17 +300,36 @@ def assert_split_as_planned(host: QemuTestHost, tmp_path: Path, predicted: dict[
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
-SCENARIOS = [(loader, method) for loader in ("udev", "initramfs") for method in BIND_METHODS]
+NVIDIA_MODPROBE = "/usr/bin/nvidia-modprobe"
 
 
-@pytest.mark.parametrize(("loader", "method"), SCENARIOS, ids=[f"{a}-{b}" for a, b in SCENARIOS])
+@contextlib.contextmanager
+def without_nvidia_modprobe(host: QemuTestHost) -> Iterator[None]:
+    """NVIDIA's nvidia-modprobe moved out of the way for the block, and back after it."""
+    aside = f"{NVIDIA_MODPROBE}.proxgpu-e2e"
+    rc, _, err = host.ssh(["mv", NVIDIA_MODPROBE, aside])
+    assert rc == 0, err
+    try:
+        yield
+    finally:
+        rc, _, err = host.ssh(["mv", aside, NVIDIA_MODPROBE])
+        assert rc == 0, err
+
+
+@pytest.mark.parametrize("method", BIND_METHODS)
 def test_the_split_survives_cold_reboots_and_rollback_gives_back_the_old_minors(
-    testhost: QemuTestHost, tmp_path: Path, loader: str, method: str
+    testhost: QemuTestHost, tmp_path: Path, method: str
 ) -> None:
-    """apply, two cold reboots, rollback, one more: whatever loads nvidia (coldplug and
-    modules-load.d in the root file system, or the initramfs: early KMS) and whichever binding
-    proxgpu writes. Where udev loads nvidia the apply is --live, so that the same boots also
-    show the live rebind; the initramfs scenarios apply for the next boot only."""
+    """Where udev loads nvidia (coldplug and modules-load.d in the root file system); the
+    initramfs loader's walks are in ``test_cli_initramfs_e2e.py``."""
+    walk_the_split(testhost, tmp_path, "udev", method)
+
+
+def walk_the_split(testhost: QemuTestHost, tmp_path: Path, loader: str, method: str) -> None:
+    """apply, two cold reboots, rollback, one more: whatever loads nvidia (``loader``: udev, or
+    the initramfs: early KMS) and whichever binding proxgpu writes (``method``). Where udev loads
+    nvidia the apply is --live, so that the same boots also show the live rebind; the initramfs
+    scenarios apply for the next boot only."""
     rc, _, err = testhost.ssh(["sh", "-c", f"mkdir -p /etc/pve/lxc && cat > {CT}"],
                               stdin=CT_CONFIG.encode())  # fmt: skip
     assert rc == 0, err
@@ -365,7 +361,12 @@ def test_the_split_survives_cold_reboots_and_rollback_gives_back_the_old_minors(
         assert applied.returncode == 0, applied.stdout + applied.stderr
         try:
             after_apply(testhost, tmp_path, method, live=bool(live))
-            for _boot in range(2):
+            testhost.reboot()
+            assert_split_as_planned(testhost, tmp_path, predicted, loader)
+            # The second boot as on the seed host, which has no nvidia-modprobe: the nodes unit
+            # makes each node with mknod, as nvidia-modprobe would have (nothing else makes them:
+            # the nvidia module makes none).
+            with without_nvidia_modprobe(testhost):
                 testhost.reboot()
                 assert_split_as_planned(testhost, tmp_path, predicted, loader)
             again = proxgpu(testhost, tmp_path, "apply", "--yes", *args, "--skip-guest-check")

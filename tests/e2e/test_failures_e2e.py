@@ -3,8 +3,8 @@ open, an ``options vfio-pci ids=`` left by hand, a host whose IOMMU is off while
 from the initramfs.
 
 The tests share the session's ``testhost`` with ``test_cli_e2e.py`` and leave it as they found
-it (every GPU on nvidia, no journal entry applied: a test that applies boots the image as built
-afterwards); the IOMMU-off host is a second machine of its own (``testhost_without_iommu``).
+it (every GPU on nvidia, no journal entry applied: a test that applies rolls back and reboots);
+the IOMMU-off host is a second machine of its own (``testhost_without_iommu``).
 """
 
 from __future__ import annotations
@@ -17,16 +17,9 @@ import pytest
 from proxgpu.errors import DeviceBusyError, DriftError, PlanRefusedError, RenderError
 from proxgpu.paths import MODPROBE_CONF
 
-from .test_cli_e2e import (
-    NODE0,
-    NODE1,
-    assert_original,
-    drivers,
-    json_of,
-    loaded_before_root,
-    minor_of,
-    proxgpu,
-)
+from .cli import json_of, proxgpu
+from .phases import phase
+from .test_cli_e2e import NODE0, NODE1, assert_original, drivers, loaded_before_root, minor_of
 from .testhost import QemuTestHost
 
 pytestmark = pytest.mark.e2e
@@ -126,32 +119,39 @@ def test_a_vfio_ids_option_left_by_hand_is_found_by_plan_and_by_verify(
         run_ok(testhost, f"rm -f {HAND_LEFT}")
         assert proxgpu(testhost, tmp_path, "verify").returncode == 0
     finally:
-        # Rollback and its reboots are tested in test_cli_e2e; the image as built is quicker.
-        testhost.reset()
+        testhost.ssh(["rm", "-f", HAND_LEFT])
+        back = proxgpu(testhost, tmp_path, "rollback", "--yes")
+        testhost.reboot()
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert_original(testhost)
 
 
 def test_a_host_with_nvidia_in_the_initramfs_and_the_iommu_off_is_refused_with_the_way_out(
     testhost_without_iommu: QemuTestHost, tmp_path: Path
 ) -> None:
-    """No VT-d and no intel_iommu=on: the kernel makes no IOMMU groups
-    (drivers/iommu/intel/iommu.c finds no DMAR unit), and vfio-pci cannot take a GPU without
-    one. With nvidia loading from the initramfs, only a rebuilt initramfs could carry a binding
-    in time; the plan refuses and says how out: turn the IOMMU on and reboot, or keep the GPUs."""
+    """VT-d present but intel_iommu=off on the command line: the kernel makes no IOMMU groups,
+    and vfio-pci cannot take a GPU without one. With nvidia loading from the
+    initramfs, only a rebuilt initramfs could carry a binding in time; the plan refuses and says
+    how out: turn the IOMMU on and reboot, or keep the GPUs. The way out it names is then taken:
+    applied with --enable-iommu, GRUB's next boot has the IOMMU on and the split in place."""
     host = testhost_without_iommu
-    # QEMU boots the kernel directly (no ESP), so inspection knows no boot loader: the host gets
-    # GRUB's defaults file as on a host booting with GRUB (Debian grub2's debian/default/grub
-    # sets GRUB_CMDLINE_LINUX_DEFAULT="quiet"), without any IOMMU parameter.
+    # A host that boots with GRUB (the test host then boots what update-grub's grub.cfg says),
+    # with Debian grub2's defaults file (debian/default/grub: GRUB_CMDLINE_LINUX_DEFAULT="quiet")
+    # and the rest of the image's kernel command line (guest/overlay/etc/kernel/cmdline), with the
+    # IOMMU turned off (Debian 12's kernel turns it on by itself where VT-d is there).
+    grub_defaults = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
+    grub_defaults += 'GRUB_CMDLINE_LINUX="console=ttyS0 panic=-1 mitigations=off intel_iommu=off"\n'
     early = (
-        "sed -i 's/ *intel_iommu=on//' /etc/kernel/cmdline && "
-        "echo 'GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"' > /etc/default/grub && "
-        "echo nvidia >> /etc/initramfs-tools/modules && update-initramfs -u -k all"
+        f"printf '{grub_defaults}' > /etc/default/grub && mkdir -p /boot/grub && "
+        "echo nvidia >> /etc/initramfs-tools/modules && update-initramfs -u -k all && update-grub"
     )
-    run_ok(host, early, timeout=600)
+    with phase("initramfs"):
+        run_ok(host, early, timeout=600)
     host.reboot()
     assert loaded_before_root(host), "nvidia loads from the initramfs"
-    assert "intel_iommu" not in run_ok(host, "cat /proc/cmdline")
+    assert "intel_iommu=off" in run_ok(host, "cat /proc/cmdline").split()
     inventory = json_of(proxgpu(host, tmp_path, "inspect", "--json"))
-    assert not inventory["iommu_enabled"]
+    assert not inventory["iommu_enabled"] and inventory["boot_loader"] == "grub"
     assert all(gpu["iommu_group"] is None for gpu in inventory["gpus"])
     assert all(gpu["driver"] == "nvidia" for gpu in inventory["gpus"])
 
@@ -162,12 +162,25 @@ def test_a_host_with_nvidia_in_the_initramfs_and_the_iommu_off_is_refused_with_t
         assert "--enable-iommu" in refused.stderr and "reboot" in refused.stderr
     rc, _, _ = host.ssh(["test", "-e", MODPROBE_CONF])
     assert rc != 0 and journal_entries(host) == [], "a refused apply writes nothing"
-
-    # The way out it names: the kernel command line that turns the IOMMU on, for the next boot.
-    way_out = json_of(proxgpu(host, tmp_path, "plan", "--enable-iommu", "--json"))
-    grub = next(f for f in way_out["changes"]["files"] if f["path"] == "/etc/default/grub")
-    line = next(ln for ln in grub["after"].splitlines() if ln.startswith("GRUB_CMDLINE_LINUX_DEF"))
-    assert {"quiet", "iommu=pt"} <= set(line.split("=", 1)[1].strip('"').split()), line
-    assert way_out["changes"]["reboot_required"]
     bound = drivers(host)
-    assert all(bound[a] == "nvidia" for a in NODE0 + NODE1), "planning changed nothing"
+    assert all(bound[a] == "nvidia" for a in NODE0 + NODE1), "refusing changed nothing"
+
+    # The way out it names, taken: the kernel command line that turns Intel's IOMMU on, with
+    # the split, for the next boot.
+    way_out = proxgpu(host, tmp_path, "apply", "--yes", "--enable-iommu")
+    assert way_out.returncode == 0, way_out.stdout + way_out.stderr
+    grub = run_ok(host, "cat /etc/default/grub")
+    line = next(ln for ln in grub.splitlines() if ln.startswith("GRUB_CMDLINE_LINUX_DEFAULT="))
+    assert line.split("=", 1)[1].strip('"').split() == ["quiet", "intel_iommu=on", "iommu=pt"]
+    host.reboot()
+    # GRUB puts GRUB_CMDLINE_LINUX_DEFAULT after GRUB_CMDLINE_LINUX: the last intel_iommu= wins.
+    words = run_ok(host, "cat /proc/cmdline").split()
+    assert words.index("intel_iommu=on") > words.index("intel_iommu=off") and "iommu=pt" in words
+    inventory = json_of(proxgpu(host, tmp_path, "inspect", "--json"))
+    assert inventory["iommu_enabled"], "the IOMMU is on after the boot the way out asked for"
+    assert all(gpu["iommu_group"] is not None for gpu in inventory["gpus"])
+    assert loaded_before_root(host), "nvidia still loads from the initramfs"
+    bound = drivers(host)
+    assert {bound[a] for a in NODE1} == {"vfio-pci"} and {bound[a] for a in NODE0} == {"nvidia"}
+    verified = proxgpu(host, tmp_path, "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr

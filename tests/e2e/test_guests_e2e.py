@@ -1,7 +1,8 @@
 """The guests start after ``apply`` and a cold reboot, with the real tools a Proxmox host uses.
 
-One apply (``--lxc 200 --vm 300``) and one cold reboot serve the module; it ends by booting
-the image as built (``QemuTestHost.reset``), so the host is as the other modules expect it.
+One apply (``--lxc 200 --vm 300``) and one cold reboot serve the module; it ends with a
+rollback and a cold reboot, after which every GPU is on its old driver again, as the other modules
+expect the host.
 
 * CT 200 runs in Debian's LXC from the configuration Proxmox would give it (the test-side model
   in ``pve_guests.py``, with its sources), in both of proxgpu's forms: the raw ``lxc.*`` lines
@@ -20,7 +21,6 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,8 @@ import pytest
 
 from tests.support.pvevalidate import STORAGE_CFG, proxmox_sources, pve_check_command
 
+from .cli import proxgpu
+from .phases import phase
 from .pve_guests import (
     NodeStat,
     autodev_hook,
@@ -37,6 +39,7 @@ from .pve_guests import (
     prestart_hook,
     vfio_devices,
 )
+from .test_cli_e2e import assert_original
 from .testhost import QemuTestHost
 
 pytestmark = pytest.mark.e2e
@@ -71,16 +74,6 @@ class Split:
     node0_cpus: str
 
 
-def proxgpu(host: QemuTestHost, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The real ``proxgpu`` command line against the guest, over SSH."""
-    ssh_config = tmp / "empty_ssh_config"
-    ssh_config.touch()
-    target = ["--host", f"{host.user}@127.0.0.1:{host.port}", "-i", str(host.identity_file)]
-    target += ["--known-hosts", str(host.known_hosts), "--ssh-config", str(ssh_config)]
-    argv = [sys.executable, "-m", "proxgpu", *args, *target]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-
-
 def run_ok(host: QemuTestHost, script: str, stdin: str = "", timeout: float = 120) -> str:
     rc, out, err = host.ssh(["sh", "-c", script], timeout=timeout, stdin=stdin.encode())
     assert rc == 0, f"{script} exited {rc}: {out}{err}"
@@ -95,6 +88,10 @@ def write(host: QemuTestHost, path: str, text: str, mode: str = "644") -> None:
 @pytest.fixture(scope="module")
 def split(testhost: QemuTestHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
     tmp = tmp_path_factory.mktemp("guests")
+    # A host whose NVIDIA user space has not run since its boot has no /dev/nvidia* node: the
+    # plan then gives the container every control node, nvidia-modeset's among them (the tests
+    # before on this host may have made some).
+    run_ok(testhost, "rm -f /dev/nvidia*")
     write(testhost, CT, CT_CONFIG)
     write(testhost, VM, VM_CONFIG)
     # The test host has no Proxmox API to ask whether the guests run.
@@ -108,8 +105,10 @@ def split(testhost: QemuTestHost, tmp_path_factory: pytest.TempPathFactory) -> I
         cpus = next(n["cpus"] for n in json.loads(inventory.stdout)["numa_nodes"] if n["id"] == 0)
         yield Split(run_ok(testhost, f"cat {CT}"), run_ok(testhost, f"cat {VM}"), cpus)
     finally:
-        # Rollback and its reboots are tested in test_cli_e2e; the image as built is quicker.
-        testhost.reset()
+        back = proxgpu(testhost, tmp, "rollback", "--yes")
+        testhost.reboot()
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert_original(testhost)
 
 
 # -- CT 200 -------------------------------------------------------------------------------------
@@ -147,7 +146,8 @@ def container(testhost: QemuTestHost) -> Iterator[Callable[[str], None]]:
         # The container's payload: a process that waits (its root file system has no init).
         argv = ["lxc-start", "-n", "200", "-d", "-l", "DEBUG", "-o", LXC_LOG, "--",
                 "/bin/sleep", "100000"]  # fmt: skip
-        rc, out, err = testhost.ssh(argv)
+        with phase("guest start"):
+            rc, out, err = testhost.ssh(argv)
         log = testhost.ssh(["tail", "-n", "60", LXC_LOG])[1]
         assert rc == 0, f"lxc-start exited {rc}: {out}{err}\n{log}"
         run_ok(testhost, "lxc-wait -n 200 -s RUNNING -t 30")
@@ -325,7 +325,8 @@ def test_qemu_opens_every_vfio_function_of_vm300(
             "-accel", "tcg,tb-size=16", "-m", "64", "-readconfig", readconfig, *devices,
             "-qmp", f"tcp:127.0.0.1:{QMP_PORT},server=on,wait=off",
             "-daemonize", "-pidfile", "/run/vm300.pid"]  # fmt: skip
-    started = run_ok(testhost, shlex.join(qemu) + " 2>&1; echo rc=$?")
+    with phase("guest start"):
+        started = run_ok(testhost, shlex.join(qemu) + " 2>&1; echo rc=$?")
     assert started.strip().endswith("rc=0"), started
     pid = run_ok(testhost, "cat /run/vm300.pid").strip()
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from .phases import phase
 from .testhost import QemuTestHost
 
 pytestmark = pytest.mark.e2e
@@ -125,7 +126,8 @@ echo {token} > {MARKER_FILE}
     before = boot_id(testhost)
     write_executable = 'cat > "$1" && chmod 755 "$1"'
     run_ok(testhost, ["sh", "-c", write_executable, "-", MARKER_SCRIPT], stdin=init_script.encode())
-    run_ok(testhost, ["update-initramfs", "-u", "-k", "all"], timeout=300)
+    with phase("initramfs"):
+        run_ok(testhost, ["update-initramfs", "-u", "-k", "all"], timeout=300)
     # The marker stays in this initramfs only until the next regeneration; the script goes now.
     run_ok(testhost, ["rm", "-f", MARKER_SCRIPT])
 

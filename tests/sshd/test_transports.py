@@ -48,6 +48,7 @@ from tests.support.sshd import (
     running_sshd,
     sign,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.sshd
 
@@ -342,11 +343,18 @@ def test_a_session_the_server_refuses_is_said_with_its_words(tmp_path: Path) -> 
         try:
             assert host.check(["true"]).ok
             before = sorted(os.listdir("/proc/self/fd"))
-            first = threading.Thread(target=host.run, args=(["sleep", "2"],))
+            # The first command holds its session until the test lets it go (a line into the
+            # FIFO): the second is asked for once the first is known to run, however loaded
+            # the machine is.
+            started, release = tmp_path / "started", tmp_path / "release"
+            os.mkfifo(release)
+            holds = ["sh", "-c", f"touch {started} && read line < {release}"]
+            first = threading.Thread(target=host.run, args=(holds,))
             first.start()
-            time.sleep(0.5)
+            assert wait_for(started.exists), "the first command started"
             with pytest.raises(HostUnreachableError, match=r"cannot run echo: .*refused"):
                 host.run(["echo", "second"])
+            release.write_text("go\n")
             first.join()
             assert sorted(os.listdir("/proc/self/fd")) == before, "no descriptor left open"
             assert host.check(["echo", "after"]).stdout == b"after\n"
@@ -536,9 +544,12 @@ def test_a_master_that_times_out_leaves_no_proxy_command_running(
     )
     with pytest.raises(HostUnreachableError, match="no answer"):
         host.run(["true"])
-    time.sleep(0.2)
-    left = subprocess.run(["pgrep", "-f", f": {tmp_path}"], capture_output=True, check=False)
-    assert left.returncode == 1, "the proxy command ended with ssh"
+
+    def proxy_gone() -> bool:
+        left = subprocess.run(["pgrep", "-f", f": {tmp_path}"], capture_output=True, check=False)
+        return left.returncode == 1
+
+    assert wait_for(proxy_gone), "the proxy command ended with ssh"
 
 
 def test_a_jump_hosts_unknown_key_is_a_host_key_failure(sshd: Sshd, tmp_path: Path) -> None:

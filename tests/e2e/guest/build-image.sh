@@ -20,18 +20,24 @@ ROOT=$OUT/rootfs
 
 # The tool's inspection is a POSIX sh script using grep -Z, find -printf, base64 and awk, so
 # the providers of those are named even though minbase would pull most of them in anyway.
-# nvidia-modprobe (contrib) is NVIDIA's own tool that makes the /dev/nvidia* nodes.
+# nvidia-modprobe (contrib) is NVIDIA's own tool that makes the /dev/nvidia* nodes. grub2-common
+# (update-grub) for a test that makes the host boot with GRUB; no boot loader is installed (QEMU
+# boots the kernel itself, see testhost.py).
 PACKAGES=(
   linux-image-amd64 initramfs-tools zstd kmod udev systemd-sysv dbus
   openssh-server openssh-sftp-server
   pciutils driverctl psmisc procps iproute2
   coreutils grep findutils mawk
   nvidia-modprobe
+  grub2-common
 )
 # The guests' own tools, as a Proxmox VE host starts its guests with them: LXC for CT 200 (its
 # root file system is busybox-static's one binary) and QEMU for VM 300's vfio-pci devices. Not
-# their Recommends: no firmware beyond SeaBIOS, no GUI, no templates or lxcfs.
-GUEST_TOOLS=(lxc qemu-system-x86 busybox-static)
+# their Recommends: no firmware beyond SeaBIOS, no GUI, no templates or lxcfs. busybox-static is
+# CT 200's, unpacked into its root file system only: installed on the host, initramfs-tools would
+# put busybox into every initramfs (BUSYBOX=auto), which a host without it does not get, and its
+# hundreds of applet links cost each rebuild about 10 s under TCG.
+GUEST_TOOLS=(lxc qemu-system-x86)
 # What builds the stand-in NVIDIA driver; removed from the image once it is built.
 TOOLCHAIN=(gcc make)
 
@@ -51,6 +57,9 @@ cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 chroot "$ROOT" apt-get -qq update
 step "guest tools: ${GUEST_TOOLS[*]}"
 chroot "$ROOT" apt-get -qq install -y --no-install-recommends "${GUEST_TOOLS[@]}"
+chroot "$ROOT" sh -c 'cd /tmp && apt-get -qq download busybox-static'
+dpkg-deb -x "$ROOT"/tmp/busybox-static_*.deb "$OUT/busybox"
+rm -f "$ROOT"/tmp/busybox-static_*.deb
 # shellcheck disable=SC2016 # dpkg-query's own ${Package}
 chroot "$ROOT" dpkg-query -W -f '${Package}\n' | sort >"$OUT/packages-before"
 chroot "$ROOT" apt-get -qq install -y --no-install-recommends "linux-headers-$KVER" "${TOOLCHAIN[@]}"
@@ -90,7 +99,8 @@ step "CT 200's root file system"
 CT=$ROOT/var/lib/lxc/200/rootfs
 install -d "$CT"/{bin,dev,etc,proc,sys,tmp,root}
 chmod 1777 "$CT/tmp"
-install -m 755 "$ROOT/bin/busybox" "$CT/bin/busybox"
+install -m 755 "$OUT/busybox/bin/busybox" "$CT/bin/busybox"
+rm -rf "$OUT/busybox"
 for applet in sh ls cat stat mknod id sleep true; do ln -s busybox "$CT/bin/$applet"; done
 printf 'root:x:0:0:root:/root:/bin/sh\ngpu:x:1000:1000:gpu:/tmp:/bin/sh\n' >"$CT/etc/passwd"
 printf 'root:x:0:\ngpu:x:1000:\n' >"$CT/etc/group"
