@@ -80,14 +80,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.e2e)
 
 
-def _is_e2e(item: pytest.Item) -> bool:
-    return item.get_closest_marker("e2e") is not None
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Start charging phases to an e2e test; fail it at once if the tier spent its budget."""
-    if not _is_e2e(item):
+    if item.get_closest_marker("e2e") is None:
         return
     item.stash[_STARTED] = time.monotonic()
     LEDGER.begin(item.nodeid)

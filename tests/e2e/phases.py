@@ -82,18 +82,16 @@ class Ledger:
 
     def end(self, nodeid: str, seconds: float) -> TestPhases:
         """The test ``nodeid`` took ``seconds`` of wall time in all; return its record."""
-        record = self._current if self._current and self._current.nodeid == nodeid else None
-        record = record or TestPhases(nodeid)
+        record = self._current if self._current is not None else TestPhases(nodeid)
         record.seconds = seconds
         self.tests.append(record)
         self._current = None
         return record
 
     def charge(self, name: str, seconds: float) -> None:
-        """Add one run of the phase ``name`` to the current test (none: the run's setup)."""
-        if self._current is None:
-            self._current = TestPhases("(between tests)")
-        self._current.phases.setdefault(name, []).append(seconds)
+        """Add one run of the phase ``name`` to the running test (outside every test: none)."""
+        if self._current is not None:
+            self._current.phases.setdefault(name, []).append(seconds)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -137,7 +137,6 @@ class QemuTestHost:
         self.port = 0
         self.pid: int | None = None
         self.boot_count = 0
-        self.boot_seconds: list[float] = []
         self._boot = self._image_boot_files()
         self._client: paramiko.SSHClient | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
@@ -229,10 +228,8 @@ class QemuTestHost:
         except BaseException:
             self.stop()
             raise
-        self.boot_seconds.append(time.monotonic() - started)
-        log.info(
-            "test host up after %.1f s (QEMU launch %d)", self.boot_seconds[-1], self.boot_count
-        )
+        seconds = time.monotonic() - started
+        log.info("test host up after %.1f s (QEMU launch %d)", seconds, self.boot_count)
 
     def _launch_qemu(self) -> None:
         """Start QEMU daemonized on a free loopback port; retry if the port was taken."""
