@@ -159,6 +159,17 @@ def testhost_without_iommu(
     yield from _booted(QemuTestHost(testhost_image, rundir, _accel(), iommu=False))
 
 
+@pytest.fixture(autouse=True)
+def _testhost_running(request: pytest.FixtureRequest) -> None:
+    """Hand each test that uses the session's test host a running one: a test that failed
+    with the host down (a boot that never came up) leaves the next test a fresh boot of the
+    image, not a dead host, so that one failure is reported once."""
+    if "testhost" in request.fixturenames:
+        host = request.getfixturevalue("testhost")
+        assert isinstance(host, QemuTestHost)
+        host.revive()
+
+
 def _accel() -> str:
     return os.environ.get("PROXGPU_TESTHOST_ACCEL", "tcg")
 

@@ -21,6 +21,14 @@ own limit ends the run without them.
    80 s  test_a: reboot 2x 60 s, proxgpu apply 12 s, other 8 s
 >>> ledger.over_budget()
 'the e2e tier has spent 80 s of its 60 s budget (PROXGPU_E2E_BUDGET_S)'
+
+A block may rename its phase while it runs:
+
+>>> ledger.begin("test_b")
+>>> with ledger.phase("boot") as timed:
+...     timed.name += ", power-cycled after a stall"
+>>> list(ledger.end("test_b", 1.0).phases)
+['boot, power-cycled after a stall']
 """
 
 from __future__ import annotations
@@ -67,6 +75,13 @@ def _phase_text(name: str, runs: list[float]) -> str:
     return f"{name}{count} {sum(runs):.0f} s"
 
 
+@dataclass
+class Timed:
+    """The phase a block is being timed as."""
+
+    name: str
+
+
 class Ledger:
     """The phases of every e2e test run so far in this process, and the tier's budget."""
 
@@ -94,16 +109,18 @@ class Ledger:
             self._current.phases.setdefault(name, []).append(seconds)
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Time the block as the phase ``name`` (inside another phase, as part of that one)."""
+    def phase(self, name: str) -> Iterator[Timed]:
+        """Time the block as the phase ``name`` (inside another phase, as part of that one);
+        the block may rename it while it runs (a boot that turned out to need a power cycle)."""
         self._depth += 1
+        timed = Timed(name)
         started = time.monotonic()
         try:
-            yield
+            yield timed
         finally:
             self._depth -= 1
             if self._depth == 0:
-                self.charge(name, time.monotonic() - started)
+                self.charge(timed.name, time.monotonic() - started)
 
     def spent(self) -> float:
         """The wall seconds of every test recorded so far."""
@@ -130,6 +147,6 @@ def budget_from_environment() -> float:
 LEDGER = Ledger(budget_from_environment())
 
 
-def phase(name: str) -> contextlib.AbstractContextManager[None]:
+def phase(name: str) -> contextlib.AbstractContextManager[Timed]:
     """Time a block of the running e2e test as the phase ``name`` (see the module's text)."""
     return LEDGER.phase(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -9,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from . import testhost as harness
+from .image import GuestImage
 from .phases import phase
-from .testhost import QemuTestHost
+from .testhost import BootStalledError, QemuTestHost
 
 pytestmark = pytest.mark.e2e
 
@@ -135,3 +138,20 @@ echo {token} > {MARKER_FILE}
 
     assert boot_id(testhost) != before
     assert run_ok(testhost, ["cat", MARKER_FILE]).strip() == token
+
+
+def test_a_boot_that_stalls_is_power_cycled_once_and_then_fails(
+    testhost_image: GuestImage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guest whose console falls silent with no SSH is power-cycled once; a stall that the
+    booted state causes comes back on the second boot, which then fails naming the stall,
+    and no QEMU is left running."""
+    # init=/bin/cat: the kernel boots as ever, then cat waits on the console in silence.
+    monkeypatch.setattr(harness, "CONSOLE_STALL_S", 10.0)
+    host = QemuTestHost(testhost_image, tmp_path / "stalling")
+    host._boot = dataclasses.replace(host._boot, cmdline=f"{host._boot.cmdline} init=/bin/cat")
+    with pytest.raises(BootStalledError, match=r"the boot stalled: no console output for 10 s"):
+        host.start()
+    assert host.boot_count == 2, "one power cycle, then the failure"
+    assert host.pid is None
+    assert host.console_log.read_text().count("Linux version") == 2, "two kernels booted"

@@ -61,11 +61,18 @@ SSH_CONNECT_TIMEOUT_S = 10.0
 # sshd in a freshly booted TCG guest can take several seconds to send its banner.
 SSH_HANDSHAKE_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 2.0
+# A booting guest whose console has been silent this long, with no SSH yet, has stalled: once
+# on a loaded CI machine a TCG guest stopped printing 4 s into the kernel's own driver setup
+# (long before anything the tests change runs) and sat silent for the whole boot timeout. A
+# sound boot prints every few seconds until sshd answers.
+CONSOLE_STALL_S = 120.0
 GPUS_PER_NODE = 4
 # The first PCI bus number behind each NUMA node's expander bridge.
 NODE_BUS_BASE = {0: 0x20, 1: 0x80}
 # What update-grub writes, and GRUB reads at boot.
 GRUB_CFG = "/boot/grub/grub.cfg"
+# How a boot or reboot that had to be power-cycled is named in the e2e tier's phases.
+POWER_CYCLED = ", power-cycled after a stall"
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -73,6 +80,10 @@ class TestHostError(RuntimeError):
     """The test host failed to start, boot, reboot or answer."""
 
     __test__ = False  # not a pytest test class despite the name
+
+
+class BootStalledError(TestHostError):
+    """The guest's console went silent before SSH answered (see :data:`CONSOLE_STALL_S`)."""
 
 
 class HostKeyNotPinned(paramiko.SSHException):
@@ -145,20 +156,32 @@ class QemuTestHost:
 
     def start(self, timeout: float = BOOT_TIMEOUT_S) -> None:
         """Create the overlay if needed, start QEMU and wait until SSH answers."""
-        with phase("boot"):
+        with phase("boot") as timed:
             self.rundir.mkdir(parents=True, exist_ok=True)
             if not self.overlay.exists():
                 _create_overlay(self.image.base, self.overlay)
-            self._boot_until_ssh(time.monotonic(), timeout)
+            if self._boot_until_ssh(time.monotonic(), timeout):
+                timed.name += POWER_CYCLED
 
     def reboot(self, timeout: float = BOOT_TIMEOUT_S) -> None:
         """Reboot the guest cold, booting the kernel and initramfs now on its /boot."""
-        with phase("reboot"):
+        with phase("reboot") as timed:
             started = time.monotonic()
             self._boot = self._fetch_next_boot_files()
             self._request_guest_reboot()
             self._wait_for_qemu_exit(SHUTDOWN_TIMEOUT_S)
-            self._boot_until_ssh(started, timeout)
+            if self._boot_until_ssh(started, timeout):
+                timed.name += POWER_CYCLED
+
+    def revive(self) -> None:
+        """Boot the host afresh from the image if a failed test left it down, so that the
+        next test starts from the image's state and one failure stays one failure."""
+        if self._qemu_alive():
+            return
+        log.warning("the test host is down after a failed test; booting a fresh overlay")
+        self.overlay.unlink(missing_ok=True)
+        self._boot = self._image_boot_files()
+        self.start()
 
     def _image_boot_files(self) -> BootFiles:
         """The kernel, initramfs and command line the image was built with."""
@@ -220,7 +243,25 @@ class QemuTestHost:
 
     # -- QEMU --------------------------------------------------------------------------------
 
-    def _boot_until_ssh(self, started: float, timeout: float) -> None:
+    def _boot_until_ssh(self, started: float, timeout: float) -> bool:
+        """Launch QEMU and wait for SSH; return whether the boot had to be power-cycled.
+
+        A boot that stalls is power-cycled once, as an operator would a hung server: the same
+        kernel, initramfs and disk boot again, so a hang that the tested state causes stalls
+        the second boot too and fails the test.
+        """
+        try:
+            self._boot_once(timeout)
+            power_cycled = False
+        except BootStalledError as stall:
+            log.warning("%s; power-cycling the test host once", str(stall).splitlines()[0])
+            self._boot_once(timeout)
+            power_cycled = True
+        seconds = time.monotonic() - started
+        log.info("test host up after %.1f s (QEMU launch %d)", seconds, self.boot_count)
+        return power_cycled
+
+    def _boot_once(self, timeout: float) -> None:
         """Launch QEMU and wait for SSH; on any failure leave no QEMU running."""
         self._launch_qemu()
         try:
@@ -228,8 +269,6 @@ class QemuTestHost:
         except BaseException:
             self.stop()
             raise
-        seconds = time.monotonic() - started
-        log.info("test host up after %.1f s (QEMU launch %d)", seconds, self.boot_count)
 
     def _launch_qemu(self) -> None:
         """Start QEMU daemonized on a free loopback port; retry if the port was taken."""
@@ -300,9 +339,15 @@ class QemuTestHost:
         """Poll until an SSH login works; fail early if QEMU dies or the host key is wrong."""
         deadline = time.monotonic() + timeout
         last_error: Exception | None = None
+        console = _ConsoleWatch(self.console_log)
         while time.monotonic() < deadline:
             if not self._qemu_alive():
                 raise TestHostError(f"QEMU exited while booting\n{self.console_tail()}")
+            if console.silent_for() > CONSOLE_STALL_S:
+                raise BootStalledError(
+                    f"the boot stalled: no console output for {CONSOLE_STALL_S:.0f} s and no SSH"
+                    f"\n{self.console_tail()}"
+                )
             try:
                 # A bare banner probe first: paramiko logs every failed attempt as an ERROR
                 # with a traceback, which would bury the useful log lines of a boot.
@@ -474,6 +519,28 @@ def gpu_topology_args() -> list[str]:
                 "-device", f"ich9-intel-hda,id=hda{node}{slot},bus={port},addr=0.1",
             ]  # fmt: skip
     return args
+
+
+class _ConsoleWatch:
+    """How long the serial console log has not grown (it grows while a guest boots)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._size = self._current_size()
+        self._since = time.monotonic()
+
+    def _current_size(self) -> int:
+        try:
+            return self._path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def silent_for(self) -> float:
+        """Seconds since the log last grew (or since watching began)."""
+        size = self._current_size()
+        if size != self._size:
+            self._size, self._since = size, time.monotonic()
+        return time.monotonic() - self._since
 
 
 def _create_overlay(base: Path, overlay: Path) -> None:
