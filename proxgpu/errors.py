@@ -82,6 +82,21 @@ class HostUnreachableError(HostError):
     exit_code = 3
 
 
+class StepNotFinishedError(HostUnreachableError):
+    """The host answered a step without proof that the step ran to its end (the end record
+    every script writes last, with the run's token and its exit status): a lost connection,
+    a script killed, or a host or wrapper that answers without running it. Nothing of such an
+    answer is believed; the step is handled as one whose connection was lost.
+
+    >>> str(StepNotFinishedError("pve1", "commit", "it answered exit 0 with no output"))
+    'pve1: the host did not finish the commit step (it answered exit 0 with no output)'
+    """
+
+    def __init__(self, host: str, step: str, why: str) -> None:
+        super().__init__(host, f"the host did not finish the {step} step ({why})")
+        self.step = step
+
+
 class AuthenticationError(HostError):
     """The host refused every credential offered."""
 

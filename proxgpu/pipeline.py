@@ -28,7 +28,6 @@ from proxgpu.apply import (
     JournalEntry,
     Progress,
     RollbackResult,
-    history,
     read_journal,
     signing,
     verify,
@@ -286,7 +285,7 @@ def reboot_awaited(host: Host, result: SplitResult) -> bool:
     """
     if result.changed:
         return result.changes.reboot_required
-    entries = history(host)
+    entries = read_journal(host, latest=()).entries  # the newest entry alone
     if not entries or entries[-1].status != "applied":
         return False
     return bool(verify(host, entries[-1], inventory=result.inventory).pending_reboot)
@@ -358,7 +357,7 @@ def undo_target(host: Host, to: str | None = None) -> JournalEntry | None:
 
     :raises UsageError: when there is no entry ``to``.
     """
-    journal = read_journal(host)
+    journal = read_journal(host, to=to, latest=("applied", "in-progress", "rolled-back"))
     if to is not None:
         entry = select_entry(host, journal, to, latest=())
         candidates = [] if entry is None else [entry]

@@ -16,6 +16,8 @@ Proxmox VE's own code and test configs, from the sources ``tests/proxmox/sources
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,10 +33,15 @@ from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES, copy_example
 @pytest.fixture(autouse=True, scope="session")
 def _signing_key_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The signing key (``$XDG_CONFIG_HOME/proxgpu/key``) in a folder of the session's own, so
-    that no test reads or writes the real one; subprocesses inherit it."""
+    that no test reads or writes the real one, and the OpenSSH transport's control folders
+    (``$XDG_RUNTIME_DIR/proxgpu``) in a private one of the session's, short enough for a
+    socket's path whatever a test makes of $HOME; subprocesses inherit both."""
+    runtime = tempfile.mkdtemp(prefix="proxgpu-run-", dir="/tmp")  # mode 0700
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+        patch.setenv("XDG_RUNTIME_DIR", runtime)
         yield
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,10 +1,12 @@
 """The follow-up actions of a change set (``update-initramfs``, ``proxmox-boot-tool refresh``...):
 run on a live host, listed for a directory tree.
 
-An action can run for minutes; with ``follow`` its output's last lines are said as ``output``
-steps while it runs: it writes into a log on the host (``scripts/follow.sh``) whose new bytes
-a second command reads every ``POLL`` seconds, only the last ``follow`` lines' worth of them
-each time, so neither side holds more than that tail.
+Every action runs through ``scripts/follow.sh``, so that its answer carries the end record
+that proves the action ran to its end (see :mod:`proxgpu.host.scripts`): a host that answers
+"exit 0" without running ``update-initramfs`` is not believed. An action can run for minutes;
+with ``follow`` its output's last lines are said as ``output`` steps while it runs: it writes
+into a log on the host whose new bytes a second command reads every ``POLL`` seconds, only the
+last ``follow`` lines' worth of them each time, so neither side holds more than that tail.
 
 >>> from proxgpu.host import DirectoryHost
 >>> from proxgpu.rendering.changes import Action
@@ -15,11 +17,12 @@ each time, so neither side holds more than that tail.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import Progress, quiet
@@ -62,10 +65,7 @@ def run_actions(
     for action in actions:
         say("action", " ".join(action.argv))
         start = time.monotonic()
-        if follow > 0:
-            run_followed(host, action.argv, say, lines=follow, timeout=timeout)
-        else:
-            host.check(action.argv, timeout=timeout)
+        run_followed(host, action.argv, say, lines=follow, timeout=timeout)
         log.info("%s: %s took %.1f s", host.name, " ".join(action.argv), time.monotonic() - start)
         ran.append(action.argv)
     return []
@@ -81,7 +81,7 @@ def run_followed(
     poll: float = POLL,
 ) -> None:
     """Run ``argv`` on ``host``, saying each new line of its output's tail as it comes (at most
-    ``lines`` per read), the last ones once it ended.
+    ``lines`` per read), the last ones once it ended; with ``lines`` 0, only run it.
 
     >>> from proxgpu.host import LocalHost
     >>> import tempfile
@@ -97,22 +97,12 @@ def run_followed(
     name = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}.log"
     path = Layout.of(host).on_host(f"{OUTPUT_DIR}/{name}")
     tail = _Tail(say, lines)
-    stop = threading.Event()
-    reader = threading.Thread(
-        target=_read_while,
-        args=(host, path, poll),
-        kwargs={"stop": stop, "tail": tail},
-        daemon=True,
-    )
-    reader.start()
-    try:
+    with _reading(host, path, poll, tail) if lines else contextlib.nullcontext():
         output = run_script(
             host, "follow", "run", path, str(tail.most), *argv, timeout=timeout, check=False
         )
-    finally:
-        stop.set()
-        reader.join()
-    tail.said(output.records, ended=True)
+    if lines:
+        tail.said(output.records, ended=True)
     if output.returncode == NO_LOG:
         raise CommandError(host.name, [f"the follow step of {argv[0]}"], NO_LOG, output.stderr)
     if output.returncode != 0:
@@ -140,7 +130,11 @@ class _Tail:
         chunk = next((r for r in records if r.kind == "chunk"), None)
         if chunk is None:
             return
-        start, data = int(chunk[0]), base64.b64decode(chunk[1])
+        try:
+            start, data = int(chunk[0]), base64.b64decode(chunk[1], validate=True)
+        except (ValueError, IndexError):  # binascii.Error is a ValueError
+            log.debug("a read of the action's output was not a chunk: %r", chunk.fields[:1])
+            return  # the tail is only shown: what cannot be read is not said
         with self.lock:
             if start < self.offset:
                 data, start = data[self.offset - start :], self.offset
@@ -152,6 +146,22 @@ class _Tail:
             self.offset = max(self.offset, start + whole)
             for line in data[:whole].decode("utf-8", "replace").splitlines()[-self.lines :]:
                 self.say("output", line[:LINE].replace("\t", " "))
+
+
+@contextlib.contextmanager
+def _reading(host: Host, path: str, poll: float, tail: _Tail) -> Iterator[None]:
+    """Read the log's tail every ``poll`` seconds in a thread, while the block runs."""
+    stop = threading.Event()
+    reader = threading.Thread(
+        target=_read_while, args=(host, path, poll), kwargs={"stop": stop, "tail": tail}
+    )
+    reader.daemon = True
+    reader.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        reader.join()
 
 
 def _read_while(host: Host, path: str, poll: float, *, stop: threading.Event, tail: _Tail) -> None:

@@ -19,12 +19,18 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from proxgpu.apply import lock
-from proxgpu.apply.journal import JournalEntry, JournalFile, entry_json
+from proxgpu.apply.journal import (
+    KEEP_ENTRIES,
+    JournalEntry,
+    JournalFile,
+    entry_json,
+    machine_of,
+)
 from proxgpu.apply.layout import Layout, Where, mode_and_umask
 from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import Record, ScriptArgs, run_script
-from proxgpu.paths import PCI_MAPPING
+from proxgpu.paths import BACKUP_DIR, PCI_MAPPING
 from proxgpu.pve.api import same_config
 from proxgpu.pve.mapping import same_mapping
 from proxgpu.rendering.changes import FileChange
@@ -88,6 +94,8 @@ class Probe:
     boot_id: str | None = None
     #: The newest journal entry's id and bytes, which the next entry is chained to.
     last_entry: tuple[str, bytes] | None = None
+    #: Which machine the host is (see :func:`~proxgpu.apply.journal.machine_of`).
+    machine: str | None = None
 
 
 def _file_state(fields: Sequence[str]) -> FileState:
@@ -160,6 +168,7 @@ def probe(
         pvesh=output.has("pvesh"),
         boot_id=_boot_id(output.first("boot")),
         last_entry=_last_entry(output.first("last")),
+        machine=machine_of(output.first("machine")),
     )
 
 
@@ -212,8 +221,10 @@ def read_files(host: Host, paths: Sequence[str]) -> list[bytes | None]:
 def finish(
     host: Host, layout: Layout, lock_id: str, entry: JournalEntry | None, release: bool
 ) -> str | None:
-    """Write ``entry`` (if any) durably to the journal and, with ``release``, release our own
-    lock; return why the release failed, if it did (the entry is recorded all the same).
+    """Write ``entry`` (if any) durably to the journal, prune the journal's oldest finished
+    entries past :data:`~proxgpu.apply.journal.KEEP_ENTRIES` (see ``scripts/finish.sh``) and,
+    with ``release``, release our own lock; return why the release failed, if it did (the
+    entry is recorded all the same).
 
     :raises CommandError: when the entry could not be written.
     """
@@ -221,7 +232,16 @@ def finish(
     journal = layout.journal(entry.id) if entry else "-"
     release_flag = "1" if release else "0"
     output = run_script(
-        host, "finish", journal, layout.lock, lock_id, release_flag, str(len(data)), payload=data
+        host,
+        "finish",
+        journal,
+        layout.lock,
+        lock_id,
+        release_flag,
+        str(len(data)),
+        str(KEEP_ENTRIES),
+        layout.on_host(BACKUP_DIR),
+        payload=data,
     )
     failed = output.first("notreleased")
     return None if failed is None else f"{layout.lock}: {failed[0] or 'could not be released'}"

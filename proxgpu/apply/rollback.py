@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from proxgpu.apply import lock
+from proxgpu.apply import lock, signing
 from proxgpu.apply.actions import ACTION_TIMEOUT
 from proxgpu.apply.actions import run_actions as run_actions_on
 from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
 from proxgpu.apply.journal import (
     JournalEntry,
+    Status,
     new_journal_id,
     read_journal,
     select_entry,
@@ -101,13 +102,17 @@ def rollback(
     :raises FileChangedError: when a file changed since the apply and ``force`` is not given.
     :raises ConcurrentApplyError: when another apply or rollback holds the lock.
     """
-    journal = read_journal(host)
-    entry = select_entry(host, journal, to, latest=("applied", "in-progress"))
+    latest: tuple[Status, ...] = ("applied", "in-progress")
+    journal = read_journal(host, to=to, latest=latest)
+    entry = select_entry(host, journal, to, latest=latest)
     if entry is not None:
         _refuse_finished(host, entry)
         check_trusted(host, journal, entry, trust_unsigned=trust_unsigned)
     if dry_run:
         return _preview(host, entry, force=force)
+    # The entry is signed again when its rollback is recorded: a key that cannot be used is
+    # said now, before the lock is taken and a file is touched.
+    signing.load_key()
     options = _Options(run_actions, force, live, break_lock, action_timeout, action_output)
     run = _Rollback(host, entry, progress or quiet, options)
     known = {e.id for e in journal.entries} | {e.lock for e in journal.entries if e.lock}

@@ -78,9 +78,14 @@ def load_key(path: Path | None = None) -> bytes:
         return _make_key(path)
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the signing key ({exc.strerror})") from None
+    try:
+        # Checked on the descriptor, before it is read: a directory opens too (and Python's
+        # file object refuses it with IsADirectoryError).
+        _check_key_file(path, os.fstat(descriptor))
+    except BaseException:
+        os.close(descriptor)
+        raise
     with os.fdopen(descriptor, "rb") as source:
-        info = os.fstat(source.fileno())
-        _check_key_file(path, info)
         key = source.read(KEY_BYTES + 1)
     if len(key) != KEY_BYTES:
         raise UsageError(f"{path}: not a proxgpu signing key ({len(key)} bytes, not 32)")

@@ -27,8 +27,8 @@ import socket
 from collections.abc import Sequence
 from typing import NoReturn
 
-from proxgpu.apply import lock
-from proxgpu.apply.actions import ACTION_TIMEOUT, run_actions
+from proxgpu.apply import lock, signing
+from proxgpu.apply.actions import ACTION_TIMEOUT, run_actions, run_followed
 from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.journal import JournalEntry, Status, entry_json, new_journal_id
 from proxgpu.apply.layout import Layout, where
@@ -187,6 +187,9 @@ class _Apply:
                     if owner is not None and not self.break_lock and not lock.is_stale(owner):
                         raise lock.held_error(self.host.name, self.layout.lock, owner)
                 else:
+                    # The journal entry is signed with the admin's key: a key that cannot be
+                    # used is said now, before the lock is taken and anything is written.
+                    signing.load_key()
                     found, broken = lock_and_probe(
                         self.host,
                         self.layout,
@@ -324,6 +327,7 @@ class _Apply:
             client=f"{getpass.getuser()}@{socket.gethostname()}",
             started=now(),
             boot_id=probe.boot_id,
+            machine=probe.machine,
             changeset=self.changeset,
             plan=self.plan,
             files=files,
@@ -531,7 +535,7 @@ class _Apply:
         # Post-actions rebuild things from the files (the initramfs): rebuild from the old ones.
         for argv in self.actions_run:
             try:
-                self.host.check(argv, timeout=self.action_timeout)
+                run_followed(self.host, argv, quiet, lines=0, timeout=self.action_timeout)
             except ProxgpuError as exc:
                 return f"; re-running {argv[0]} failed ({describe(exc)}): run it by hand"
         return f"; re-ran {len(self.actions_run)} post-actions" if self.actions_run else ""

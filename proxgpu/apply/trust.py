@@ -25,6 +25,7 @@ import os
 import posixpath
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -95,20 +96,26 @@ def link_after(last: tuple[str, bytes] | None) -> str:
 def chain_problems(journal: Journal) -> dict[str, str]:
     """Why each entry of ``journal`` is out of its place in the chain, by entry id (see the
     module docstring); entries in place are left out. A file that cannot be read counts only
-    where an entry was chained to it: one planted beside the entries hides none of them."""
+    where an entry was chained to it: one planted beside the entries hides none of them. An
+    entry is judged by the readable entry just before it, which :func:`read_journal` reads with
+    it; the journal's listing (``listed``) names the files that were not read."""
     readable = {e.id: e for e in journal.entries}
-    ids = set(readable) | {_id_of(path) for path in journal.unreadable}
+    damaged = {_id_of(path) for path in journal.unreadable}
+    unread = {e.id for e in journal.listed} - set(readable) - damaged
+    ids = set(readable) | unread | damaged
+    chained_ids = [e.id for e in journal.entries if e.previous is not None]
+    chained_ids += [e.id for e in journal.listed if e.chained and e.id in unread]
+    known = _Read(journal, readable, ids, unread)
     problems = {}
-    chained: str | None = None  # the first chained entry met so far
     for index, entry in enumerate(journal.entries):
         before = journal.entries[index - 1].id if index else None
         if entry.previous is None:
             # Written before proxgpu chained its journal: in place only before every chained
             # entry (an upgrade keeps its journal usable); after one, it was put there since.
-            problem = None if chained is None else _unchained_after(chained)
+            earlier = [i for i in chained_ids if i < entry.id]
+            problem = _unchained_after(min(earlier)) if earlier else None
         else:
-            chained = chained or entry.id
-            problem = _out_of_place(entry.previous, before, readable, ids, journal)
+            problem = _out_of_place(entry.previous, before, known)
         if problem is not None:
             problems[entry.id] = problem
     return problems
@@ -125,13 +132,18 @@ def _id_of(path: str) -> str:
     return path.rsplit("/", 1)[-1].removesuffix(".json")
 
 
-def _out_of_place(
-    previous: str,
-    before: str | None,
-    readable: dict[str, JournalEntry],
-    ids: set[str],
-    journal: Journal,
-) -> str | None:
+@dataclass(frozen=True)
+class _Read:
+    """What the chain check knows of a journal: the entries read, by id, every entry file's id
+    (read or not) and those not read."""
+
+    journal: Journal
+    readable: dict[str, JournalEntry]
+    ids: set[str]
+    unread: set[str]
+
+
+def _out_of_place(previous: str, before: str | None, known: _Read) -> str | None:
     """Why a chained entry written after ``previous`` (its ``previous`` field), whose nearest
     readable predecessor is ``before``, is out of its place."""
     if previous == START:
@@ -139,8 +151,14 @@ def _out_of_place(
             return None
         return f"it began the journal, yet {before} lies before it: put there since"
     previous_id, _, digest = previous.partition(":")
-    if previous_id not in ids:
+    if previous_id not in known.ids:
+        if previous_id in known.journal.pruned and (before is None or before < previous_id):
+            return None  # the one before it went by the journal's retention
         return f"the entry before it, {previous_id}, is gone from the journal: deleted since"
+    if previous_id in known.unread:
+        # Not read: read_journal reads the nearest readable entry before the one it checks.
+        return _reordered(previous_id, before)
+    journal, readable = known.journal, known.readable
     was = readable.get(previous_id)
     if was is not None:
         if before != previous_id:
@@ -202,6 +220,7 @@ def check_trusted(
     if not trust_unsigned:
         problem = signing.check(journal.document(entry), signing.load_key())
         problem = problem or chain_problems(journal).get(entry.id)
+        problem = problem or other_machine(journal, entry)
         if problem is not None:
             raise JournalError(
                 host.name,
@@ -213,6 +232,26 @@ def check_trusted(
     problem = other_host(host, entry)
     if problem is not None:
         raise JournalError(host.name, where, f"{problem}; refused")
+
+
+def other_machine(journal: Journal, entry: JournalEntry) -> str | None:
+    """Why ``entry`` is not of the machine whose ``journal`` it is in (``None``: it is, or
+    either is unknown): a journal copied whole onto another host, a clone of one golden image
+    (its hostname differs even where its machine-id does not), is signed by the same admin and
+    chained in itself, but its backups are another machine's files.
+
+    >>> from proxgpu.rendering.changes import ChangeSet
+    >>> entry = JournalEntry(id="1", status="applied", host="h", client="c", started="s",
+    ...                      changeset=ChangeSet(host="h"), files=[], machine="pve1 (machine-id 1)")
+    >>> other_machine(Journal([entry], {}, machine="pve2 (machine-id 1)"), entry)[:40]
+    'made on pve1 (machine-id 1), not on pve2'
+    """
+    if entry.machine is None or journal.machine is None or entry.machine == journal.machine:
+        return None
+    return (
+        f"made on {entry.machine}, not on {journal.machine}: a journal copied from another host "
+        "(or this host renamed)"
+    )
 
 
 def host_root(host: Host) -> str:

@@ -55,7 +55,7 @@ def applied_entry(
     :raises UsageError: when there is none (or none named ``to``).
     :raises JournalError: when the entry is not to be trusted.
     """
-    journal = read_journal(host)
+    journal = read_journal(host, to=to, latest=("applied",))
     entry = select_entry(host, journal, to, latest=("applied",))
     if entry is None:
         raise UsageError(f"{host.name}: no applied entry in the journal (see proxgpu history)")

@@ -127,9 +127,9 @@ def host_work(handler: str) -> HostWork:
 
 def exit_code(outcome: Outcome[Shown], detailed: bool = False) -> int:
     """A host's exit code: its error's (1 with ``--detailed-exitcode``), else what it showed."""
-    if outcome.error is not None:
-        return 1 if detailed else outcome.error.exit_code
-    return outcome.result.code if outcome.result else 0
+    if outcome.error is not None and detailed:
+        return 1
+    return outcome.code
 
 
 class Listener:

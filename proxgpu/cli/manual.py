@@ -31,7 +31,7 @@ EXIT_CODES = (
         "options that cannot work together, an unknown journal entry or GPU index; "
         "plan --detailed-exitcode: changes pending",
     ),
-    ExitCode(3, "unreachable", "the host cannot be reached"),
+    ExitCode(3, "unreachable", "the host cannot be reached, or did not finish a step"),
     ExitCode(4, "authentication", "SSH authentication failed"),
     ExitCode(5, "host key", "the SSH host key is unknown or changed"),
     ExitCode(6, "not root", "the command needs root on the host"),

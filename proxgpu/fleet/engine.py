@@ -118,8 +118,17 @@ class Outcome(Generic[T]):
 
     @property
     def code(self) -> int:
-        """The exit code the host's run alone would have had (0, or its error's)."""
-        return 0 if self.error is None else self.error.exit_code
+        """The exit code the host's run alone would have had: its error's, else the one its
+        result carries (an integer ``code``, as a verify that found drift carries 17), else 0.
+
+        >>> from types import SimpleNamespace
+        >>> Outcome("pve1", result=SimpleNamespace(code=17)).code
+        17
+        """
+        if self.error is not None:
+            return self.error.exit_code
+        carried = getattr(self.result, "code", 0)
+        return carried if isinstance(carried, int) else 0
 
     def or_error(self) -> T | ProxgpuError:
         """The result, or the error in its place."""

@@ -27,6 +27,7 @@ import select
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -199,7 +200,11 @@ class OpenSSHHost(Host):
         files = known_hosts_files(config)
         # A damaged line is an error here as with paramiko (ssh would skip it silently).
         read_known_hosts(files)
-        self._folder = tempfile.mkdtemp(prefix="proxgpu-ssh-")  # mode 0700
+        parent = control_parent()
+        _end_stale_masters(parent)
+        # Named by the pid that made it (see _end_stale_masters), and short: with its socket's
+        # name and the suffix ssh adds while it binds, it must fit a socket path's 108 bytes.
+        self._folder = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
         try:
             return self._spawn_master(config, display, self.options.known_hosts or files[0])
         except BaseException:
@@ -429,3 +434,82 @@ def _quoted(path: str) -> str:
 
 
 __all__ = ["OpenSSHHost", "resolved_config", "ssh_binary"]
+
+
+def control_parent() -> str:
+    """Where the control folders go: a directory only this user can change, ``$XDG_RUNTIME_DIR``
+    (the login's own) when it is one, else ``~/.cache/proxgpu/ssh``, made mode 0700 if missing.
+    Never ``$TMPDIR``: in a shared one without the sticky bit, another user could rename the
+    folder away and put one of theirs in its place, and the master's socket (the commands, the
+    configs they carry) would then be theirs.
+
+    :raises UsageError: when the directory is not private (a link, another owner, writable by
+        others), naming it and the fix.
+    """
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime) and _private(runtime) and _made_private(runtime):
+        parent = os.path.join(runtime, "proxgpu")
+    else:
+        parent = os.path.join(os.path.expanduser("~"), ".cache", "proxgpu", "ssh")
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        if not _private(parent):
+            raise UsageError(
+                f"{parent}: not a directory only you can change (proxgpu keeps its SSH control "
+                f"sockets there): make it yours with mode 700 (chown $USER, chmod 700 {parent})"
+            )
+    if len(parent.encode()) > _LONGEST_PARENT:
+        raise UsageError(
+            f"{parent}: too long a path for an SSH control socket ({len(parent.encode())} bytes, "
+            f"at most {_LONGEST_PARENT}): set XDG_RUNTIME_DIR to a private directory with a "
+            "shorter path, or use --ssh-client paramiko"
+        )
+    return parent
+
+
+#: A socket's path has 107 bytes; the folder ("/PID-XXXXXXXX"), the socket ("/control") and
+#: the suffix ssh adds while it binds (".XXXXXXXXXXXXXXXX") take 42 of them.
+_LONGEST_PARENT = 107 - 42
+
+
+def _made_private(runtime: str) -> bool:
+    """Make ``RUNTIME/proxgpu`` (mode 0700); whether it is private now."""
+    folder = os.path.join(runtime, "proxgpu")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    return _private(folder)
+
+
+def _private(path: str) -> bool:
+    """Whether ``path`` is a directory (not a link) of this user that no one else can write."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    mine = info.st_uid == os.getuid()
+    return stat.S_ISDIR(info.st_mode) and mine and not info.st_mode & 0o022
+
+
+def _end_stale_masters(parent: str) -> None:
+    """End the masters and remove the folders of proxgpu runs that are gone (killed before they
+    could close their connections: their masters would idle on for ControlPersist's 600 s)."""
+    from proxgpu.host import sshmux  # noqa: PLC0415 - only where a folder is left over
+
+    for name in os.listdir(parent):
+        pid = name.partition("-")[0]
+        if not pid.isdigit() or _running(int(pid)):
+            continue
+        folder = os.path.join(parent, name)
+        control = os.path.join(folder, "control")
+        if os.path.exists(control):
+            sshmux.end_master(control, sshmux.find_master(control, timeout=2.0), timeout=2.0)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -5,8 +5,12 @@ Every script is sent as ``sh -c SCRIPT sh ARG...`` with the shared ``prelude.sh`
 so it runs unchanged on a Proxmox VE host over SSH, on this machine and against a directory tree.
 Data goes in as arguments and, for file contents, as base64 lines on stdin. A script answers in
 one record format: a line ``#KIND`` followed by tab-separated fields (the prelude's ``rec``
-function writes them); other lines are ignored. Most scripts end with an ``#end`` record, so a
-cut-short answer can be told from a finished one.
+function writes them); other lines are ignored. However a script's shell exits by itself, the
+prelude's EXIT trap answers last ``#end TOKEN STATUS``, with the run's random token and the
+shell's exit status: :func:`run_script` believes an answer only with that record, and only where
+the status is the one the transport reported. A cut-short answer, a killed script, or a host
+(or a wrapper on it, an ``authorized_keys`` ``command=``) that answers "exit 0" without running
+the script is then :class:`~proxgpu.errors.StepNotFinishedError`, never a step done.
 
 >>> parse_records("#done\\t0\\nnoise\\n#api\\t1\\tab12\\n#end\\n")
 [Record(kind='done', fields=('0',)), Record(kind='api', fields=('1', 'ab12')), Record(kind='end', \
@@ -16,13 +20,14 @@ fields=())]
 from __future__ import annotations
 
 import logging
+import secrets
 import shlex
 import time
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
 
-from proxgpu.errors import CommandError
+from proxgpu.errors import CommandError, StepNotFinishedError
 from proxgpu.host.base import Host
 
 log = logging.getLogger(__name__)
@@ -63,11 +68,6 @@ class ScriptOutput:
         """Whether any record is of ``kind``."""
         return self.first(kind) is not None
 
-    @property
-    def complete(self) -> bool:
-        """Whether the script got to its ``#end`` record."""
-        return bool(self.records) and self.records[-1].kind == "end"
-
 
 class ScriptArgs:
     """Base of the typed argument groups a script takes per item (a file, a function).
@@ -106,16 +106,22 @@ def _script_file(name: str) -> str:
     return "\n".join("" if line.lstrip().startswith("#") else line for line in text.split("\n"))
 
 
-def script_argv(root: str, name: str, *args: str, bulk: bool = False) -> list[str]:
-    """The command that runs ``scripts/NAME.sh`` with ``args`` on a host whose root is ``root``
-    (see :func:`run_script`).
+def script_argv(root: str, name: str, *args: str, token: str = "", bulk: bool = False) -> list[str]:
+    """The command that runs ``scripts/NAME.sh`` with ``args`` on a host whose root is ``root``,
+    its end record carrying ``token`` (see :func:`run_script`).
 
-    >>> argv = script_argv("/srv/tree", "gather", "/srv/tree", "check", bulk=True)
+    The first line names the step (``proxgpu_step=NAME``), for whoever reads the host's
+    process list or its audit log.
+
+    >>> argv = script_argv("/srv/tree", "gather", "/srv/tree", "check", token="5eed", bulk=True)
     >>> argv[:2], argv[3], argv[4].splitlines()[0], argv[5:]
-    (['sh', '-c'], 'blocks', 'proxgpu_prefix=/srv/tree', ['/srv/tree', 'check'])
+    (['sh', '-c'], 'blocks', 'proxgpu_step=gather proxgpu_prefix=/srv/tree proxgpu_token=5eed', \
+['/srv/tree', 'check'])
     """
     # The prelude's `enter` keeps every path inside this root (see prelude.sh).
-    text = f"proxgpu_prefix={shlex.quote(root.rstrip('/'))}\n{script_text(name)}"
+    settings = {"step": name, "prefix": root.rstrip("/"), "token": token}
+    first = " ".join(f"proxgpu_{key}={shlex.quote(value)}" for key, value in settings.items())
+    text = f"{first}\n{script_text(name)}"
     if bulk:
         return ["sh", "-c", _script_file("blocks"), "blocks", text, *args]
     return ["sh", "-c", text, "sh", *args]
@@ -137,10 +143,13 @@ def run_script(
     of SSH packets instead of one per write (the gather makes hundreds).
 
     :raises CommandError: when ``check`` and the script exits non-zero, naming the step.
+    :raises StepNotFinishedError: when the answer lacks this run's end record, or its status is
+        not the one the transport reported (see the module's text).
     :raises HostUnreachableError: when the transport fails.
     """
     start = time.monotonic()
-    argv = script_argv(host.root, name, *args, bulk=bulk)
+    token = secrets.token_hex(8)
+    argv = script_argv(host.root, name, *args, token=token, bulk=bulk)
     result = host.run(argv, stdin=payload, timeout=timeout)
     log.info(
         "%s: %s.sh (%d args, %d bytes in, %d out) exited %d in %.2f s",
@@ -158,6 +167,33 @@ def run_script(
         stdout=result.stdout,
         stderr=result.stderr_text,
     )
+    unfinished = _unfinished(output, token)
+    if unfinished is not None:
+        raise StepNotFinishedError(host.name, name, unfinished)
     if check and not result.ok:
         raise CommandError(host.name, [f"the {name} step"], result.returncode, output.stderr)
     return output
+
+
+def _unfinished(output: ScriptOutput, token: str) -> str | None:
+    """Why ``output`` is no proof that its script ran to its end (None: it is).
+
+    >>> ended = ScriptOutput([Record("done", ("0",)), Record("end", ("5eed", "0"))], 0, b"", "")
+    >>> _unfinished(ended, "5eed") is None
+    True
+    >>> _unfinished(ScriptOutput([], 0, b"", ""), "5eed")
+    'it answered exit 0 with no output'
+    >>> _unfinished(ended, "f00d")
+    "its answer ended with another run's end record"
+    """
+    status = output.returncode
+    if not output.records and not output.stdout.strip():
+        return f"it answered exit {status} with no output"
+    last = output.records[-1] if output.records else None
+    if last is None or last.kind != "end" or len(last.fields) != 2:
+        return f"its answer stopped before the step's end (exit {status})"
+    if last[0] != token:
+        return "its answer ended with another run's end record"
+    if last[1] != str(status):
+        return f"the step ended with status {last[1]}, but the host reported exit {status}"
+    return None

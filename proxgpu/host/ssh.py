@@ -611,7 +611,12 @@ def _tcp(host: str, port: int, timeout: float) -> _Prompt:
 
     :raises OSError: when none answers (``socket.gaierror`` for a name that does not resolve).
     """
-    connected = socket.create_connection((host, port), timeout)
+    try:
+        connected = socket.create_connection((host, port), timeout)
+    except UnicodeError as exc:
+        # A name with an empty label (``..``, ``a..b``) fails in the IDNA codec before any
+        # lookup: it resolves to nothing, as OpenSSH says of it.
+        raise socket.gaierror(socket.EAI_NONAME, f"{host}: {exc}") from exc
     sock = _Prompt(fileno=connected.detach())
     sock.settimeout(timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -45,6 +45,11 @@ _VERSION = 4
 _NO_ESCAPE = 0xFFFFFFFF
 
 
+#: The longest message the master sends (a refusal with its reason): OpenSSH's own client
+#: takes up to 256 KiB.
+_MAX_MESSAGE = 256 << 10
+
+
 class MuxError(OSError):
     """The master refused a request, or did not answer as the protocol says."""
 
@@ -80,7 +85,7 @@ class Session:
                 fields = _receive(self.control).fields
             except MuxError:
                 return status  # the master ends the exchange by closing the socket
-            if fields[0] == _EXIT_MESSAGE and fields[1] == self.session_id:
+            if fields[:2] == (_EXIT_MESSAGE, self.session_id) and len(fields) > 2:
                 status = fields[2]
             elif fields[0] != _TTY_ALLOC_FAIL:
                 return status
@@ -134,7 +139,7 @@ def start_session(control: str, command: str, deadline: float) -> Session:
         for fd in (stdin, out, err):
             socket.send_fds(sock, [b"\0"], [fd])
         reply = _receive(sock)
-        if reply.fields[:2] != (_SESSION_OPENED, 1):
+        if reply.fields[:2] != (_SESSION_OPENED, 1) or len(reply.fields) < 3:
             raise MuxError(f"the master refused the session: {reply.reason()}")
     except BaseException:
         sock.close()
@@ -255,7 +260,7 @@ def _request(sock: socket.socket, kind: int, answer: int) -> tuple[int, ...]:
     """Send the request ``kind`` (request id 1); its reply's numbers, which must be ``answer``'s."""
     sock.sendall(_message(kind, 1))
     reply = _receive(sock)
-    if reply.fields[:2] != (answer, 1):
+    if reply.fields[:2] != (answer, 1) or len(reply.fields) < 3:
         raise MuxError(f"the master did not grant request {kind:#x}: {reply.reason()}")
     return reply.fields
 
@@ -296,7 +301,11 @@ class _Reply:
 
 
 def _receive(sock: socket.socket) -> _Reply:
+    """The master's next message; one that cannot be the protocol's (a length past any it
+    sends, or too short for a type) is a :class:`MuxError`, never read on."""
     (length,) = struct.unpack(">I", _exactly(sock, 4))
+    if not 4 <= length <= _MAX_MESSAGE:
+        raise MuxError(f"the master answered a message of {length} bytes: not the mux protocol")
     body = _exactly(sock, length)
     return _Reply(struct.unpack(f">{len(body) // 4}I", body[: len(body) // 4 * 4]), body)
 

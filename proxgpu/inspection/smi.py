@@ -83,7 +83,7 @@ def read_smi(host: Host, capture: Capture) -> None:
         timeout=2 * SMI_SECONDS + 15,
         check=False,
     )
-    if not output.complete:
+    if output.returncode != 0:
         capture.notes.append(
             f"the MIG devices' UUIDs are unknown: reading nvidia-smi failed (exit "
             f"{output.returncode}); nvidia-smi -L on the host lists them"

@@ -58,7 +58,7 @@ from proxgpu.planning.model import (
     parse_vm_specs,
 )
 from proxgpu.planning.packing import build_groups
-from proxgpu.planning.passthrough import advise_passthrough, check_fabric
+from proxgpu.planning.passthrough import advise_passthrough, check_fabric, check_hostpci
 from proxgpu.planning.roles import assign_roles
 from proxgpu.planning.unreadable import warn_unreadable_entries
 from proxgpu.planning.vgpu import plan_vgpus
@@ -111,6 +111,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     enable_iommu = check_iommu_on(ctx, groups)
     check_mapping(ctx, groups)
     check_memory_fit(ctx, groups)
+    check_hostpci(ctx, groups)
     ctx.raise_problems()
     warn_about_shape(ctx, groups)
     advise_passthrough(ctx, groups)

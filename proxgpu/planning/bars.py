@@ -10,6 +10,7 @@ a ``qemu64`` or ``kvm64`` based CPU with more than 40 bits on OVMF needs ``+pdpe
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from proxgpu.inspection.inventory import Gpu, Inventory
@@ -31,6 +32,24 @@ from proxgpu.pve.config import GuestConfig, format_property_string, hostpci_devi
 LARGE_BAR = 16 << 30
 #: qemu-server's ``$MAX_HOSTPCI_DEVICES``.
 _MAX_HOSTPCI = 16
+
+
+def check_hostpci_room(ctx: Context, vmid: int, gpus: list[Gpu]) -> None:
+    """Refuse the plan unless VM ``vmid`` has a ``hostpciN`` entry for each of ``gpus`` beside
+    the entries it keeps (Proxmox takes ``hostpci0`` to ``hostpci15``)."""
+    text = ctx.inventory.guest_configs.get(guest_config("vm", vmid), "")
+    ports = planned_ports(GuestConfig.parse(text), gpus, ctx.inventory)
+    if max(ports, default=-1) < _MAX_HOSTPCI:
+        return
+    kept = len(ports) - len(gpus)
+    room = max(_MAX_HOSTPCI - kept, 0)
+    ctx.problem(
+        "no-fit",
+        f"VM {vmid} would need {len(ports)} hostpci entries ({len(gpus)} GPUs and the {kept} "
+        f"it has for other devices), but Proxmox takes hostpci0 to hostpci{_MAX_HOSTPCI - 1}",
+        f"give VM {vmid} at most {room} GPUs (--vm {vmid}:{room}), or remove hostpci entries it "
+        "no longer needs",
+    )
 
 
 def advise_bars(ctx: Context, vmid: int, gpus: list[Gpu]) -> None:
@@ -79,7 +98,8 @@ def planned_ports(
         elif slots <= set(wanted):
             ports[int(key[7:])] = [size for slot in sorted(slots) for size in _bars(wanted[slot])]
             placed |= slots
-    free = (index for index in range(_MAX_HOSTPCI) if index not in ports)
+    # Past qemu-server's last index too: check_hostpci_room refuses such a plan by its count.
+    free = (index for index in itertools.count() if index not in ports)
     for slot, gpu in wanted.items():
         if slot not in placed:
             ports[next(free)] = _bars(gpu)

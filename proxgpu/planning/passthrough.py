@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from proxgpu.inspection.inventory import Gpu
 from proxgpu.planning import vfiohost, wording
-from proxgpu.planning.bars import advise_bars
+from proxgpu.planning.bars import advise_bars, check_hostpci_room
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import PlanGroup, Role
 
@@ -40,6 +40,14 @@ def check_fabric(ctx: Context, roles: dict[str, Role]) -> None:
         "keep every GPU of the fabric on one side; Fabric Manager cannot manage a fabric split "
         "between host and guests (that takes NVIDIA's shared NVSwitch virtualization model)",
     )
+
+
+def check_hostpci(ctx: Context, groups: list[PlanGroup]) -> None:
+    """Refuse a plan that gives a VM more ``hostpciN`` entries than Proxmox takes."""
+    for group in groups:
+        guest = group.guest
+        if group.role.moves_to_vfio and guest is not None and guest.type == "vm":
+            check_hostpci_room(ctx, guest.vmid, [ctx.index.get(a) for a in group.gpus])
 
 
 def advise_passthrough(ctx: Context, groups: list[PlanGroup]) -> None:

@@ -18,10 +18,39 @@
 #     directory swapped for a symlink later changes nothing for what is done relative to it.
 #     1: a component is missing; 4: DIR is outside the root (said on stderr).
 #   nofollow_cat FILE: FILE's bytes, refusing a symlink (O_NOFOLLOW) and never blocking on a FIFO.
-#   on_signal: exit on HUP, INT and TERM, so that an EXIT trap removes what the script made.
+#   on_signal: exit on HUP, INT and TERM, so that the EXIT trap removes what the script made.
+#   at_exit FUNCTION: call FUNCTION when the script exits, however it exits, before the end
+#     record; a script sets no EXIT trap of its own (it would replace the end record's).
+#   rec_machine: the record "machine ID NAME", the root's /etc/machine-id and /etc/hostname ("-"
+#     where one is missing), which tell one host from another, a clone of one image included.
+#
+# The end record: whatever way the script's shell exits by itself, its last line is
+# "#end<TAB>TOKEN<TAB>STATUS", TOKEN being this run's (run_script puts it in front) and STATUS
+# the shell's exit status. run_script believes an answer only with it, and only where STATUS is
+# what the transport reported: a host (or a wrapper on it) that answers without running the
+# script, or a script killed before its end, is told from one that ran.
 set -u
-# run_script puts proxgpu_prefix (the root without its trailing slash, "" for /) in front.
+# run_script puts proxgpu_prefix (the root without its trailing slash, "" for /) and
+# proxgpu_token in front.
 proxgpu_prefix=${proxgpu_prefix-}
+proxgpu_token=${proxgpu_token-}
+proxgpu_at_exit=:
+proxgpu_end() {
+    proxgpu_status=$?  # on entry, from the EXIT trap: the status the shell exits with
+    "$proxgpu_at_exit"
+    rec end "$proxgpu_token" "$proxgpu_status"
+}
+trap proxgpu_end EXIT
+at_exit() {
+    proxgpu_at_exit=$1
+}
+rec_machine() {
+    rm_id=$( (enter "$proxgpu_prefix/etc" 2>/dev/null && nofollow_cat ./machine-id) |
+        head -c 64 | tr -cd '0-9a-f')
+    rm_name=$( (enter "$proxgpu_prefix/etc" 2>/dev/null && nofollow_cat ./hostname) |
+        head -n 1 | head -c 64 | tr -d '\t')
+    rec machine "${rm_id:--}" "${rm_name:--}"
+}
 # The root as the kernel names it (every link resolved), from the shell's own cd -P and back, not
 # a command substitution: that would fork a process in front of every script.
 if cd -P -- "${proxgpu_prefix:-/}" 2>/dev/null; then

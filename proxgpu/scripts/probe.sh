@@ -5,7 +5,8 @@
 # place, so it never exists without its owner); "read" only reads. TAKEOVER "-", or the owner id
 # of a lock to break (empty: a lock directory without an owner file): that lock is renamed out
 # of the way first, so of two that break it one wins. Records:
-#   uid N | node NAME | boot ID (this boot's id, "-" in a tree) | pvesh | notroot | lock
+#   uid N | node NAME | boot ID (this boot's id, "-" in a tree) | machine ID NAME (the prelude's
+#   rec_machine) | pvesh | notroot | lock
 #   locked B64(owner) | held B64(owner)
 #   inprogress ID | last ID B64(json) (the newest entry) | file I other | file I file SHA256 MODE UID GID
 #   file I absent MISSING_DIRS (how many of its ancestors do not exist)
@@ -20,6 +21,7 @@ rec node "$(uname -n)"
 boot=$(enter "$root/proc/sys/kernel/random" 2>/dev/null && nofollow_cat ./boot_id) ||
     boot=-
 rec boot "$boot"
+rec_machine
 if command -v pvesh >/dev/null 2>&1; then rec pvesh; fi
 if [ "$need_root" = 1 ] && [ "$uid" != 0 ]; then rec notroot; exit 0; fi
 # The lock's steps, in its directory (entered inside the root): 0 taken, 5 held by another.
@@ -104,4 +106,4 @@ for p; do
     (state "$p" "$i") || exit 1
     i=$((i + 1))
 done
-rec end
+true  # done: the EXIT trap writes the end record with status 0

@@ -8,8 +8,9 @@
 #   blocked PATH | writefail RC PATH ERROR | wrong ADDR DRIVER
 root=$1 limit=$2 load=$3 expand=$4; shift 4
 work=$(mktemp -d) || exit 1
-trap 'rm -rf "$work"' EXIT
-on_signal  # a kill still runs the EXIT trap
+rb_remove() { rm -rf "$work"; }
+at_exit rb_remove
+on_signal  # a kill still runs what at_exit names
 ticks=$(( (limit + 3) * 50 ))
 # drivers_probe binds before it returns; the wait only covers a slow driver's probe.
 settle=$limit
@@ -65,4 +66,4 @@ while [ $# -ge 3 ]; do
     done
     shift 3
 done
-rec end
+true  # done: the EXIT trap writes the end record with status 0

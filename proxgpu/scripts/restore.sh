@@ -58,7 +58,8 @@ content() {  # PATH TMP MODE UMASK OWNER SIZE: the next SIZE bytes of stdin into
     fi
 }
 pending=
-trap 'drop "$pending"' EXIT
+drop_pending() { drop "$pending"; }
+at_exit drop_pending
 on_signal
 n=$1
 shift
@@ -76,4 +77,4 @@ while [ "$i" -lt "$n" ]; do
     i=$((i + 1))
 done
 for d; do (enter "${d%/*}" 2>/dev/null && rmdir -- "./${d##*/}" 2>/dev/null); done
-rec end
+true  # done: the EXIT trap writes the end record with status 0

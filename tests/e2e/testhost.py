@@ -83,7 +83,8 @@ class TestHostError(RuntimeError):
 
 
 class BootStalledError(TestHostError):
-    """The guest's console went silent before SSH answered (see :data:`CONSOLE_STALL_S`)."""
+    """The boot never came up: the guest's console went silent before SSH answered (see
+    :data:`CONSOLE_STALL_S`), or QEMU exited on its own while it booted."""
 
 
 class HostKeyNotPinned(paramiko.SSHException):
@@ -246,9 +247,9 @@ class QemuTestHost:
     def _boot_until_ssh(self, started: float, timeout: float) -> bool:
         """Launch QEMU and wait for SSH; return whether the boot had to be power-cycled.
 
-        A boot that stalls is power-cycled once, as an operator would a hung server: the same
-        kernel, initramfs and disk boot again, so a hang that the tested state causes stalls
-        the second boot too and fails the test.
+        A boot that stalls, or whose QEMU exits by itself, is power-cycled once, as an operator
+        would a hung server: the same kernel, initramfs and disk boot again, so a failure that
+        the tested state causes comes back on the second boot and fails the test.
         """
         try:
             self._boot_once(timeout)
@@ -342,7 +343,13 @@ class QemuTestHost:
         console = _ConsoleWatch(self.console_log)
         while time.monotonic() < deadline:
             if not self._qemu_alive():
-                raise TestHostError(f"QEMU exited while booting\n{self.console_tail()}")
+                # Once under TCG on a loaded CI machine, QEMU exited 0.1 s into the kernel's
+                # boot, before anything the tests change runs: the boot is power-cycled once.
+                stderr = _tail_of(self.rundir / "qemu.stderr")
+                raise BootStalledError(
+                    f"QEMU exited while booting (its stderr: {stderr or 'empty'})\n"
+                    f"{self.console_tail()}"
+                )
             if console.silent_for() > CONSOLE_STALL_S:
                 raise BootStalledError(
                     f"the boot stalled: no console output for {CONSOLE_STALL_S:.0f} s and no SSH"
@@ -519,6 +526,14 @@ def gpu_topology_args() -> list[str]:
                 "-device", f"ich9-intel-hda,id=hda{node}{slot},bus={port},addr=0.1",
             ]  # fmt: skip
     return args
+
+
+def _tail_of(path: Path, size: int = 2000) -> str:
+    """The last ``size`` characters of a log, on one line ("" when there is none)."""
+    try:
+        return " ".join(path.read_text(errors="replace")[-size:].split())
+    except FileNotFoundError:
+        return ""
 
 
 class _ConsoleWatch:

@@ -9,6 +9,7 @@ the scratch folder changed.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -274,3 +275,41 @@ def test_a_hung_nvidia_smi_ends_at_its_deadline_and_inspection_carries_on(
     started = [int(pid) for pid in pids.read_text().split()]
     assert len(started) == 4
     assert all(gone(pid) for pid in started), "a process nvidia-smi started was left behind"
+
+
+def test_a_sparse_archive_member_unpacks_into_nothing_and_reads_unreadable(
+    scratch: Scratch,
+) -> None:
+    """A few hundred bytes of GNU tar (a 1 GiB sparse member, as a host may append to the
+    gather's archives) cost no gigabyte: only plain regular members are read, so the file it
+    stands for is unreadable, and the reader's peak memory stays far under 512 MiB."""
+    folder = scratch.root / "archive"
+    (folder / "1").mkdir(parents=True)
+    with (folder / "1" / "200.conf").open("wb") as handle:
+        handle.truncate(1 << 30)  # sparse: 1 GiB of zeros, nothing on disk
+    (folder / "2").mkdir()
+    (folder / "2" / "vfio.conf").write_bytes(b"options vfio-pci ids=10de:2bb5\n")
+    archive = subprocess.run(
+        ["tar", "--sparse", "-cf", "-", "-C", str(folder), "1/200.conf", "2/vfio.conf"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert len(archive) < 64 << 10, "the whole bomb is a few blocks"
+    output = (
+        b"#proxgpu-gather\t1\n#uid\t0\n#section\traw\n"
+        b"etc/pve/lxc/200.conf\0@1/200.conf\netc/modprobe.d/vfio.conf\0@2/vfio.conf\n"
+        b"#archive\t" + base64.b64encode(archive) + b"\n"
+    )
+    reader = (
+        "import sys\n"
+        "from proxgpu.inspection.capture import parse_gather_output\n"
+        "capture = parse_gather_output(sys.stdin.buffer.read())\n"
+        "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]\n"
+        "print(capture.unreadable, sorted(capture.raw), hwm)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", reader], input=output, capture_output=True, timeout=120, check=True
+    )
+    *said, peak = done.stdout.decode().split()
+    assert " ".join(said) == "['/etc/pve/lxc/200.conf'] ['/etc/modprobe.d/vfio.conf']"
+    assert int(peak) < 512 << 10, f"peak {int(peak) >> 10} MiB"

@@ -291,3 +291,65 @@ def test_an_unchained_entry_after_a_chained_one_is_refused(
     assert refused(hostile, capsys, "rollback", "--yes") == refusal(hostile.tree, second, why)
     code, _, err = cli(capsys, "rollback", "--root", str(hostile.tree), "--yes", "--trust-unsigned")
     assert code == 0, err
+
+
+def test_a_folder_where_the_signing_key_belongs_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A directory in the key's place is said as the key's problem (exit 2), before the lock
+    is taken: nothing is written, and nothing claims that files were restored."""
+    tree = copy_example(tmp_path)
+    config = tmp_path / "config"
+    (config / "proxgpu" / "key").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    before = tree_bytes(tree)
+    for argv in (["apply", *SPLIT, "--yes"], ["rollback", "--trust-unsigned", "--yes"]):
+        code, _, err = cli(capsys, argv[0], "--root", str(tree), *argv[1:])
+        assert code == 2, err
+        said = f"proxgpu: {config}/proxgpu/key: the signing key is not a regular file"
+        assert err.splitlines()[-1] == said
+        assert "restored" not in err
+        assert tree_bytes(tree) == before, "nothing written, no lock left"
+
+
+def test_an_unreadable_newest_entry_is_named_not_read_as_an_empty_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cut short, the newest entry is not passed over: rollback and verify name it (exit 15)
+    instead of "nothing to roll back"."""
+    tree = copy_example(tmp_path)
+    code, _, err = cli(capsys, "apply", "--root", str(tree), *SPLIT, "--yes")
+    assert code == 0, err
+    [entry] = entries(tree)
+    entry.write_bytes(entry.read_bytes()[:100])
+    before = tree_bytes(tree)
+    for argv in (["rollback", "--yes"], ["verify"]):
+        code, out, err = cli(capsys, argv[0], "--root", str(tree), *argv[1:])
+        assert (code, out) == (REFUSED, ""), err
+        assert f"/var/lib/proxgpu/journal/{entry.name}: unreadable: " in err
+        assert "it is the journal's newest entry, so the latest apply is not known" in err
+    assert tree_bytes(tree) == before, "nothing written"
+
+
+def test_a_journal_copied_onto_another_machine_is_refused_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same admin's key signs the journals of all their hosts, so a journal copied whole
+    onto another host (a clone of one golden image) checks there: the machine it was made on
+    (hostname and /etc/machine-id) is compared, and rollback, even --force, refuses it (exit
+    15) until told --trust-unsigned."""
+    tree = copy_example(tmp_path)
+    (tree / "etc/machine-id").write_text("4c4c454400000000000000000000a001\n")
+    (tree / "etc/hostname").write_text("pve-a\n")
+    code, _, err = cli(capsys, "apply", "--root", str(tree), *SPLIT, "--yes")
+    assert code == 0, err
+    # The same files on another machine: the golden image's clone, renamed, same machine-id.
+    (tree / "etc/hostname").write_text("pve-b\n")
+    before = tree_bytes(tree)
+    for argv in (["rollback", "--force", "--yes"], ["verify"]):
+        code, out, err = cli(capsys, argv[0], "--root", str(tree), *argv[1:])
+        assert (code, out) == (REFUSED, ""), err
+        assert "made on pve-a (machine-id 4c4c454400000000000000000000a001), not on pve-b" in err
+    assert tree_bytes(tree) == before, "nothing written"
+    code, _, err = cli(capsys, "rollback", "--root", str(tree), "--trust-unsigned", "--yes")
+    assert code == 0, err

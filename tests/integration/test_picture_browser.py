@@ -76,7 +76,7 @@ def test_each_gpu_card_is_drawn_where_the_layout_puts_it_in_its_roles_colour(
     name: str, tmp_path: Path
 ) -> None:
     inventory: Inventory = HOSTS[name]()
-    roles = assignments(plan_split(inventory, POLICY))
+    roles = assignments(plan_split(inventory, POLICIES[name]))
     picture = lay_out(inventory, roles)
     page = tmp_path / f"{name}.svg"
     page.write_text(inventory_svg(inventory, roles))

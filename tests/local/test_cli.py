@@ -188,3 +188,34 @@ def test_the_installed_command_leaves_what_it_made_to_the_process_end(
     finally:
         gc.unfreeze()
     assert json.loads(capsys.readouterr().out.split("\n}\n", 1)[1])["hostname"] == "ct200"
+
+
+def test_a_vm_given_more_gpus_than_hostpci_entries_is_a_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Proxmox takes hostpci0 to hostpci15: a VM with 13 other devices has room for 3 GPUs,
+    and a plan that gives it 4 is refused, naming the count and the way out."""
+    root = copy_example(tmp_path)
+    vm = root / "etc/pve/qemu-server/300.conf"
+    others = "".join(f"hostpci{i}: 0000:{0x20 + i:02x}:00.0\n" for i in range(13))
+    vm.write_text(vm.read_text() + others)
+    assert main(["plan", "--root", str(root), "--lxc", "200", "--vm", "300"]) == 9
+    err = capsys.readouterr().err
+    assert (
+        "VM 300 would need 17 hostpci entries (4 GPUs and the 13 it has for other devices), "
+        "but Proxmox takes hostpci0 to hostpci15"
+    ) in err
+    assert "give VM 300 at most 3 GPUs (--vm 300:3)" in err
+    assert main(["plan", "--root", str(root), "--lxc", "200", "--vm", "300:3"]) == 0
+
+
+@pytest.mark.parametrize("name", ["..", "a..b"])
+def test_a_host_name_with_an_empty_label_does_not_resolve(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name the IDNA codec refuses before any lookup is a name that does not resolve (exit 3),
+    as OpenSSH says of it, not an internal error."""
+    config = tmp_path / "ssh_config"
+    config.touch()
+    assert main(["inspect", "--host", name, "--ssh-config", str(config)]) == 3
+    assert capsys.readouterr().err == f"proxgpu: {name}: cannot connect: name does not resolve\n"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu.errors import CommandError, CommandTimeoutError
+from proxgpu.errors import CommandError, CommandTimeoutError, StepNotFinishedError
 from proxgpu.host import scripts as host_scripts
 from proxgpu.host.local import LocalHost
-from proxgpu.host.scripts import Record, run_script
+from proxgpu.host.scripts import Record, ScriptOutput, run_script
 
 PRELUDE = resources.files("proxgpu").joinpath("scripts/prelude.sh").read_text(encoding="utf-8")
 BLOCKS = resources.files("proxgpu").joinpath("scripts/blocks.sh").read_text(encoding="utf-8")
@@ -33,18 +33,22 @@ def scripts(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return bodies
 
 
+def said(answer: ScriptOutput, status: int = 0) -> list[Record]:
+    """The records a script wrote, once its last is the end record the prelude writes on exit
+    (a token, and the exit status)."""
+    *records, end = answer.records
+    assert end.kind == "end" and len(end[0]) == 16 and end[1] == str(status), end
+    return records
+
+
 def test_a_script_answers_in_records_and_its_other_output_is_ignored(
     scripts: dict[str, str],
 ) -> None:
-    scripts["probe"] = 'echo "starting up"\nrec uid "$(id -u)"\nrec args "$#" "$1"\nrec end\n'
+    scripts["probe"] = 'echo "starting up"\nrec uid "$(id -u)"\nrec args "$#" "$1"\n'
     host = LocalHost()
     answer = run_script(host, "probe", "first", "second")
-    assert answer.records == [
-        Record("uid", (str(os.getuid()),)),
-        Record("args", ("2", "first")),
-        Record("end", ()),
-    ]
-    assert answer.complete and answer.returncode == 0 and answer.stderr == ""
+    assert said(answer) == [Record("uid", (str(os.getuid()),)), Record("args", ("2", "first"))]
+    assert answer.returncode == 0 and answer.stderr == ""
     assert answer.stdout.startswith(b"starting up\n")
     assert host.commands_run == 1, "one script, one round trip"
 
@@ -54,7 +58,7 @@ def test_rec_writes_every_field_as_given(scripts: dict[str, str]) -> None:
     scripts["echo"] = 'rec fields "$@"\nrec none\n'
     fields = ["a b", "", "100%s %d", "back\\slash \\n \\t", "-n", "--", "$HOME", "'\"", "*", "ü"]
     answer = run_script(LocalHost(), "echo", *fields, "  ends with spaces  ")
-    assert answer.records == [
+    assert said(answer) == [
         Record("fields", (*fields, "  ends with spaces  ")),
         Record("none", ()),
     ]
@@ -63,7 +67,7 @@ def test_rec_writes_every_field_as_given(scripts: dict[str, str]) -> None:
 def test_the_payload_reaches_the_script_on_stdin(scripts: dict[str, str]) -> None:
     scripts["read"] = 'rec size "$(wc -c)"\n'
     answer = run_script(LocalHost(), "read", payload=b"x" * 100_000)
-    assert answer.records == [Record("size", ("100000",))]
+    assert said(answer) == [Record("size", ("100000",))]
 
 
 def test_a_failing_script_names_its_step_when_checked(scripts: dict[str, str]) -> None:
@@ -75,13 +79,13 @@ def test_a_failing_script_names_its_step_when_checked(scripts: dict[str, str]) -
     assert (err.value.argv, err.value.returncode) == (["the stage step"], 3)
     answer = run_script(host, "stage", check=False)
     assert (answer.returncode, answer.stderr) == (3, "cannot stage: disk full\n")
-    assert answer.records == [Record("started", ())] and not answer.complete
+    assert said(answer, status=3) == [Record("started", ())]
 
 
 def test_the_prelude_makes_an_unset_variable_an_error(scripts: dict[str, str]) -> None:
-    scripts["typo"] = 'rec path "$undefined_name"\nrec end\n'
+    scripts["typo"] = 'rec path "$undefined_name"\nrec unreached\n'
     answer = run_script(LocalHost(), "typo", check=False)
-    assert answer.returncode != 0 and answer.records == []
+    assert answer.returncode != 0 and said(answer, status=answer.returncode) == []
     assert "undefined_name" in answer.stderr
 
 
@@ -98,9 +102,9 @@ def test_the_prelude_resolves_the_root_and_leaves_the_script_where_it_started(
     monkeypatch.chdir(start)
     scripts["where"] = 'rec at "$PWD" "$(pwd -P)" "$proxgpu_real"\n'
     answer = run_script(LocalHost(str(tmp_path / "link")), "where")
-    assert answer.records == [Record("at", (str(start), str(start), str(real)))]
+    assert said(answer) == [Record("at", (str(start), str(start), str(real)))]
     answer = run_script(LocalHost(str(tmp_path / "gone")), "where")
-    assert answer.records == [Record("at", (str(start), str(start), "//missing"))]
+    assert said(answer) == [Record("at", (str(start), str(start), "//missing"))]
 
 
 def test_a_script_that_runs_too_long_is_a_timeout(scripts: dict[str, str]) -> None:
@@ -110,10 +114,11 @@ def test_a_script_that_runs_too_long_is_a_timeout(scripts: dict[str, str]) -> No
 
 
 def test_a_bulk_script_keeps_its_answer_status_stderr_and_stdin(scripts: dict[str, str]) -> None:
-    scripts["probe"] = 'cat; rec args "$#" "$2"; echo oops >&2; rec end; exit 5\n'
+    scripts["probe"] = 'cat; rec args "$#" "$2"; echo oops >&2; exit 5\n'
     answer = run_script(LocalHost(), "probe", "a", "b c", payload=b"in\n", check=False, bulk=True)
-    assert answer.stdout == b"in\n#args\t2\tb c\n#end\n"
-    assert (answer.returncode, answer.stderr, answer.complete) == (5, "oops\n", True)
+    assert answer.stdout.startswith(b"in\n#args\t2\tb c\n#end\t")
+    assert said(answer, status=5) == [Record("args", ("2", "b c"))]
+    assert (answer.returncode, answer.stderr) == (5, "oops\n")
     with pytest.raises(CommandError, match="the probe step"):
         run_script(LocalHost(), "probe", "a", "b", bulk=True)
 
@@ -150,3 +155,34 @@ def test_each_script_is_sent_without_its_comments_and_with_its_line_numbers(name
     assert len(sent) < len(file) * 0.8, "the comments are most of what is left out"
     parsed = subprocess.run(["sh", "-n", "-c", sent], capture_output=True, text=True, check=False)
     assert parsed.returncode == 0, parsed.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        # A host (or a wrapper) that answers without running the script at all.
+        ("trap - EXIT; exit 0", "it answered exit 0 with no output"),
+        # The script's shell killed before its end: the answer stops short.
+        ("rec done; kill -KILL $$", "its answer stopped before the step's end (exit -9)"),
+        # An end record that is not this run's: replayed, or written by hand.
+        (
+            "rec end 0123456789abcdef 0; trap - EXIT",
+            "its answer ended with another run's end record",
+        ),
+        # The script ended 0, but the transport reports another status.
+        (
+            'rec end "$proxgpu_token" 0; trap - EXIT; exit 3',
+            "the step ended with status 0, but the host reported exit 3",
+        ),
+    ],
+    ids=["no-output", "killed", "foreign-end", "other-status"],
+)
+def test_an_answer_without_its_runs_end_record_is_a_step_not_finished(
+    scripts: dict[str, str], body: str, why: str
+) -> None:
+    scripts["commit"] = body + "\n"
+    for check in (True, False):
+        with pytest.raises(StepNotFinishedError) as err:
+            run_script(LocalHost(), "commit", check=check)
+        assert str(err.value) == f"localhost: the host did not finish the commit step ({why})"
+        assert err.value.exit_code == 3

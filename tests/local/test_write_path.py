@@ -126,7 +126,9 @@ def test_a_journal_path_with_dot_dot_is_unreadable_not_followed(tmp_path: Path) 
         assert journal.entries == [] and "not a plain absolute path" in str(journal.unreadable)
         with pytest.raises(JournalError, match="not a plain absolute path"):
             rollback(host, to=journal_id, force=True)
-        assert rollback(host).journal_id is None  # nothing readable to roll back
+        # Nor is it passed over for "nothing to roll back": it is the newest entry.
+        with pytest.raises(JournalError, match="it is the journal's newest entry"):
+            rollback(host)
     assert victim.read_text() == "keep me\n"
 
 

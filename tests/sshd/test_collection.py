@@ -315,3 +315,30 @@ def test_a_split_is_reviewed_applied_verified_and_rolled_back_through_ansible(
         done = results[name]["undone"]
         assert (done["restored"], done["actions"]) == (restored, actions), name
         assert diff and not done["diff"], "the diff is shown in diff mode only"
+
+
+def test_an_apply_another_controller_signed_is_acted_on_only_with_trust_unsigned(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A CI runner with a fresh home has a key of its own: verify and rollback refuse the
+    entry another controller signed, and take it with trust_unsigned, warning that they did."""
+    fleet.lifecycle("--tags", "split", "--limit", "pve1")
+    applied = snapshot(fleet.roots["pve1"])
+    fresh = str(tmp_path / "fresh-runner")
+
+    def run(module: str, trust: bool) -> tuple[dict[str, Any], str]:
+        args = ["pve1", "-i", str(fleet.inventory), "-m", f"proxgpu.pve.{module}"]
+        options = f"root={{{{ proxgpu_root }}}} trust_unsigned={trust}"
+        completed = ansible("ansible", fleet.scratch, *args, "-a", options, XDG_CONFIG_HOME=fresh)
+        return adhoc_results(completed.stdout)["pve1"], completed.stdout + completed.stderr
+
+    for module in ("gpu_verify", "gpu_rollback"):
+        refused, _ = run(module, trust=False)
+        assert refused["error"]["kind"] == "JournalError", refused
+        assert snapshot(fleet.roots["pve1"]) == applied
+    verified, said = run("gpu_verify", trust=True)
+    assert verified["verify"]["drifted"] is False, verified
+    assert "trust_unsigned: the journal entry's signature" in said
+    undone, said = run("gpu_rollback", trust=True)
+    assert undone["changed"] is True, undone
+    assert "trust_unsigned: the journal entry's signature" in said

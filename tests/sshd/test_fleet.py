@@ -134,3 +134,21 @@ def test_several_hosts_write_one_output_file_or_a_snapshot_each(
     capsys.readouterr()
     assert main(["inspect", "--root", str(snap / "gpu2"), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["gpus"]) == 8, "each tree reads back"
+
+
+def test_a_fleet_verify_says_which_host_drifted_on_its_own_line(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_example(tmp_path)
+    config = fleet_config(sshd, tmp_path, ["gpu1", "gpu2"])
+    ssh = ["--ssh-config", str(config), "--root", str(root)]
+    apply = ["apply", *ssh, "--lxc", "200", "--vm", "300", "--yes", "--skip-guest-check"]
+    assert main([*apply, "--host", "gpu1"]) == 0
+    assert main(["verify", *ssh, "--host", "gpu1,gpu2"]) == 0
+    assert "gpu1: ok" in capsys.readouterr().err
+    vm = root / "etc/pve/qemu-server/300.conf"
+    vm.write_text(vm.read_text().replace("hostpci0:", "#hostpci0:"))
+    assert main(["verify", *ssh, "--host", "gpu1,gpu2"]) == 17
+    err = capsys.readouterr().err
+    assert "gpu1: failed (exit 17)" in err and "gpu2: failed (exit 17)" in err
+    assert ": ok" not in err

@@ -6,15 +6,17 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -103,7 +105,11 @@ def test_a_bulk_script_answers_whole_with_its_status(
 ) -> None:
     host = transport(sshd.target, client_options(sshd, tmp_path))
     answer = run_script(host, "gather", str(tmp_path / "missing"), check=False, bulk=True)
-    assert (answer.returncode, answer.records[-1].kind) == (3, "error")
+    assert (answer.returncode, answer.records[-2].kind, answer.records[-1].kind) == (
+        3,
+        "error",
+        "end",
+    )
     inventory = inspect(transport(sshd.target, client_options(sshd, tmp_path)))
     assert inventory.hostname == socket.gethostname()
 
@@ -634,3 +640,77 @@ def test_revoked_by_a_revoked_host_keys_file_and_not_by_a_name(sshd: Sshd, tmp_p
         OpenSSHHost(sshd.target, options).run(["true"])
     with pytest.raises(HostUnreachableError):
         OpenSSHHost("revoked-gw", options).run(["true"])
+
+
+@pytest.fixture
+def short_home() -> Iterator[Path]:
+    """A home folder whose path leaves room for a control socket's (pytest's are too long)."""
+    home = Path(tempfile.mkdtemp(prefix="h", dir="/tmp"))
+    yield home
+    shutil.rmtree(home)
+
+
+def test_the_control_folder_is_never_in_a_shared_tmpdir(
+    sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short_home: Path
+) -> None:
+    """In a world-writable TMPDIR without the sticky bit another user could swap the folder
+    for one of theirs: the folder goes into a directory only this user can change."""
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    home = short_home
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    tempfile.tempdir = None  # tempfile reads TMPDIR once; let it read this one
+    try:
+        host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path))
+        assert host.check(["true"]).ok
+        folder = Path(str(host._folder))
+        parent = home / ".cache/proxgpu/ssh"
+        assert folder.parent == parent and not list(shared.iterdir())
+        assert stat.S_IMODE(parent.stat().st_mode) == 0o700
+        host.close()
+        parent.chmod(0o777)
+        with pytest.raises(UsageError, match=r"ssh: not a directory only you can change"):
+            OpenSSHHost(sshd.target, client_options(sshd, tmp_path)).check(["true"])
+    finally:
+        tempfile.tempdir = None
+
+
+def test_a_proxgpu_killed_with_its_master_up_leaves_it_only_until_the_next_run(
+    sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short_home: Path
+) -> None:
+    """kill -9 runs no close: the next run ends the master it left (which ControlPersist
+    would keep for 600 s) and removes its folder."""
+    monkeypatch.setenv("HOME", str(short_home))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    options = client_options(sshd, tmp_path)
+    script = (
+        "import sys\n"
+        "from proxgpu.host.openssh import OpenSSHHost\n"
+        "from proxgpu.host.ssh import SSHOptions\n"
+        f"host = OpenSSHHost({sshd.target!r}, SSHOptions(**{asdict(options)!r}))\n"
+        "host.check(['true'])\n"
+        "print(host._folder, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    folder = child.stdout.readline().strip()
+    assert folder and os.path.isdir(folder)
+    child.kill()
+    child.wait()
+    left = subprocess.run(["pgrep", "-f", folder], capture_output=True, check=False)
+    assert left.returncode == 0, "the master outlived proxgpu"
+    host = OpenSSHHost(sshd.target, options)
+    try:
+        assert host.check(["true"]).ok
+        assert not os.path.exists(folder)
+        assert wait_for(
+            lambda: subprocess.run(["pgrep", "-f", folder], check=False).returncode == 1
+        ), "the master it left is ended"
+    finally:
+        host.close()

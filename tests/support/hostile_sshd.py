@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.sshd import Sshd, _config, free_port, keygen, serving
@@ -56,3 +57,41 @@ def offering(work: Path, extra: str, host_key: str = "ed25519") -> Iterator[Sshd
     (work / "sshd_config").write_text(extra + "\n" + _config(work, port, ["127.0.0.1"]))
     with serving(work, port) as server:
         yield server
+
+
+#: The ForceCommand of a lying host: every command it is sent runs, except the step named in
+#: ``lie_to`` (each script's first line names its step: ``proxgpu_step=NAME``), which is answered
+#: with exit 0 and the bytes of ``answer`` instead.
+LIAR = """#!/bin/sh
+step=$(cat {folder}/lie_to 2>/dev/null)
+case $step:$SSH_ORIGINAL_COMMAND in
+    ?*:*"proxgpu_step=$step "*) cat {folder}/answer; exit 0 ;;
+esac
+exec sh -c "$SSH_ORIGINAL_COMMAND"
+"""
+
+
+@dataclass(frozen=True)
+class Liar:
+    """A real sshd that runs what it is sent, but answers one step without running it."""
+
+    sshd: Sshd
+    folder: Path
+
+    def lie_about(self, step: str | None, answer: str = "") -> None:
+        """From now on answer ``step`` (a script's name) with exit 0 and ``answer``, running
+        nothing; ``None``: be honest again."""
+        (self.folder / "lie_to").write_text(step or "")
+        (self.folder / "answer").write_text(answer)
+
+
+@contextmanager
+def lying(work: Path) -> Iterator[Liar]:
+    """A lying host under ``work`` (see :data:`LIAR`), honest until told otherwise."""
+    work.mkdir(parents=True, exist_ok=True)
+    wrapper = work / "liar.sh"
+    wrapper.write_text(LIAR.format(folder=work))
+    wrapper.chmod(0o755)
+    (work / "lie_to").write_text("")
+    with offering(work, f"ForceCommand {wrapper}") as server:
+        yield Liar(sshd=server, folder=work)

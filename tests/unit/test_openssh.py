@@ -1,11 +1,14 @@
-"""What the OpenSSH transport reads from ssh_config, a master that does not answer, and a
-command's input bounded by its deadline."""
+"""What the OpenSSH transport reads from ssh_config, a master that does not answer or answers
+what the protocol never does, and a command's input bounded by its deadline."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import struct
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +18,7 @@ from proxgpu.host import openssh
 from proxgpu.host.pipes import exchange
 from proxgpu.host.sshclient import why_openssh
 from proxgpu.host.sshcommon import known_hosts_files
-from proxgpu.host.sshmux import Session, master_alive
+from proxgpu.host.sshmux import MuxError, Session, master_alive, start_session
 
 
 def test_quoted_known_hosts_names_stay_whole() -> None:
@@ -79,3 +82,48 @@ def test_an_identity_file_with_a_blank_set_only_in_ssh_config_stays_whole(tmp_pa
     assert resolved["identityfile"][:2] == [f"{keys}/id", "/elsewhere/id2"]
     reason = why_openssh(resolved, "pve1", text)
     assert reason == "a user certificate (IdentityFile's -cert.pub)"
+
+
+def _serve_once(control: Path, answers: list[bytes]) -> threading.Thread:
+    """A stand-in master on a real socket (no OpenSSH master answers malformed): it greets as
+    the mux protocol's version 4 does, then sends ``answers`` whatever it is asked."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(control))
+    server.listen()
+
+    def serve() -> None:
+        with server, server.accept()[0] as peer:
+            peer.sendall(struct.pack(">III", 8, 1, 4))  # MUX_MSG_HELLO, version 4
+            peer.settimeout(5)
+            with contextlib.suppress(OSError):
+                peer.recv(65536)
+            for answer in answers:
+                peer.sendall(answer)
+            with contextlib.suppress(OSError):
+                while peer.recv(65536):
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        struct.pack(">I", 1 << 31),  # a length of 2 GiB: never allocated
+        struct.pack(">I", 2) + b"\0\0",  # too short for a message type
+        struct.pack(">III", 8, 0x80000006, 1),  # "session opened" without its id
+    ],
+    ids=["huge", "short", "no-session-id"],
+)
+def test_a_malformed_answer_on_the_control_socket_is_a_mux_error(
+    tmp_path: Path, answer: bytes
+) -> None:
+    """Whatever answers on the control socket, a reply that cannot be the protocol's is a
+    MuxError (an OSError: the transport's "cannot run"), never an IndexError or MemoryError."""
+    control = tmp_path / "control"
+    served = _serve_once(control, [answer])
+    with pytest.raises(MuxError):
+        start_session(str(control), "true", time.monotonic() + 5)
+    served.join(10)

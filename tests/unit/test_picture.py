@@ -7,7 +7,6 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from proxgpu.inspection.inventory import Inventory
 from proxgpu.picture import (
     HostReport,
     assignments,
@@ -44,15 +43,23 @@ def _texts(root: ET.Element) -> list[str]:
     return [e.text or "" for e in root.iter(f"{SVG}text")]
 
 
-def _roles(inventory: Inventory) -> dict[str, object]:
-    return dict(assignments(plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))))
+#: Each host's split, as the planner takes it: the 8x8 host's 56 vfio GPUs go to seven VMs of
+#: eight (Proxmox gives a VM at most 16, hostpci0 to hostpci15).
+POLICIES = {
+    "ct200": SplitPolicy(lxc=200, vms=[(300, None)]),
+    "8x8": SplitPolicy(lxc=200, vms=[(301 + i, 8) for i in range(7)]),
+}
+
+
+def _roles(name: str) -> dict[str, object]:
+    return dict(assignments(plan_split(HOSTS[name](), POLICIES[name])))
 
 
 @pytest.mark.parametrize("name", sorted(HOSTS))
 @pytest.mark.parametrize("planned", [False, True])
 def test_svg_is_well_formed_and_shows_every_gpu_and_node(name: str, planned: bool) -> None:
     inventory = HOSTS[name]()
-    roles = _roles(inventory) if planned else None
+    roles = _roles(name) if planned else None
     root = _parsed(inventory_svg(inventory, roles))  # type: ignore[arg-type]
     ids = _by_id(root)
     for gpu in inventory.gpus:
@@ -80,7 +87,7 @@ def _assert_no_overlap(picture: Picture) -> None:
 @pytest.mark.parametrize("name", sorted(HOSTS))
 def test_gpu_cards_do_not_overlap_and_stay_inside_their_node(name: str) -> None:
     inventory = HOSTS[name]()
-    for roles in (None, _roles(inventory)):
+    for roles in (None, _roles(name)):
         picture = lay_out(inventory, roles)  # type: ignore[arg-type]
         assert len(picture.gpu_boxes) == len(inventory.gpus)
         _assert_no_overlap(picture)

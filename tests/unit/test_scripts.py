@@ -36,13 +36,6 @@ def output(text: str, returncode: int = 0) -> ScriptOutput:
     return ScriptOutput(parse_records(text), returncode, text.encode(), "")
 
 
-def test_an_output_is_complete_only_when_its_last_record_is_end() -> None:
-    assert output("#file\t0\n#end\n").complete
-    assert not output("#end\n#file\t0\n").complete, "records after the end: cut or garbled"
-    assert not output("#file\t0\n").complete, "cut short"
-    assert not output("").complete
-
-
 def test_records_are_found_by_kind_in_order() -> None:
     answer = output("#file\t0\n#uid\t0\n#file\t1\n#end\n")
     assert [r[0] for r in answer.of("file")] == ["0", "1"]

@@ -40,6 +40,15 @@ options:
     description: Take over a lock another machine's apply or rollback left behind.
     type: bool
     default: false
+  trust_unsigned:
+    description:
+      - Act on a journal entry not signed with this controller's key (C(~/.config/proxgpu/key)
+        of the user running Ansible), as C(proxgpu rollback --trust-unsigned) does, for an apply
+        made from another controller (a CI runner with a fresh home) whose entry you have
+        checked by hand. The task then warns that it did. An entry made for another host or
+        root is refused all the same.
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Says what would be restored (and the diff); writes nothing.

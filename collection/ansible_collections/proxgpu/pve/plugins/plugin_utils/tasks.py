@@ -37,14 +37,17 @@ FACTS_ARGUMENTS: dict[str, Any] = {
     "gpu_vendor": {"type": "list", "elements": "str"},
     "gpu_class": {"type": "list", "elements": "str"},
 }
+#: Acting on a journal entry another controller's key signed, as ``--trust-unsigned`` does.
+TRUST: dict[str, Any] = {"trust_unsigned": {"type": "bool", "default": False}}
 ROLLBACK_ARGUMENTS: dict[str, Any] = {
     **ROOT,
+    **TRUST,
     "to": {"type": "str"},
     "force": {"type": "bool", "default": False},
     "live": {"type": "bool", "default": False},
     "break_lock": {"type": "bool", "default": False},
 }
-VERIFY_ARGUMENTS: dict[str, Any] = {**ROOT, "to": {"type": "str"}}
+VERIFY_ARGUMENTS: dict[str, Any] = {**ROOT, **TRUST, "to": {"type": "str"}}
 
 
 class Mode(NamedTuple):
@@ -105,7 +108,8 @@ def rollback_task(
     say what would be restored.
 
     >>> from proxgpu.host import DirectoryHost
-    >>> params = {"to": None, "force": False, "live": False, "break_lock": False}
+    >>> params = {"to": None, "force": False, "live": False, "break_lock": False,
+    ...           "trust_unsigned": False}
     >>> done, _ = rollback_task(DirectoryHost("examples/hosts/ct200"), params, Mode(check=True))
     >>> done["changed"], done["journal_id"], done["restored"]
     (False, None, [])
@@ -120,17 +124,33 @@ def rollback_task(
         "messages": [] if done.rolled_back is None else done.rolled_back.messages,
         "diff": done.diff if mode.diff else [],
     }
-    return result, []
+    return result, trusted_unsigned(params)
 
 
 def verify_task(host: Host, params: dict[str, Any], mode: Mode) -> tuple[dict[str, Any], list[str]]:
     """gpu_verify: compare the host with the last apply (or journal entry ``to``), as
     ``proxgpu verify`` does; drift fails the task, whose result holds the report either way."""
-    report = verify(host, applied_entry(host, params["to"]))
+    trust = bool(params.get("trust_unsigned"))
+    report = verify(host, applied_entry(host, params["to"], trust_unsigned=trust))
     result: dict[str, Any] = {"changed": False, "verify": report.model_dump(mode="json")}
     if report.drifted:
         result |= {"failed": True, **failure(DriftError(host.name, report.drift))}
-    return result, []
+    return result, trusted_unsigned(params)
+
+
+def trusted_unsigned(params: dict[str, Any]) -> list[str]:
+    """The warning a task gives when it was told to act on an entry this controller's key did
+    not sign (none otherwise).
+
+    >>> trusted_unsigned({"trust_unsigned": False})
+    []
+    """
+    if not params.get("trust_unsigned"):
+        return []
+    return [
+        "trust_unsigned: the journal entry's signature and its place in the journal's chain "
+        "were not checked; act on it only if you have checked the entry by hand"
+    ]
 
 
 #: Each module's options (validated as the module's DOCUMENTATION states them) and work.
