@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from proxgpu.errors import ConcurrentApplyError
+from proxgpu.host.local import process_running
 
 # Lock ids of the applies and rollbacks running in this process: a lock they hold is not stale.
 _held_here: set[str] = set()
@@ -70,22 +71,7 @@ def is_stale(owner: dict[str, str]) -> bool:
     pid = int(owner["pid"])
     if pid == os.getpid():
         return owner.get("id") not in _held_here
-    return not _running(pid)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            state = stat.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
+    return not process_running(pid)
 
 
 def held_error(host: str, lock: str, owner: dict[str, str]) -> ConcurrentApplyError:

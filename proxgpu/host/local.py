@@ -101,3 +101,25 @@ class DirectoryHost(LocalHost):
         if not os.path.isdir(root):
             what = "not a directory" if os.path.lexists(root) else "no such directory"
             raise UsageError(f"{root}: {what} (--root names a host's tree)")
+
+
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs: one that exited but was not reaped
+    yet (a zombie, as a killed proxgpu is until its parent waits for it) does not; another
+    user's, which may not be signalled, does.
+
+    >>> process_running(os.getpid())
+    True
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")

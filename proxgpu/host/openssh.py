@@ -49,6 +49,7 @@ from proxgpu.errors import (
 )
 from proxgpu.host.base import CommandResult, Host, command_line
 from proxgpu.host.knownhosts import read_known_hosts
+from proxgpu.host.local import process_running
 from proxgpu.host.pipes import exchange
 from proxgpu.host.sshcommon import (
     SIGNALLED,
@@ -496,20 +497,10 @@ def _end_stale_masters(parent: str) -> None:
 
     for name in os.listdir(parent):
         pid = name.partition("-")[0]
-        if not pid.isdigit() or _running(int(pid)):
+        if not pid.isdigit() or process_running(int(pid)):
             continue
         folder = os.path.join(parent, name)
         control = os.path.join(folder, "control")
         if os.path.exists(control):
             sshmux.end_master(control, sshmux.find_master(control, timeout=2.0), timeout=2.0)
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

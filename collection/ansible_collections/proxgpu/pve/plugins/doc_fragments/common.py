@@ -1,6 +1,7 @@
 """What the documentation of the collection's modules shares (``extends_documentation_fragment:
-proxgpu.pve.common``, and ``proxgpu.pve.common.read_only`` for the modules that change nothing):
-the ``root`` option, how proxgpu reaches the host, and how a failure reads."""
+proxgpu.pve.common``, ``proxgpu.pve.common.read_only`` for the modules that change nothing and
+``proxgpu.pve.common.journal`` for those that act on a journal entry): the ``root`` option, how
+proxgpu reaches the host, how a failure reads, and ``trust_unsigned``."""
 
 from __future__ import annotations
 
@@ -35,4 +36,17 @@ attributes:
   diff_mode:
     description: Changes nothing, so has no diff.
     support: none
+"""
+
+    JOURNAL = r"""
+options:
+  trust_unsigned:
+    description:
+      - Act on a journal entry not signed with this controller's key (C(~/.config/proxgpu/key)
+        of the user running Ansible), as C(--trust-unsigned) does on the command line, for an
+        apply made from another controller (a CI runner with a fresh home) whose entry you have
+        checked by hand. The task then warns that it did. An entry made for another root is
+        refused all the same.
+    type: bool
+    default: false
 """

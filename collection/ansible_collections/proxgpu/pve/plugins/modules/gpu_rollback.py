@@ -22,6 +22,7 @@ description:
   - The follow-up actions run again (listed, not run, on a O(root) tree).
 extends_documentation_fragment:
   - proxgpu.pve.common
+  - proxgpu.pve.common.journal
 options:
   to:
     description:
@@ -38,15 +39,6 @@ options:
     default: false
   break_lock:
     description: Take over a lock another machine's apply or rollback left behind.
-    type: bool
-    default: false
-  trust_unsigned:
-    description:
-      - Act on a journal entry not signed with this controller's key (C(~/.config/proxgpu/key)
-        of the user running Ansible), as C(proxgpu rollback --trust-unsigned) does, for an apply
-        made from another controller (a CI runner with a fresh home) whose entry you have
-        checked by hand. The task then warns that it did. An entry made for another host or
-        root is refused all the same.
     type: bool
     default: false
 attributes:

@@ -19,20 +19,12 @@ description:
   - A host without an applied journal entry fails the task (C(UsageError)).
 extends_documentation_fragment:
   - proxgpu.pve.common
+  - proxgpu.pve.common.journal
   - proxgpu.pve.common.read_only
 options:
   to:
     description: The journal entry to compare with (default the last applied one).
     type: str
-  trust_unsigned:
-    description:
-      - Act on a journal entry not signed with this controller's key (C(~/.config/proxgpu/key)
-        of the user running Ansible), as C(proxgpu verify --trust-unsigned) does, for an apply
-        made from another controller (a CI runner with a fresh home) whose entry you have
-        checked by hand. The task then warns that it did. An entry made for another host or
-        root is refused all the same.
-    type: bool
-    default: false
 seealso:
   - module: proxgpu.pve.gpu_split
   - module: proxgpu.pve.gpu_rollback
