@@ -69,6 +69,7 @@ from proxgpu.errors import (
     PreflightError,
     ProxgpuError,
     PveApiError,
+    StepNotFinishedError,
     UsageError,
 )
 from proxgpu.host.base import Host
@@ -372,7 +373,9 @@ class _Apply:
         renamed = frozenset(self.changes[i].path for i in as_files)
         self.not_written -= renamed  # unknown until the host answers
         output = run_script(self.host, "commit", *(arg for item in items for arg in item.argv()))
-        self._confirm({paths[int(r[0])]: r[1] for r in output.of("api") if r[1] != "-"})
+        read_back = {paths[int(r[0])]: r[1] for r in output.of("api") if r[1] != "-"}
+        self._confirm(read_back)
+        self._refuse_unwritten(read_back)
         done = {paths[int(r[0])] for r in output.of("done")}
         self.not_written |= renamed - done
         self._refuse_changed(output.records, paths, "changed")
@@ -385,6 +388,22 @@ class _Apply:
         for record in output.of("failed"):
             path = paths[int(record[0])]
             raise CommandError(self.host.name, [f"replacing {path}"], int(record[1]), record[2])
+
+    def _refuse_unwritten(self, read_back: dict[str, str]) -> None:
+        """A config the API call answered for, yet read back as it was before: pvesh (or a
+        wrapper in its place) said done without writing, which is no write at all.
+
+        :raises StepNotFinishedError: naming the call and the config.
+        """
+        for change in self.changes:
+            if change.path not in read_back:
+                continue  # written as a file, not through the API
+            if read_back[change.path] == sha(change.before) != sha(change.after):
+                raise StepNotFinishedError(
+                    self.host.name,
+                    f"config write through the API ({change.path})",
+                    "pvesh answered, but the config read back afterwards is as it was before",
+                )
 
     def _api_writes(self, indices: list[int]) -> None:
         """``PUT /nodes/<node>/qemu/<vmid>/config`` for each VM config, one pvesh call each."""

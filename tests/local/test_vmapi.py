@@ -30,7 +30,7 @@ from proxgpu.pve.api import config_digest, same_config
 from proxgpu.rendering import render
 from proxgpu.rendering.changes import FileChange
 from tests.support.faults import drop_after
-from tests.support.standins import fake_tool, pvesh_calls
+from tests.support.standins import fake_tool, on_path, pvesh_calls
 from tests.support.trees import LXC, VM, changeset, sha256, snapshot, text
 
 
@@ -203,3 +203,23 @@ def test_a_second_plan_after_an_api_write_changes_nothing(
     assert not second.changed, [f.path for f in second.changed_files()]
     assert next(f for f in second.files if f.path == VM).after == reordered
     assert not apply_changes(live_host, second, plan=plan).changed
+
+
+def test_an_api_write_that_pvesh_answers_without_writing_is_not_believed(
+    root: Path, bin_dir: Path, live_host: LocalHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pvesh (or a wrapper in its place) that answers the PUT with exit 0 and writes nothing
+    leaves the config as it was, which the commit's read-back shows: the apply fails and puts
+    everything back, never "files written"."""
+    original = snapshot(root)
+    # Before the stand-in on PATH: every call but the PUT goes on to it.
+    liar = bin_dir.parent / "liar"
+    fake_tool(liar, "pvesh", f'[ "$1" = set ] && exit 0\nexec {bin_dir}/pvesh "$@"\n')
+    on_path(monkeypatch, liar)
+    with pytest.raises(ApplyError) as failed:
+        apply_changes(live_host, changeset(root))
+    message = str(failed.value)
+    assert f"the host did not finish the config write through the API ({VM}) step" in message
+    assert "every file was restored from the backup" in message
+    assert snapshot(root) == original
+    assert [e.status for e in history(live_host)] == ["failed"]
