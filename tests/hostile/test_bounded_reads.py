@@ -34,6 +34,10 @@ from tests.support.trees import copy_example, sriov_tree
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
 VFS = "/sys/bus/pci/devices/0001:"
 MIG = "/proc/driver/nvidia/capabilities/gpu0/mig"
+#: A line of a probe script that sets ``hwm`` to its process's peak memory in KiB. VmHWM, not
+#: ru_maxrss: Linux keeps ru_maxrss across exec, so a child forked from a large pytest would
+#: report the parent's size.
+PEAK_KIB = "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]\n"
 
 
 def test_a_command_that_answers_3_gb_is_stopped_at_the_limit_in_bounded_memory(
@@ -49,9 +53,7 @@ def test_a_command_that_answers_3_gb_is_stopped_at_the_limit_in_bounded_memory(
         "    LocalHost().run(['sh', '-c', 'head -c 3G /dev/zero'])\n"
         "except Exception as exc:\n"
         "    print(type(exc).__name__, exc)\n"
-        # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child forked from a
-        # large pytest would report the parent's size.
-        "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]\n"
+        f"{PEAK_KIB}"
         "print(time.monotonic() - start, hwm)\n"
     )
     done = subprocess.run(
@@ -304,7 +306,7 @@ def test_a_sparse_archive_member_unpacks_into_nothing_and_reads_unreadable(
         "import sys\n"
         "from proxgpu.inspection.capture import parse_gather_output\n"
         "capture = parse_gather_output(sys.stdin.buffer.read())\n"
-        "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]\n"
+        f"{PEAK_KIB}"
         "print(capture.unreadable, sorted(capture.raw), hwm)\n"
     )
     done = subprocess.run(
