@@ -8,7 +8,9 @@ The tiers are folders; each runs everything the one before it does, and more:
   against copies of the example hosts in tmp directories, and the CLI in process;
 * ``sshd``: a real OpenSSH server on 127.0.0.1 (marker ``sshd``);
 * ``integration``: real ansible-playbook, a built and installed wheel, ``python -m proxgpu``;
-* ``e2e``: a QEMU test host booting a real kernel (marker ``e2e``, minutes).
+* ``e2e``: a QEMU test host booting a real kernel (marker ``e2e``, minutes);
+* ``device``: a real NVIDIA host, the machine itself (marker ``device``): run only with
+  ``--device`` (``tests/device/run``), deselected otherwise, since CI has no GPU.
 
 Their helpers live in ``tests/support``, shared with ``bench/``. Tests in every tier run
 Proxmox VE's own code and test configs, from the sources ``tests/proxmox/sources.toml`` pins.
@@ -42,6 +44,26 @@ def _signing_key_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
         patch.setenv("XDG_RUNTIME_DIR", runtime)
         yield
     shutil.rmtree(runtime, ignore_errors=True)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--device``: this machine is a real NVIDIA host; run the device tier on it."""
+    parser.addoption(
+        "--device",
+        action="store_true",
+        help="run the tests marked device (tests/device): this machine is a real NVIDIA host",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``--device``, the device tier is deselected, not skipped: a machine without a
+    GPU (CI's) cannot run it, and a skip would read as a test that could not run."""
+    if config.getoption("--device"):
+        return
+    kept = [item for item in items if "device" not in item.keywords]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if "device" in i.keywords])
+        items[:] = kept
 
 
 def pytest_configure(config: pytest.Config) -> None:
