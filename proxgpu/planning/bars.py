@@ -25,7 +25,7 @@ from proxgpu.planning.guestcpu import (
     flag_set,
     guest_cpu,
 )
-from proxgpu.planning.ovmf import GIB, MAX_WIDTH, TIB, Fit, fit
+from proxgpu.planning.ovmf import GIB, MAX_WIDTH, TIB, Fit, advisable_bits, fit
 from proxgpu.pve.config import GuestConfig, format_property_string, hostpci_devices
 
 #: A BAR at least this large is a VRAM aperture (resizable BAR) that SeaBIOS cannot place.
@@ -130,12 +130,13 @@ def advised_cpu(
     config: GuestConfig, host: HostCpu, ports: dict[int, list[int]]
 ) -> tuple[str, Fit] | None:
     """The smallest number of address bits whose window holds the GPUs, as a ``cpu:`` value
-    keeping the VM's model and options; ``None`` when no value does on this host (OVMF uses at
-    most 46 bits, and no more than the host has)."""
+    keeping the VM's model and options, never fewer bits than the VM has; ``None`` when no value
+    does on this host (OVMF uses at most 46 bits, and no more than the host has)."""
     props = cpu_options(config)
-    if props is None:
+    now = guest_cpu(config, host)
+    if props is None or now is None:
         return None
-    for bits in range(41, min(MAX_WIDTH, host.phys_bits or MAX_WIDTH) + 1):
+    for bits in advisable_bits(now, host):
         value = with_bits(props, bits, host)
         if value is None:
             return None

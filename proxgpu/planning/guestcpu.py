@@ -3,7 +3,8 @@
 qemu-server turns ``cpu:`` into QEMU's ``-cpu`` (PVE/QemuServer/CPUConfig.pm,
 ``get_cpu_options``): a VM without ``cpu:`` runs ``get_default_cpu_type``'s ``kvm64``; the
 built-in ``x86-64-v2``, ``-v2-AES``, ``-v3`` and ``-v4`` run QEMU's ``qemu64`` with flags added
-(``$builtin_models_by_arch``), none of them ``pdpe1gb``; ``phys-bits=N`` becomes QEMU's
+(``$builtin_models_by_arch``), none of them ``pdpe1gb`` (which QEMU's server models such as the
+EPYC family carry: :mod:`~proxgpu.planning.cpumodels`); ``phys-bits=N`` becomes QEMU's
 ``phys-bits=N`` and ``phys-bits=host`` its ``host-phys-bits=true``. QEMU reports 40 bits for a
 named model unless told otherwise, and the host's own for ``host`` and ``max`` under KVM (which
 turn ``host-phys-bits`` on); under KVM every model that does not force a vendor shows the
@@ -24,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxgpu.inspection.inventory import Inventory
+from proxgpu.planning.cpumodels import has_1g_pages
 from proxgpu.pve.config import GuestConfig, parse_property_string
 
 #: qemu-server's CPU type when ``cpu:`` is absent, with KVM (``get_default_cpu_type``).
@@ -104,20 +106,28 @@ def guest_cpu(config: GuestConfig, host: HostCpu) -> GuestCpu | None:
     bits = _phys_bits(props, reported, host)
     if bits is None:
         return None
-    flags = flag_set(props)
-    # host and max pass the host's own flags through; KVM cannot add a page size it lacks.
-    has_1g = host.pdpe1gb is not False if reported in HOST_MODELS else False
-    if reported in HOST_MODELS and host.pdpe1gb is False:
-        flags.pop("pdpe1gb", None)
     guest_bits = props.get("guest-phys-bits", "")
     return GuestCpu(
         cputype=cputype,
         reported=reported,
         phys_bits=bits,
         vendor=_vendor(reported, host),
-        pdpe1gb=flags.get("pdpe1gb", "+" if has_1g else "-") == "+",
+        pdpe1gb=_one_gib_pages(reported, flag_set(props), host),
         guest_phys_bits=int(guest_bits) if guest_bits.isdigit() else None,
     )
+
+
+def _one_gib_pages(reported: str, flags: dict[str, str], host: HostCpu) -> bool:
+    """Whether the VM's CPU has 1 GiB pages: never where the host lacks them (KVM cannot add a
+    page size the host has not); else as the VM's ``+pdpe1gb`` or ``-pdpe1gb`` says; else host
+    and max do (they pass the host's flags through), and another model as QEMU's own definition
+    of it says (:mod:`~proxgpu.planning.cpumodels`; an unknown model is taken to lack them: the
+    advice that follows, ``+pdpe1gb``, is right either way)."""
+    if host.pdpe1gb is False:
+        return False
+    if "pdpe1gb" in flags:
+        return flags["pdpe1gb"] == "+"
+    return reported in HOST_MODELS or has_1g_pages(reported) is True
 
 
 def _phys_bits(props: dict[str, str], reported: str, host: HostCpu) -> int | None:

@@ -10,7 +10,12 @@ without 5-level paging. The rules, all in OvmfPkg/Library/PlatformInitLib/MemDet
   on Intel). Trusted bits are capped at 46 (4-level paging), and at 40 without 1 GiB pages
   (``pdpe1gb``). edk2 202408 and later also read QEMU's GuestPhysBits: a VM's
   ``guest-phys-bits`` caps the bits here too (that it also makes them trusted is not modelled,
-  so the model errs towards warning).
+  so the model errs towards warning). Whether a named QEMU model has 1 GiB pages is
+  :mod:`proxgpu.planning.cpumodels`'s table (EPYC-Rome has them, kvm64 and qemu64 do not); the
+  VM's ``flags=+pdpe1gb`` or ``-pdpe1gb`` overrides it, and a host without them gives none
+  (KVM passes no flag the host lacks). A model the table does not know counts as without them:
+  the warning it may cost advises ``+pdpe1gb``, which is right either way, where a missed one
+  leaves GPUs without their BARs.
 * ``PlatformDynamicMmioWindow``: with trusted bits W the 64-bit PCI window is the top eighth of
   the address space, 2^(W-3) bytes ending at 2^W, unless the classic window is as large or the
   dynamic one would start below the classic window's base. The classic window, used whenever
@@ -91,6 +96,27 @@ def address_width(cpu: GuestCpu) -> int | None:
         return None
     bits = min(bits, MAX_WIDTH)
     return bits if cpu.pdpe1gb else min(bits, NO_1G_WIDTH)
+
+
+def advisable_bits(cpu: GuestCpu, host: HostCpu) -> range:
+    """The ``phys-bits`` values worth advising, fewest first: from 41 (OVMF trusts them on any
+    vendor, with 1 GiB pages) to 46 (its cap), never below the VM's own bits (an advice must
+    not take address space from the guest) nor above the host's. A VM already above 46 gets
+    its own value alone, which with 1 GiB pages OVMF caps at 46.
+
+    >>> from dataclasses import replace
+    >>> host = HostCpu("AuthenticAMD", 52, True)
+    >>> kvm64 = GuestCpu("kvm64", "kvm64", 40, "AuthenticAMD", False, None)
+    >>> list(advisable_bits(kvm64, host)), list(advisable_bits(replace(kvm64, phys_bits=44), host))
+    ([41, 42, 43, 44, 45, 46], [44, 45, 46])
+    >>> list(advisable_bits(replace(kvm64, phys_bits=48), host))
+    [48]
+    """
+    low = max(NO_1G_WIDTH + 1, cpu.phys_bits)
+    high = max(low, MAX_WIDTH)
+    if host.phys_bits:
+        high = min(high, host.phys_bits)
+    return range(low, high + 1)
 
 
 def first_non_address(config: GuestConfig, cpu: GuestCpu, host: HostCpu) -> int:

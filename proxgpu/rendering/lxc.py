@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Gpu, Inventory, NvidiaCap
+from proxgpu.inspection.mig import instance_cap, instance_of
 from proxgpu.planning.minors import boot_minors
 from proxgpu.planning.model import MigUse, PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
@@ -16,12 +17,14 @@ from proxgpu.pve.versions import dev_entries
 from proxgpu.rendering.context import RenderContext, containers_named, guest_config_of
 from proxgpu.rendering.dri import KFD, DeviceNode, dri_nodes, drm_device_nodes, managed_dri_paths
 from proxgpu.rendering.nodes import (
-    NODES_INCLUDE,
     NODES_UNIT_NAME,
+    Given,
     capability,
+    gpus_first,
+    is_rules_file,
     kept_for_others,
     render_nodes_unit,
-    say_once,
+    rules_file,
 )
 from proxgpu.rendering.templating import render_template
 
@@ -62,8 +65,11 @@ def _control_nodes(
     present = set(ctx.inventory.device_nodes)
     if not present:
         return nodes  # the capture did not look at /dev: offer them all
-    nodes += _capability_nodes(ctx, present, vmid, gpus) if with_caps else []
-    present |= _MADE_AT_BOOT if ctx.options.nvidia_nodes_unit else set()
+    caps = _capability_nodes(ctx, present, vmid, gpus) if with_caps else []
+    nodes += caps
+    if ctx.options.nvidia_nodes_unit:
+        # It makes them at boot, a renumbered GPU's instances' at their new minors too.
+        present |= _MADE_AT_BOOT | {node.path for node in caps}
     missing = [n.path for n in nodes if n.path not in present]
     if missing:
         # Proxmox refuses to start a container whose devN node is missing.
@@ -102,7 +108,7 @@ def _capability_nodes(
     major = ctx.inventory.char_majors.get("nvidia-caps")
     paths = sorted((path for path in present if _cap_minor(path) >= 0), key=_cap_minor)
     caps = {path: capability(ctx.inventory, path) for path in paths}
-    caps = _drop_renumbered(ctx, _of_gpus(caps, gpus), gpus, vmid)
+    caps = _renumbered(ctx, _of_gpus(caps, gpus), gpus, vmid)
     unknown = [path for path, cap in caps.items() if cap is None]
     if unknown:
         ctx.warnings.append(
@@ -127,32 +133,47 @@ def _of_gpus(caps: dict[str, NvidiaCap | None], gpus: list[Gpu]) -> dict[str, Nv
     return {path: cap for path, cap in caps.items() if cap is None or _cap_gpu(cap) in mine}
 
 
-def _drop_renumbered(
+def _renumbered(
     ctx: RenderContext, caps: dict[str, NvidiaCap | None], gpus: list[Gpu], vmid: int
 ) -> dict[str, NvidiaCap | None]:
-    """``caps`` but the MIG instances of a GPU the next boot numbers anew: the driver names an
-    instance's /proc file and minor after its GPU's minor, so the unit could not make them."""
+    """``caps``, the MIG instances of a GPU the next boot numbers anew at the capability nodes
+    they get then: the driver names an instance's /proc file and minor after its GPU's minor,
+    from one fixed table (:func:`~proxgpu.inspection.mig.instance_cap`); a warning names each
+    node that changes."""
     boot = _nvidia_minors(ctx)
-    moved = {g.nvidia_minor for g in gpus if boot.get(g.address, g.nvidia_minor) != g.nvidia_minor}
-    stale = [path for path, cap in caps.items() if cap and _cap_gpu(cap) in moved]
-    if stale:
+    new = {g.nvidia_minor: boot[g.address] for g in gpus if g.address in boot}
+    result: dict[str, NvidiaCap | None] = {}
+    moved = []
+    for path, cap in caps.items():
+        where = instance_of(cap) if cap is not None else None
+        if where is None or new.get(where[0], where[0]) == where[0]:
+            result[path] = cap
+            continue
+        now = instance_cap(new[where[0]], where[1], where[2])
+        result[_cap_path(now.minor)] = now
+        moved.append(f"{path} becomes {_cap_path(now.minor)}")
+    if moved:
         ctx.warnings.append(
-            f"{', '.join(stale)}: not given to CT {vmid}, since their GPU gets another nvidia "
-            "minor at the next boot and its MIG instances other capability minors with it: plan "
-            "again after the reboot"
+            f"CT {vmid}: its GPU gets another nvidia minor at the next boot, and its MIG "
+            f"instances other capability nodes with it: {', '.join(moved)}"
         )
-    return {path: cap for path, cap in caps.items() if path not in stale}
+    return result
+
+
+def _cap_path(minor: int) -> str:
+    return f"/dev/nvidia-caps/nvidia-cap{minor}"
 
 
 def _cap_gpu(cap: NvidiaCap) -> int | None:
-    """The nvidia minor of the GPU whose MIG instance ``cap`` is (its /proc file's ``gpuN``);
-    None for MIG's config and monitor.
+    """The nvidia minor of the GPU whose MIG instance ``cap`` is; None for MIG's config and
+    monitor.
 
-    >>> _cap_gpu(NvidiaCap(proc_path="capabilities/gpu3/mig/gi1/access", minor=9, mode=0o444))
+    >>> _cap_gpu(NvidiaCap(proc_path="/proc/driver/nvidia/capabilities/gpu3/mig/gi1/access",
+    ...                    minor=399, mode=0o444))
     3
     """
-    match = re.search(r"(?:^|/)gpu(\d+)/", cap.proc_path)
-    return int(match[1]) if match else None
+    where = instance_of(cap)
+    return None if where is None else where[0]
 
 
 def _cap_minor(path: str) -> int:
@@ -169,33 +190,28 @@ def _at_boot(path: str, dev_mode: bool) -> bool:
     return path.startswith("/dev/nvidia") or (path == KFD and not dev_mode)
 
 
-def _every_containers_boot_nodes(ctx: RenderContext, dev_mode: bool) -> list[str]:
-    """The nodes the boot unit takes care of (:func:`_at_boot`) for every container the plan
-    gives GPUs or MIG instances: the one unit serves them all (containers with GPUs or an
-    instance of their own each need theirs), listed alike from each container so that each
-    renders the same unit: GPU nodes first. The nodes it made that containers the plan does not
-    name still name it keeps making (:func:`~proxgpu.rendering.nodes.kept_for_others`)."""
+def _every_containers_boot_nodes(ctx: RenderContext, dev_mode: bool) -> list[Given]:
+    """The nodes the boot unit takes care of (:func:`_at_boot`) for each container the plan
+    gives GPUs or MIG instances, GPU nodes first, with the container's own rules file where it
+    has no ``devN`` entries: the one unit serves them all, listed alike from each container so
+    that each renders the same unit. The nodes it made that containers the plan does not name
+    still name it keeps making (:func:`~proxgpu.rendering.nodes.kept_for_others`), their rules
+    in the file each includes."""
     quiet = replace(ctx, warnings=[])  # each container's own render says its warnings
-    paths = [
-        node.path
-        for group in ctx.plan.groups
-        for guest in group.guests
-        if guest.type == "lxc"
-        for node in _device_nodes(quiet, group, guest.vmid)
-        if _at_boot(node.path, dev_mode)
+    planned: dict[int, list[str]] = {}
+    for group in ctx.plan.groups:
+        for guest in (guest for guest in group.guests if guest.type == "lxc"):
+            nodes = _device_nodes(quiet, group, guest.vmid)
+            planned.setdefault(guest.vmid, []).extend(
+                node.path for node in nodes if _at_boot(node.path, dev_mode)
+            )
+    every = list(dict.fromkeys(path for paths in planned.values() for path in paths))
+    given = [
+        Given(None if dev_mode else rules_file(vmid), gpus_first(paths), f"CT {vmid}")
+        for vmid, paths in planned.items()
+        if paths
     ]
-    unique = list(dict.fromkeys(paths))
-    kept = kept_for_others(ctx, unique, set(_nvidia_minors(quiet).values()))
-    for vmid, nodes in kept.items():
-        say_once(
-            ctx,
-            f"CT {vmid}, which this plan does not name, still names {', '.join(nodes)} (given "
-            f"it by an earlier plan): {NODES_UNIT_NAME} keeps making them at boot, so that CT "
-            f"{vmid} still starts (remove those entries from it for the unit to stop)",
-        )
-        unique += [path for path in nodes if path not in unique]
-    gpu_nodes = [path for path in unique if re.fullmatch(r"/dev/nvidia\d+", path)]
-    return gpu_nodes + [path for path in unique if path not in gpu_nodes]
+    return given + kept_for_others(ctx, every, set(_nvidia_minors(quiet).values()))
 
 
 def _device_nodes(ctx: RenderContext, group: PlanGroup, vmid: int) -> list[DeviceNode]:
@@ -230,12 +246,17 @@ def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
         f"CT {vmid} will not start"
     )
     gpu = next(g for g in ctx.inventory.gpus if g.nvidia_minor == use.gpu_minor)
-    if _nvidia_minors(ctx).get(gpu.address, use.gpu_minor) != use.gpu_minor:
-        # The driver names the instance's /proc files and minors after the GPU's own minor.
+    minors = [use.gi_minor, use.ci_minor]
+    boot = _nvidia_minors(ctx).get(gpu.address, use.gpu_minor)
+    if boot != use.gpu_minor:
+        # The driver numbers the instance's capabilities after its GPU's minor, which changes.
+        minors = [instance_cap(boot, use.gi).minor, instance_cap(boot, use.gi, use.ci).minor]
         ctx.warnings.append(
-            f"CT {vmid}: {gpu.address} gets another nvidia minor at the next boot, and its MIG "
-            "instances other capability minors with it: plan again after the reboot"
+            f"CT {vmid}: {gpu.address} becomes /dev/nvidia{boot} at the next boot, and MIG GI "
+            f"{use.gi} CI {use.ci}'s capability nodes with it: {', '.join(paths)} become "
+            f"{', '.join(_cap_path(minor) for minor in minors)}"
         )
+        paths = [_cap_path(minor) for minor in minors]
     present = set(ctx.inventory.device_nodes)
     missing = [p for p in paths if present and p not in present]
     if missing and not ctx.options.nvidia_nodes_unit:
@@ -243,7 +264,6 @@ def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
             f"CT {vmid}: {', '.join(missing)} missing on the host: make them before it starts "
             "(nvidia-modprobe -f /proc/driver/nvidia/capabilities/gpuN/mig/giG/ciC/access)"
         )
-    minors = (use.gi_minor, use.ci_minor)
     return [DeviceNode(path, major, minor) for path, minor in zip(paths, minors, strict=True)]
 
 
@@ -288,7 +308,7 @@ class _Managed:
                 int(match.group(1)) in self.majors or f"{match[1]}:{match[2]}" in self.dri_numbers
             )
         if key == "lxc.include":
-            return value == NODES_INCLUDE
+            return is_rules_file(value)
         return key == "lxc.mount.entry" and self.node(value.split(" ", 1)[0])
 
 
@@ -334,12 +354,12 @@ def render_lxc(ctx: RenderContext, group: PlanGroup, path: str, vmid: int) -> No
     nodes = _device_nodes(ctx, group, vmid)
     nvidia = [node.path for node in nodes if node.path.startswith("/dev/nvidia")]
     unit = ctx.options.nvidia_nodes_unit
-    # Raw containers include the rules file the unit writes; the unit is the same for all.
-    shared = NODES_INCLUDE if unit and not dev_mode else None
-    include = shared if any(_at_boot(node.path, dev_mode) for node in nodes) else None
+    # A raw container includes the rules file the unit writes for it alone.
+    at_boot = any(_at_boot(node.path, dev_mode) for node in nodes)
+    include = rules_file(vmid) if unit and not dev_mode and at_boot else None
     wanted = _lxc_entries(ctx, group, nodes, dev_mode, include)
     if unit:
-        render_nodes_unit(ctx, _every_containers_boot_nodes(ctx, dev_mode), shared)
+        render_nodes_unit(ctx, _every_containers_boot_nodes(ctx, dev_mode))
     managed = _Managed.of(ctx.inventory)
     modes = {p: cap.mode for p in nvidia if (cap := capability(ctx.inventory, p))}
     modes |= _driver_modes(ctx, [p for p in nvidia if p not in modes], vmid)

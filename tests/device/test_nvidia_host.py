@@ -34,6 +34,8 @@ TIMEOUT = 120
 #: A device node as ``stat`` prints it: path under /dev, kind, major and minor (hex), mode
 #: (octal), owner and group.
 STAT_FORMAT = "%n %F %t:%T %a %u:%g"
+#: The container the nodes test renders the boot script for.
+RULES_VMID = 200
 
 
 def _output(*argv: str, env: dict[str, str] | None = None) -> str:
@@ -142,7 +144,7 @@ def _nodes_script(inventory: Inventory, paths: list[str], modprobe: str) -> str:
     ctx = RenderContext(inventory, plan, RenderOptions())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(nodes, "NVIDIA_MODPROBE", modprobe)
-        nodes.render_nodes_unit(ctx, paths, nodes.NODES_INCLUDE)
+        nodes.render_nodes_unit(ctx, [nodes.Given(nodes.rules_file(RULES_VMID), (*paths,), "CT")])
     return next(f.after for f in ctx.files if f.path == nodes.NODES_SCRIPT and f.after)
 
 
@@ -151,7 +153,8 @@ def _report(root: str) -> str:
     and the cgroup rules the script wrote."""
     return (
         f"cd {root}/dev && find . -name 'nvidia*' ! -type d | sort | "
-        f"xargs stat -c '{STAT_FORMAT}' && echo '#include' && cat {root}{nodes.NODES_INCLUDE}"
+        f"xargs stat -c '{STAT_FORMAT}' && echo '#include' && "
+        f"cat {root}{nodes.rules_file(RULES_VMID)}"
     )
 
 

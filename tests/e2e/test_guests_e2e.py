@@ -1,14 +1,16 @@
 """The guests start after ``apply`` and a cold reboot, with the real tools a Proxmox host uses.
 
-One apply (``--lxc 200 --vm 300``) and one cold reboot serve the module; it ends with a
-rollback and a cold reboot, after which every GPU is on its old driver again, as the other modules
-expect the host.
+One apply (``--lxc 200:2 --lxc 201:2 --vm 300``) and one cold reboot serve the module; it ends
+with a rollback and a cold reboot, after which every GPU is on its old driver again, as the other
+modules expect the host.
 
-* CT 200 runs in Debian's LXC from the configuration Proxmox would give it (the test-side model
-  in ``pve_guests.py``, with its sources), in both of proxgpu's forms: the raw ``lxc.*`` lines
-  written for Proxmox VE before 8.1 (the test host has no pve-container), and the ``devN:``
-  entries planned once a pve-container that has them is installed. Inside it, as uid 1000, its
-  GPUs' nodes open and no other GPU's does; its cpuset is node 0's CPUs.
+* CTs 200 and 201, two GPUs of node 0 each, run side by side in Debian's LXC from the
+  configuration Proxmox would give them (the test-side model in ``pve_guests.py``, with its
+  sources), in the raw ``lxc.*`` lines written for Proxmox VE before 8.1 (the test host has no
+  pve-container); CT 200 also in the ``devN:`` entries planned once a pve-container that has
+  them is installed. Inside each, as uid 1000, its GPUs' nodes open and no other GPU's does; as
+  root, a node it makes of the other container's GPU does not open (the device cgroup, from the
+  rules file the boot unit writes for that container alone); its cpuset is node 0's CPUs.
 * VM 300's ``hostpciN`` entries become QEMU's ``-device vfio-pci`` arguments as qemu-server's
   ``vm_commandline`` writes them (the harness's ``qemu-start --print-cmd``), and the test
   host's own QEMU opens every function with them: VFIO lets it only when the function's whole
@@ -46,12 +48,17 @@ pytestmark = pytest.mark.e2e
 
 NODE0 = [f"0000:{bus:02x}:00.0" for bus in (0x21, 0x22, 0x23, 0x24)]
 NODE1 = [f"0000:{bus:02x}:00.0" for bus in (0x81, 0x82, 0x83, 0x84)]
-CT = "/etc/pve/lxc/200.conf"
+CT = "/etc/pve/lxc/{vmid}.conf"
 VM = "/etc/pve/qemu-server/300.conf"
 CT_CONFIG = (
-    "arch: amd64\nhostname: inference\nmemory: 256\nostype: debian\n"
-    "rootfs: local:200/vm-200-disk-0.raw,size=1G\n"
+    "arch: amd64\nhostname: inference{vmid}\nmemory: 256\nostype: debian\n"
+    "rootfs: local:{vmid}/vm-{vmid}-disk-0.raw,size=1G\n"
 )
+#: The two containers of the split, two GPUs of node 0 each.
+CONTAINERS = (200, 201)
+SPLIT_OPTIONS = ["--lxc", "200:2", "--lxc", "201:2", "--vm", "300"]
+#: The root file system the image holds for CT 200 (guest/build-image.sh); CT 201 gets a copy.
+CT_ROOTFS = "/var/lib/lxc/{vmid}/rootfs"
 VM_CONFIG = "machine: q35\nmemory: 256\nname: train\nostype: l26\n"
 # A pve-container with devN entries (5.0.7 and later, proxgpu/pve/versions.py): a stand-in
 # dpkg status paragraph, as the test host has no Proxmox package; proxgpu reads only these lines.
@@ -62,14 +69,15 @@ DPKG_STATUS = "/var/lib/dpkg/status"
 PVE_Q35 = Path("qemu-server") / "src" / "usr"
 CT_USER = "1000:1000"  # gpu in the container's /etc/passwd (guest/build-image.sh)
 QMP_PORT = 4444
-LXC_LOG = "/run/lxc-200.log"
+LXC_LOG = "/run/lxc-{vmid}.log"
 
 
 @dataclass(frozen=True)
 class Split:
-    """The applied split after its cold reboot: the rendered guest configs and node 0's CPUs."""
+    """The applied split after its cold reboot: the rendered guest configs (the containers' by
+    VMID) and node 0's CPUs."""
 
-    container: str
+    containers: dict[int, str]
     vm: str
     node0_cpus: str
 
@@ -92,18 +100,24 @@ def split(testhost: QemuTestHost, tmp_path_factory: pytest.TempPathFactory) -> I
     # plan then gives the container every control node, nvidia-modeset's among them (the tests
     # before on this host may have made some).
     run_ok(testhost, "rm -f /dev/nvidia*")
-    write(testhost, CT, CT_CONFIG)
+    for vmid in CONTAINERS:
+        write(testhost, CT.format(vmid=vmid), CT_CONFIG.format(vmid=vmid))
+    rootfs = CT_ROOTFS.format(vmid=201)
+    run_ok(
+        testhost,
+        f"rm -rf {rootfs} && mkdir -p {rootfs} && cp -a {CT_ROOTFS.format(vmid=200)}/. {rootfs}",
+    )
     write(testhost, VM, VM_CONFIG)
     # The test host has no Proxmox API to ask whether the guests run.
-    applied = proxgpu(testhost, tmp, "apply", "--yes", "--lxc", "200", "--vm", "300",
-                      "--skip-guest-check")  # fmt: skip
+    applied = proxgpu(testhost, tmp, "apply", "--yes", *SPLIT_OPTIONS, "--skip-guest-check")
     try:
         assert applied.returncode == 0, applied.stdout + applied.stderr
         testhost.reboot()
         inventory = proxgpu(testhost, tmp, "inspect", "--json")
         assert inventory.returncode == 0, inventory.stderr
         cpus = next(n["cpus"] for n in json.loads(inventory.stdout)["numa_nodes"] if n["id"] == 0)
-        yield Split(run_ok(testhost, f"cat {CT}"), run_ok(testhost, f"cat {VM}"), cpus)
+        configs = {vmid: run_ok(testhost, f"cat {CT.format(vmid=vmid)}") for vmid in CONTAINERS}
+        yield Split(configs, run_ok(testhost, f"cat {VM}"), cpus)
     finally:
         back = proxgpu(testhost, tmp, "rollback", "--yes")
         testhost.reboot()
@@ -111,7 +125,7 @@ def split(testhost: QemuTestHost, tmp_path_factory: pytest.TempPathFactory) -> I
     assert_original(testhost)
 
 
-# -- CT 200 -------------------------------------------------------------------------------------
+# -- CTs 200 and 201 -------------------------------------------------------------------------------
 
 
 def node_stats(host: QemuTestHost, paths: list[str]) -> dict[str, NodeStat]:
@@ -134,36 +148,43 @@ def common_conf(host: QemuTestHost) -> str:
 
 
 @pytest.fixture
-def container(testhost: QemuTestHost) -> Iterator[Callable[[str], None]]:
-    """Starts CT 200 from a Proxmox config text (call it); stops it and its mounts after."""
+def container(testhost: QemuTestHost) -> Iterator[Callable[[int, str], None]]:
+    """Starts a container from its VMID and a Proxmox config text (call it); stops each one
+    started, and its mounts, after."""
+    started: list[int] = []
 
-    def start(text: str) -> None:
+    def start(vmid: int, text: str) -> None:
         devices = [d.path for d in passthrough_devices(text)]
-        config = lxc_config(200, text, node_stats(testhost, devices), common_conf(testhost))
-        write(testhost, "/var/lib/lxc/200/config", config)
-        write(testhost, "/var/lib/lxc/200/pve-prestart-hook", prestart_hook(200, text), "755")
-        write(testhost, "/var/lib/lxc/200/pve-autodev-hook", autodev_hook(200), "755")
+        config = lxc_config(vmid, text, node_stats(testhost, devices), common_conf(testhost))
+        directory = f"/var/lib/lxc/{vmid}"
+        write(testhost, f"{directory}/config", config)
+        write(testhost, f"{directory}/pve-prestart-hook", prestart_hook(vmid, text), "755")
+        write(testhost, f"{directory}/pve-autodev-hook", autodev_hook(vmid), "755")
         # The container's payload: a process that waits (its root file system has no init).
-        argv = ["lxc-start", "-n", "200", "-d", "-l", "DEBUG", "-o", LXC_LOG, "--",
+        log = LXC_LOG.format(vmid=vmid)
+        argv = ["lxc-start", "-n", str(vmid), "-d", "-l", "DEBUG", "-o", log, "--",
                 "/bin/sleep", "100000"]  # fmt: skip
+        started.append(vmid)
         with phase("guest start"):
             rc, out, err = testhost.ssh(argv)
-        log = testhost.ssh(["tail", "-n", "60", LXC_LOG])[1]
-        assert rc == 0, f"lxc-start exited {rc}: {out}{err}\n{log}"
-        run_ok(testhost, "lxc-wait -n 200 -s RUNNING -t 30")
+        tail = testhost.ssh(["tail", "-n", "60", log])[1]
+        assert rc == 0, f"lxc-start exited {rc}: {out}{err}\n{tail}"
+        run_ok(testhost, f"lxc-wait -n {vmid} -s RUNNING -t 30")
 
     yield start
-    testhost.ssh(["lxc-stop", "-n", "200", "-k"])
-    testhost.ssh(["sh", "-c", "umount /var/lib/lxc/200/passthrough 2>/dev/null; rm -f " + LXC_LOG])
+    for vmid in started:
+        testhost.ssh(["lxc-stop", "-n", str(vmid), "-k"])
+        unmount = f"umount /var/lib/lxc/{vmid}/passthrough 2>/dev/null"
+        testhost.ssh(["sh", "-c", f"{unmount}; rm -f {LXC_LOG.format(vmid=vmid)}"])
 
 
-def in_container(host: QemuTestHost, script: str, user: str = CT_USER) -> str:
-    """Run a busybox sh script in CT 200 as ``user`` (uid:gid)."""
+def in_container(host: QemuTestHost, vmid: int, script: str, user: str = CT_USER) -> str:
+    """Run a busybox sh script in container ``vmid`` as ``user`` (uid:gid)."""
     uid, gid = user.split(":")
-    argv = ["lxc-attach", "-n", "200", "--clear-env", "--uid", uid, "--gid", gid, "--",
+    argv = ["lxc-attach", "-n", str(vmid), "--clear-env", "--uid", uid, "--gid", gid, "--",
             "/bin/sh", "-c", script]  # fmt: skip
     rc, out, err = host.ssh(argv)
-    assert rc == 0, f"in CT 200: {script} exited {rc}: {out}{err}"
+    assert rc == 0, f"in CT {vmid}: {script} exited {rc}: {out}{err}"
     return out
 
 
@@ -175,53 +196,68 @@ for p; do
 done"""
 
 
-def opened(host: QemuTestHost, paths: list[str], user: str = CT_USER) -> dict[str, str]:
-    """Each path opened in CT 200 as ``user``: ``ok`` or the error."""
+def opened(host: QemuTestHost, vmid: int, paths: list[str], user: str = CT_USER) -> dict[str, str]:
+    """Each path opened in container ``vmid`` as ``user``: ``ok`` or the error."""
     script = "set -- " + " ".join(shlex.quote(p) for p in paths) + OPEN_EACH
-    return dict(line.split(" ", 1) for line in in_container(host, script, user).splitlines())
+    lines = in_container(host, vmid, script, user).splitlines()
+    return dict(line.split(" ", 1) for line in lines)
 
 
-def assert_exactly_its_gpus(host: QemuTestHost, given: list[str], cpus: str) -> None:
-    """As uid 1000 in CT 200: every node it is given opens, node 0's GPUs (minors 0-3 after the
-    reboot), nvidiactl, nvidia-uvm and nvidia-modeset among them; no other GPU's node exists,
-    and one made by root is refused (EPERM from the device cgroup); its cpuset is node 0's
-    CPUs."""
-    required = [f"/dev/nvidia{n}" for n in range(4)]
-    required += ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-modeset"]
-    assert set(required) <= set(given), given
-    present = in_container(host, "ls /dev").split()
+def gpu_minors(paths: list[str]) -> set[int]:
+    """The minors of the ``/dev/nvidiaN`` among ``paths``."""
+    return {int(m[1]) for p in paths if (m := re.fullmatch(r"/dev/nvidia(\d+)", p))}
+
+
+def assert_exactly_its_gpus(host: QemuTestHost, vmid: int, given: list[str], cpus: str) -> None:
+    """As uid 1000 in container ``vmid``: every node it is given opens, two of node 0's GPUs
+    (minors 0-3 after the reboot), nvidiactl, nvidia-uvm and nvidia-modeset among them; no
+    other GPU's node exists, and one made by root of another node-0 GPU (the other container's,
+    where both run) is refused (EPERM from the device cgroup); its cpuset is node 0's CPUs."""
+    mine = gpu_minors(given)
+    assert len(mine) == 2 and mine <= set(range(4)), given
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-modeset"} <= set(given), given
+    present = in_container(host, vmid, "ls /dev").split()
     assert {f"/dev/{n}" for n in present if n.startswith("nvidia")} == set(given), present
-    assert opened(host, given) == dict.fromkeys(given, "ok")
+    assert opened(host, vmid, given) == dict.fromkeys(given, "ok")
     # Root in the container may make any node (LXC's common.conf allows "c *:* m"); the device
-    # cgroup (BPF on cgroup2) still refuses to open one the container was not given (minor 4:
-    # a GPU's before the split, none of the container's), and opens one it was given.
-    in_container(host, "mknod -m 666 /tmp/other c 195 4 && mknod -m 666 /tmp/own c 195 0", "0:0")
+    # cgroup (BPF on cgroup2) still refuses to open one the container was not given, and opens
+    # one it was given.
+    other, own = min(set(range(4)) - mine), min(mine)
+    nodes = f"mknod -m 666 /tmp/other c 195 {other} && mknod -m 666 /tmp/own c 195 {own}"
+    in_container(host, vmid, nodes, "0:0")
     try:
-        assert opened(host, ["/tmp/other", "/tmp/own"]) == {
+        assert opened(host, vmid, ["/tmp/other", "/tmp/own"]) == {
             "/tmp/other": "Operation not permitted",
             "/tmp/own": "ok",
-        }
+        }, f"CT {vmid}: /dev/nvidia{other} is not its"
     finally:
-        in_container(host, "rm -f /tmp/other /tmp/own", "0:0")
-    pid = run_ok(host, "lxc-info -n 200 -p -H").strip()
+        in_container(host, vmid, "rm -f /tmp/other /tmp/own", "0:0")
+    pid = run_ok(host, f"lxc-info -n {vmid} -p -H").strip()
     cgroup = run_ok(host, f"cat /proc/{pid}/cgroup").strip().removeprefix("0::")
-    assert cgroup == "/lxc/200/ns", "LXC.pm's lxc.cgroup.dir.container and .inner"
+    assert cgroup == f"/lxc/{vmid}/ns", "LXC.pm's lxc.cgroup.dir.container and .inner"
     effective = run_ok(host, f"cat /sys/fs/cgroup{cgroup}/cpuset.cpus.effective").strip()
     assert effective == cpus
-    allowed = in_container(host, "cat /proc/self/status")
+    allowed = in_container(host, vmid, "cat /proc/self/status")
     assert f"Cpus_allowed_list:\t{cpus}" in allowed.splitlines()
 
 
-def test_ct200_starts_from_its_raw_lxc_lines_and_opens_exactly_its_gpus(
-    testhost: QemuTestHost, split: Split, container: Callable[[str], None]
+def test_two_raw_containers_run_side_by_side_each_opening_its_own_gpus_alone(
+    testhost: QemuTestHost, split: Split, container: Callable[[int, str], None]
 ) -> None:
-    """Proxmox VE before 8.1 (the test host has no pve-container): the rendered raw lines."""
-    assert not passthrough_devices(split.container)
-    raw = [line for line in split.container.splitlines() if line.startswith("lxc.")]
-    assert any(line.startswith("lxc.mount.entry: /dev/nvidia0 ") for line in raw), raw
-    container(split.container)
-    given = [line.split()[1] for line in raw if line.startswith("lxc.mount.entry: /dev/nvidia")]
-    assert_exactly_its_gpus(testhost, given, split.node0_cpus)
+    """Proxmox VE before 8.1 (the test host has no pve-container): the rendered raw lines, each
+    container including the rules file the boot unit wrote for it alone; both run at once, and
+    root in either cannot open the other's GPUs."""
+    given: dict[int, list[str]] = {}
+    for vmid, text in split.containers.items():
+        assert not passthrough_devices(text)
+        raw = [line for line in text.splitlines() if line.startswith("lxc.")]
+        assert f"lxc.include: /run/proxgpu/nvidia-devices-{vmid}.conf" in raw, raw
+        mounts = [line.split()[1] for line in raw if line.startswith("lxc.mount.entry: ")]
+        given[vmid] = [path for path in mounts if path.startswith("/dev/nvidia")]
+        container(vmid, text)
+    assert not gpu_minors(given[200]) & gpu_minors(given[201])
+    for vmid, paths in given.items():
+        assert_exactly_its_gpus(testhost, vmid, paths, split.node0_cpus)
 
 
 @pytest.fixture
@@ -231,34 +267,34 @@ def dev_entries(testhost: QemuTestHost, tmp_path: Path) -> Iterator[str]:
     run_ok(testhost, f"cp -p {DPKG_STATUS} {backup} && printf '\\n' >> {DPKG_STATUS} && "
            f"cat >> {DPKG_STATUS}", PVE_CONTAINER)  # fmt: skip
     try:
-        planned = proxgpu(testhost, tmp_path, "plan", "--lxc", "200", "--vm", "300", "--json")
+        planned = proxgpu(testhost, tmp_path, "plan", *SPLIT_OPTIONS, "--json")
         assert planned.returncode == 0, planned.stderr
         files = json.loads(planned.stdout)["changes"]["files"]
-        yield next(f["after"] for f in files if f["path"] == CT)
+        yield next(f["after"] for f in files if f["path"] == CT.format(vmid=200))
     finally:
         run_ok(testhost, f"mv {backup} {DPKG_STATUS}")
 
 
 def test_ct200_starts_from_its_dev_entries_and_opens_exactly_its_gpus(
-    testhost: QemuTestHost, split: Split, dev_entries: str, container: Callable[[str], None]
+    testhost: QemuTestHost, split: Split, dev_entries: str, container: Callable[[int, str], None]
 ) -> None:
     """Proxmox VE 8.1 and later: devN entries, each node made by the hooks with its mode."""
     devices = passthrough_devices(dev_entries)
-    assert {d.path for d in devices} >= {"/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"}
+    assert {d.path for d in devices} >= {"/dev/nvidiactl", "/dev/nvidia-uvm"}
     assert not [line for line in dev_entries.splitlines() if line.startswith("lxc.mount")]
     # proxgpu gives them NVIDIA's 0666, else pve-container's 0660 root:root shuts uid 1000 out.
     assert {d.mode for d in devices} == {"0666"}, dev_entries
-    container(dev_entries)
+    container(200, dev_entries)
     stats = node_stats(testhost, [d.path for d in devices])
     # create_passthrough_device_node: the entry's mode (0660 unless given) and uid:gid.
     paths = " ".join(shlex.quote(d.path) for d in devices)
-    made = in_container(testhost, f"stat -c '%n %a %u:%g %t:%T' {paths}").splitlines()
+    made = in_container(testhost, 200, f"stat -c '%n %a %u:%g %t:%T' {paths}").splitlines()
     assert made == [
         f"{d.path} {int(d.mode or '0660', 8):o} {d.uid}:{d.gid} "
         f"{stats[d.path].major:x}:{stats[d.path].minor:x}"
         for d in devices
     ]
-    assert_exactly_its_gpus(testhost, [d.path for d in devices], split.node0_cpus)
+    assert_exactly_its_gpus(testhost, 200, [d.path for d in devices], split.node0_cpus)
 
 
 # -- VM 300 -------------------------------------------------------------------------------------

@@ -17,10 +17,12 @@ from proxgpu.errors import PlanRefusedError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory, NvidiaCap
+from proxgpu.inspection.mig import instance_cap
 from proxgpu.planning import SplitPolicy, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render
 from proxgpu.rendering.changes import ChangeSet
+from proxgpu.rendering.nodes import NODES_SCRIPT
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hosts"
 CT_200 = "/etc/pve/lxc/200.conf"
@@ -144,19 +146,29 @@ def test_a_container_gets_no_other_gpu_s_mig_instance() -> None:
     assert "/dev/nvidia-caps/nvidia-cap12" not in devs
 
 
-def test_the_instances_of_a_mig_gpu_the_next_boot_numbers_anew_are_not_given() -> None:
-    """GPU 1 in MIG mode becomes GPU 0 once GPU 0 leaves: its instances' /proc files and
-    minors change with it, so the unit could not make the ones seen now."""
-    cap = NvidiaCap(proc_path=GI_ACCESS.replace("gpu0", "gpu1"), minor=12, mode=0o444)
-    moving = with_caps().model_copy(update={"nvidia_caps": [cap]})
+def test_the_instances_of_a_mig_gpu_the_next_boot_numbers_anew_get_their_new_nodes() -> None:
+    """GPU 1 in MIG mode becomes GPU 0 once GPU 0 leaves: its instances' /proc files and minors
+    change with it, by NVIDIA's fixed table, so the container gets the nodes of the new minor
+    and the unit makes them from the new /proc file."""
+    old = instance_cap(1, 1)  # GPU instance 1 of the GPU at minor 1: nvidia-cap147
+    moving = with_caps().model_copy(
+        update={
+            "nvidia_caps": [old],
+            "device_nodes": [*with_caps().device_nodes, f"/dev/nvidia-caps/nvidia-cap{old.minor}"],
+        }
+    )
     changes = rendered(moving, SplitPolicy(lxc=200, host_gpus=["0000:11:00.0", "0000:61:00.0"]))
     devs = dev_entries(changes)
     assert "/dev/nvidia-caps/nvidia-cap1" in devs
-    assert "/dev/nvidia-caps/nvidia-cap12" not in devs
-    assert any(
-        w.startswith("/dev/nvidia-caps/nvidia-cap12: not given to CT 200, since their GPU gets")
-        for w in changes.warnings
-    )
+    assert f"/dev/nvidia-caps/nvidia-cap{old.minor}" not in devs
+    assert "/dev/nvidia-caps/nvidia-cap12" in devs, "GPU instance 1 of the GPU at minor 0"
+    assert (
+        "CT 200: its GPU gets another nvidia minor at the next boot, and its MIG instances other "
+        f"capability nodes with it: /dev/nvidia-caps/nvidia-cap{old.minor} becomes "
+        "/dev/nvidia-caps/nvidia-cap12"
+    ) in changes.warnings
+    script = next(f.after or "" for f in changes.files if f.path == NODES_SCRIPT)
+    assert "cap driver/nvidia/capabilities/gpu0/mig/gi1/access\n" in script
 
 
 @pytest.mark.parametrize(

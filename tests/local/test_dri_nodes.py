@@ -22,7 +22,7 @@ from proxgpu.planning import SplitPolicy, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet
-from proxgpu.rendering.nodes import NODES_INCLUDE, NODES_SCRIPT, NODES_UNIT
+from proxgpu.rendering.nodes import NODES_SCRIPT, NODES_UNIT, rules_file
 from tests.support.factories import ct200
 from tests.support.pvevalidate import assert_all_ok, validate_tree, write_tree
 from tests.support.tools import require_tool
@@ -211,7 +211,7 @@ def run_unit(changes: ChangeSet, root: Path, loads_kfd_at: int | None = None) ->
 
 
 def rules(root: Path) -> list[str]:
-    return (root / NODES_INCLUDE.lstrip("/")).read_text().splitlines()
+    return (root / rules_file(200).lstrip("/")).read_text().splitlines()
 
 
 def raw_entries(changes: ChangeSet) -> list[tuple[str, str]]:
@@ -224,7 +224,7 @@ def test_a_raw_container_gets_kfd_s_rule_at_boot_with_the_major_of_that_boot(
 ) -> None:
     changes = raw_changes()
     entries = raw_entries(changes)
-    assert ("lxc.include", NODES_INCLUDE) in entries
+    assert ("lxc.include", rules_file(200)) in entries
     allowed = [v for k, v in entries if k == "lxc.cgroup2.devices.allow"]
     assert f"c {KFD_MAJOR}:0 rwm" not in allowed, "no kfd major fixed at plan time"
     assert "c 226:129 rwm" in allowed, "DRM's major is fixed: its rules stay in the config"

@@ -381,9 +381,10 @@ def test_the_report_says_which_container_has_which_instance() -> None:
     assert said in html
 
 
-def test_a_mig_gpu_the_next_boot_numbers_anew_is_said_to_need_a_new_plan() -> None:
+def test_a_mig_gpu_the_next_boot_numbers_anew_gets_the_nodes_of_its_new_minor() -> None:
     # As if 0000:ab:00.0 (nvidia3) were the MIG GPU: 0000:9a:00.0 goes to vfio-pci, and at the
-    # next boot nvidia numbers 0000:ab:00.0 2, which renames its instances' files and minors.
+    # next boot nvidia numbers 0000:ab:00.0 2, which renames its instances' files and minors by
+    # NVIDIA's table: GI 2 of GPU 2 is nvidia-cap291, its CI 0 nvidia-cap292.
     inventory = mig_host()
     instances = inventory.gpu("0000:18:00.0").mig_instances
     gpus = [
@@ -392,11 +393,16 @@ def test_a_mig_gpu_the_next_boot_numbers_anew_is_said_to_need_a_new_plan() -> No
     ]
     moved = inventory.model_copy(update={"gpus": gpus})
     plan = plan_split(moved, SplitPolicy(lxc_mig=[MigSpec(vmid=200, gpu="ab:00.0", gi=2)]))
-    warnings = render(moved, plan).warnings
-    assert (
-        "CT 200: 0000:ab:00.0 gets another nvidia minor at the next boot, and its MIG instances "
-        "other capability minors with it: plan again after the reboot"
-    ) in warnings
+    changes = render(moved, plan)
+    new = ["/dev/nvidia-caps/nvidia-cap291", "/dev/nvidia-caps/nvidia-cap292"]
+    warning = next(w for w in changes.warnings if w.startswith("CT 200: 0000:ab:00.0 becomes"))
+    assert warning.startswith("CT 200: 0000:ab:00.0 becomes /dev/nvidia2 at the next boot, and MIG")
+    assert warning.endswith(f"become {', '.join(new)}")
+    config = next(f.after for f in changes.files if f.path == CT_200)
+    assert [entry.split(",")[0] for entry in dev_entries(config) if "caps" in entry] == new
+    script = next(f.after or "" for f in changes.files if f.path == NODES_SCRIPT)
+    assert "cap driver/nvidia/capabilities/gpu2/mig/gi2/access\n" in script
+    assert "cap driver/nvidia/capabilities/gpu2/mig/gi2/ci0/access\n" in script
     assert not [w for w in render(mig_host(), plan_split(mig_host(), TWO)).warnings if "minor" in w]
 
 

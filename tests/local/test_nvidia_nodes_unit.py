@@ -33,10 +33,11 @@ from proxgpu.rendering.changes import ChangeSet
 from proxgpu.rendering.nodes import (
     GUESTS_DROPIN,
     HA_DROPIN,
-    NODES_INCLUDE,
     NODES_SCRIPT,
     NODES_UNIT,
     NODES_UNIT_NAME,
+    SHARED_RULES,
+    rules_file,
 )
 from tests.support.tools import require_tool
 from tests.support.trees import copy_example
@@ -291,12 +292,12 @@ def test_without_devn_entries_the_unit_writes_the_cgroup_rules_with_this_boot_s_
     changes = rendered(SplitPolicy(lxc=200), with_mig(tmp_path, pve_container="5.0.6"))
     config = GuestConfig.parse(text(changes, CT_200) or "")
     raw = [(k, v) for k, v in config.entries() if k.startswith("lxc.")]
-    assert ("lxc.include", NODES_INCLUDE) in raw
+    assert ("lxc.include", rules_file(200)) in raw
     assert not [v for k, v in raw if k == "lxc.cgroup2.devices.allow"], "no major fixed at plan"
     assert not [k for k, _ in config.entries() if k.startswith("dev")]
     root = boot_root(tmp_path, nvidia_modprobe=False, uvm_major=500)
     assert run_script(changes, root).returncode == 0
-    rules = (root / NODES_INCLUDE.lstrip("/")).read_text().splitlines()
+    rules = (root / rules_file(200).lstrip("/")).read_text().splitlines()
     assert "lxc.cgroup2.devices.allow = c 500:0 rwm" in rules
     assert "lxc.cgroup2.devices.allow = c 508:1 rwm" in rules
     assert len(rules) == len(given_nodes(changes)) == len(made(root))
@@ -462,3 +463,77 @@ def test_the_script_fails_naming_an_instance_not_made_again_at_boot(tmp_path: Pa
         "instance's capability exists only while it does"
     ) in result.stderr
     assert f"{root}/dev/nvidia-caps/nvidia-cap32 is missing" in result.stderr
+
+
+# --- raw containers: each its own cgroup rules ---------------------------------------------------
+
+RAW_CONTAINER = "arch: amd64\nhostname: {name}\nmemory: 4096\nostype: debian\nrootfs: local:1\n"
+
+
+def raw_host(tmp_path: Path, vmids: list[int], extra: dict[str, str] | None = None) -> Inventory:
+    """ct200 on a pve-container without devN entries, with a container for each of ``vmids`` in
+    place of its CT 200, and the ``extra`` files (host files, by path)."""
+    inventory = with_mig(tmp_path, pve_container="5.0.6")
+    configs = {f"/etc/pve/lxc/{v}.conf": RAW_CONTAINER.format(name=f"ct{v}") for v in vmids}
+    kept = {path: text for path, text in inventory.guest_configs.items() if path != CT_200}
+    return inventory.model_copy(
+        update={
+            "guest_configs": {**kept, **configs},
+            "host_files": {**inventory.host_files, **(extra or {})},
+        }
+    )
+
+
+def rules_of(root: Path, path: str) -> set[tuple[int, int]]:
+    """The (major, minor) of each rule in the rules file ``path`` the script wrote."""
+    lines = (root / path.lstrip("/")).read_text().splitlines()
+    found = (re.fullmatch(r"lxc\.cgroup2\.devices\.allow = c (\d+):(\d+) rwm", ln) for ln in lines)
+    return {(int(m[1]), int(m[2])) for m in found if m is not None}
+
+
+def test_raw_containers_each_include_rules_for_their_own_nodes_alone(tmp_path: Path) -> None:
+    """Two containers of two GPUs each, no devN entries: each config includes a rules file of
+    its own, and each file allows that container's GPUs and the control nodes, never the other's
+    GPUs (with one shared file, root in either could mknod and open the other's)."""
+    policy = SplitPolicy(lxc_subsets=[(117, 2), (4242, 2)])
+    changes = rendered(policy, raw_host(tmp_path, [117, 4242]))
+    minors: dict[int, set[int]] = {}
+    for vmid in (117, 4242):
+        config = GuestConfig.parse(text(changes, f"/etc/pve/lxc/{vmid}.conf") or "")
+        assert [v for k, v in config.entries() if k == "lxc.include"] == [rules_file(vmid)]
+        mounts = [v.split()[0] for k, v in config.entries() if k == "lxc.mount.entry"]
+        minors[vmid] = {int(p[len("/dev/nvidia") :]) for p in mounts if p[11:].isdigit()}
+    assert len(minors[117]) == len(minors[4242]) == 2
+    assert not minors[117] & minors[4242]
+    root = boot_root(tmp_path, nvidia_modprobe=False)
+    assert run_script(changes, root).returncode == 0
+    for vmid, other in ((117, 4242), (4242, 117)):
+        allowed = rules_of(root, rules_file(vmid))
+        assert {(195, minor) for minor in minors[vmid]} | {(195, 255), (511, 0)} <= allowed
+        assert not {(195, minor) for minor in minors[other]} & allowed, f"CT {vmid}"
+    assert not (root / SHARED_RULES.lstrip("/")).exists()
+
+
+def test_a_container_still_on_the_shared_rules_file_keeps_only_its_own_rules_there(
+    tmp_path: Path,
+) -> None:
+    """A unit written before rules files were each container's own (one ``set --`` list) made
+    CT 905's nodes, and CT 905 still includes the shared file; planning CT 117 alone gives CT
+    117 its own file, keeps making CT 905's nodes, and the shared file now holds CT 905's rules
+    only, with a warning that says how to give it its own."""
+    old_unit = "set -- \\\n    nvidia2 \\\n    nvidia3 \\\n    nvidiactl\nfor node; do\n"
+    inventory = raw_host(tmp_path, [117], {NODES_SCRIPT: old_unit})
+    legacy = (
+        RAW_CONTAINER.format(name="legacy") + f"lxc.include: {SHARED_RULES}\n"
+        "lxc.mount.entry: /dev/nvidia2 dev/nvidia2 none bind,optional,create=file\n"
+        "lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file\n"
+    )
+    configs = {**inventory.guest_configs, "/etc/pve/lxc/905.conf": legacy}
+    inventory = inventory.model_copy(update={"guest_configs": configs})
+    changes = rendered(SplitPolicy(lxc_subsets=[(117, 1)]), inventory)
+    assert text(changes, "/etc/pve/lxc/905.conf") in (None, legacy), "CT 905 is left as it is"
+    assert any(f"CT 905 still includes {SHARED_RULES}" in w for w in changes.warnings)
+    root = boot_root(tmp_path, nvidia_modprobe=False)
+    assert run_script(changes, root).returncode == 0
+    assert rules_of(root, SHARED_RULES) == {(195, 2), (195, 255)}
+    assert (195, 2) not in rules_of(root, rules_file(117))

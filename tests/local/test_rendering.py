@@ -24,7 +24,7 @@ from proxgpu.planning.model import SplitPolicy
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet
-from proxgpu.rendering.nodes import NODES_INCLUDE
+from proxgpu.rendering.nodes import rules_file
 from tests.support.pvevalidate import corpus_files, proxmox_sources
 from tests.support.scenarios import SCENARIOS, scenario
 from tests.support.trees import EXAMPLES, GOLDEN, copy_example
@@ -108,7 +108,7 @@ def test_old_proxmox_gets_raw_lines_whose_cgroup_rules_the_unit_writes(tmp_path:
     _, changes = scenario("ct200-lxc-vm", old_proxmox(tmp_path))
     after = next(f.after for f in changes.files if f.path == "/etc/pve/lxc/200.conf") or ""
     assert not re.findall(r"^lxc\.cgroup2\.devices\.allow: (.*)$", after, re.MULTILINE)
-    assert re.findall(r"^lxc\.include: (.*)$", after, re.MULTILINE) == [NODES_INCLUDE]
+    assert re.findall(r"^lxc\.include: (.*)$", after, re.MULTILINE) == [rules_file(200)]
     assert "dev0:" not in after
     assert "lxc.mount.entry: /dev/nvidia3 dev/nvidia3 none bind,optional,create=file" in after
     assert "/dev/nvidia4" not in after

@@ -116,7 +116,8 @@ def test_the_ram_below_the_window(config: str, host: HostCpu, end: int) -> None:
         ("cpu: host\n", ("host", "host", 46, "GenuineIntel", True)),
         ("cpu: host,flags=-pdpe1gb\n", ("host", "host", 46, "GenuineIntel", False)),
         ("cpu: kvm64,phys-bits=host\n", ("kvm64", "kvm64", 46, "GenuineIntel", False)),
-        ("cpu: EPYC-Genoa,phys-bits=44\n", ("EPYC-Genoa", "EPYC-Genoa", 44, "AuthenticAMD", False)),
+        # QEMU's EPYC models carry 1 GiB pages (proxgpu/planning/cpumodels.py).
+        ("cpu: EPYC-Genoa,phys-bits=44\n", ("EPYC-Genoa", "EPYC-Genoa", 44, "AuthenticAMD", True)),
     ],
 )
 def test_what_the_vms_cpu_reports(config: str, fields: tuple[str, str, int, str, bool]) -> None:
