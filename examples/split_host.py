@@ -24,7 +24,7 @@ from pathlib import Path
 
 import proxgpu
 from proxgpu.pipeline import split_host
-from proxgpu.planning import SplitPolicy, parse_vm_spec
+from proxgpu.planning import SplitPolicy
 from proxgpu.rendering.changes import unified_diff
 
 CT200 = Path(__file__).resolve().parent / "hosts" / "ct200"
@@ -59,7 +59,7 @@ def policy_of(args: argparse.Namespace) -> SplitPolicy:
     specs = args.vm if args.vm is not None else ["300"]
     return SplitPolicy(
         lxc=args.lxc,
-        vms=[parse_vm_spec(spec) for spec in specs if spec != "none"],
+        vms=[spec for spec in specs if spec != "none"],
         host_nodes=args.host_node,
         vfio_nodes=args.vfio_node,
         host_gpus=args.host_gpus,

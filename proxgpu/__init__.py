@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from proxgpu.errors import ProxgpuError
 
 if TYPE_CHECKING:
+    __version__: str  # looked up when asked for (see __getattr__)
+
     from proxgpu.apply import ApplyOptions, history, verify
     from proxgpu.fleet import (
         Target,
@@ -70,8 +72,16 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
+    """The names above, loaded on first use, and ``__version__``, looked up when asked for.
+
+    >>> import proxgpu, re
+    >>> bool(re.match(r"\\d+\\.\\d+", proxgpu.__version__))
+    True
+    """
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
+    if name == "__version__":
+        return import_module("proxgpu.version").version()
     raise AttributeError(f"module 'proxgpu' has no attribute {name!r}")
 
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from proxgpu.apply import ApplyOptions
 from proxgpu.apply.actions import ACTION_TIMEOUT
 from proxgpu.inspection import GpuFilter
-from proxgpu.planning import SplitPolicy, parse_lxc_specs, parse_vm_specs
+from proxgpu.planning import SplitPolicy
 from proxgpu.rendering import RenderOptions
 
 
@@ -32,10 +32,12 @@ def gpu_filter(params: dict[str, Any]) -> GpuFilter:
     """The GPUs the options ask for: ``gpu_vendor`` and ``gpu_class`` as the CLI takes them.
 
     >>> gpu_filter({"gpu_vendor": ["0x10DE"], "gpu_class": None})
-    GpuFilter(classes=('03',), vendors=('10de',))
+    GpuFilter(classes=('03', '12'), vendors=('10de',))
     """
     vendors = tuple(v.lower().removeprefix("0x") for v in params.get("gpu_vendor") or [])
-    classes = tuple(c.lower().removeprefix("0x") for c in params.get("gpu_class") or ["03"])
+    classes = tuple(
+        c.lower().removeprefix("0x") for c in params.get("gpu_class") or GpuFilter.classes
+    )
     return GpuFilter(classes=classes, vendors=vendors or None)
 
 
@@ -44,16 +46,9 @@ def split_request(params: dict[str, Any]) -> SplitRequest:
 
     :raises UsageError: for a VM spec or policy that cannot be.
     """
-    specs = parse_vm_specs(params["vms"])
-    containers = parse_lxc_specs([str(spec) for spec in params["lxc"] or []])
     policy = SplitPolicy(
-        lxc=containers.shared[0] if containers.shared else None,
-        shared_lxc=containers.shared[1:],
-        lxc_subsets=containers.subsets,
-        lxc_nodes=containers.on_nodes,
-        lxc_mig=containers.mig,
-        vms=specs.vms,
-        vgpus=specs.vgpus,
+        lxc=[str(spec) for spec in params["lxc"] or []],
+        vms=params["vms"] or [],
         host_nodes=params["host_nodes"],
         vfio_nodes=params["vfio_nodes"],
         host_gpus=params["host_gpus"],

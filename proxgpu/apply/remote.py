@@ -27,6 +27,7 @@ from proxgpu.apply.journal import (
     machine_of,
 )
 from proxgpu.apply.layout import Layout, Where, mode_and_umask
+from proxgpu.callback import require_callable
 from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import Record, ScriptArgs, run_script
@@ -41,6 +42,17 @@ Progress = Callable[[str, str], None]
 
 def quiet(step: str, message: str) -> None:
     """The default progress callback: say nothing."""
+
+
+def progress_of(progress: Progress | None) -> Progress:
+    """The caller's progress callback, checked before anything runs, else :func:`quiet`.
+
+    :raises TypeError: for one that cannot be called as ``progress(step, message)``.
+    """
+    if progress is None:
+        return quiet
+    require_callable(progress, "progress", "progress(step, message)", 2)
+    return progress
 
 
 def now() -> str:

@@ -33,7 +33,7 @@ from proxgpu.apply.remote import (
     finish,
     lock_and_probe,
     now,
-    quiet,
+    progress_of,
     read_files,
     recognise,
     release_quietly,
@@ -114,7 +114,7 @@ def rollback(
     # said now, before the lock is taken and a file is touched.
     signing.load_key()
     options = _Options(run_actions, force, live, break_lock, action_timeout, action_output)
-    run = _Rollback(host, entry, progress or quiet, options)
+    run = _Rollback(host, entry, progress_of(progress), options)
     known = {e.id for e in journal.entries} | {e.lock for e in journal.entries if e.lock}
     known |= {path.rsplit("/", 1)[1].removesuffix(".json") for path in journal.unreadable}
     with lock.holding(run.lock_id):

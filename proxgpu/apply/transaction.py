@@ -50,6 +50,7 @@ from proxgpu.apply.remote import (
     lock_and_probe,
     now,
     probe,
+    progress_of,
     quiet,
     recognise,
     release_quietly,
@@ -119,7 +120,7 @@ def apply_changes(
     refuse_locked_guests(host, changes)
     if not changes:
         return _unchanged(host, live)
-    run = _Apply(host, changeset, plan, progress or quiet, action_timeout)
+    run = _Apply(host, changeset, plan, progress_of(progress), action_timeout)
     run.break_lock = break_lock
     run.action_output = action_output
     return run.run(dry_run, live, inventory, skip_guest_check)

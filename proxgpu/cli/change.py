@@ -7,12 +7,14 @@ nothing to change, 2 changes (or a reboot) pending, 1 any error.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import NamedTuple
 
 from proxgpu.apply import ApplyOptions, ApplyResult
 from proxgpu.apply.transaction import NO_CHANGES
 from proxgpu.cli.hosts import open_host
+from proxgpu.cli.options import given
 from proxgpu.cli.plan_text import render_changes, render_plan
 from proxgpu.cli.proposing import proposal
 from proxgpu.cli.shown import Progress, Shown, emit, run_one
@@ -59,9 +61,18 @@ def plan_shown(args: argparse.Namespace, host: str, proposed: Proposal, name: st
     )
     text += _pending(pending)
     if out:
-        text += f"Saved to {out}: apply exactly this with `proxgpu apply --plan {out}`.\n"
+        text += f"Saved to {out}: apply exactly this with `{apply_command(args, out)}`.\n"
+    elif changes.changed:
+        text += f"Apply it with `{apply_command(args)}`.\n"
     code = PENDING if args.detailed_exitcode and (changes.changed or pending) else 0
     return Shown(text, document, code)
+
+
+def apply_command(args: argparse.Namespace, saved: str | None = None) -> str:
+    """The command that applies this plan on the same host: ``saved``, the file it was saved
+    to, else the same split options."""
+    request = ["--plan", saved] if saved else given(args, args.split_options)
+    return shlex.join(["proxgpu", "apply", *given(args, args.host_options), *request])
 
 
 def _pending(pending: list[str]) -> str:
@@ -89,6 +100,14 @@ def _what_to_apply(
     every file stands in for it)."""
     if not args.plan:
         return proposal(args, host)
+    words = given(args, args.split_options)
+    beside = list(dict.fromkeys(word for word in words if word.startswith("--")))
+    if beside:
+        raise UsageError(
+            f"--plan {args.plan} is the whole request, so {', '.join(beside)} "
+            f"would be ignored: drop {'it' if len(beside) == 1 else 'them'}, or plan again with "
+            f"{'it' if len(beside) == 1 else 'them'} (plan --out FILE) and apply that plan"
+        )
     path = args.plan.replace("{host}", name or host.name)
     saved = load_plan(path, trust_unsigned=args.trust_unsigned)
     if saved.host != host.name:
@@ -100,20 +119,22 @@ def cmd_apply(args: argparse.Namespace) -> int:
     """Show the plan and diff, ask, then apply as one transaction (or only check with --dry-run)."""
     if args.json and not (args.yes or args.dry_run):
         raise UsageError("--json prints one document and cannot ask: add --yes or --dry-run")
+    # -q: only what went wrong, unless there is a question to ask about the diff.
+    quiet = args.json or args.quiet
     with open_host(args) as host:
         inventory, plan, changes = _what_to_apply(args, host)
-        if not args.json:
-            print(_shown_plan(args, inventory, plan, changes), end="")
         proceed = args.dry_run or args.yes or not changes.changed
+        if not (args.json or (args.quiet and proceed)):
+            print(_shown_plan(args, inventory, plan, changes), end="")
         if not proceed and not confirm(f"Apply these changes to {host.name}?"):
             print("Nothing changed.", file=sys.stderr)
             return 1
         result = _apply(
-            args, host, Proposed(inventory, plan, changes), Progress(host.name, quiet=args.json)
+            args, host, Proposed(inventory, plan, changes), Progress(host.name, quiet=quiet)
         )
     if args.json:
         emit(args, Shown(document=apply_document(plan, result, changes)))
-    else:
+    elif not args.quiet:
         print(_result_text(result, changes), end="")
     return PENDING if args.detailed_exitcode and result.changed else 0
 

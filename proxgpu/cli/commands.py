@@ -64,8 +64,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         if not (args.yes or args.dry_run) and not confirm(question, "roll back"):
             print("Nothing changed.", file=sys.stderr)
             return 1
-        shown = host_rollback(args, host, Progress(host.name, quiet=args.json))
-    emit(args, shown)
+        shown = host_rollback(args, host, Progress(host.name, quiet=args.json or args.quiet))
+    # -q: only what went wrong (the notes), not what was restored.
+    emit(args, shown if args.json or not args.quiet else Shown(notes=shown.notes))
     return shown.code
 
 

@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import sys
+from pathlib import Path
 
 from proxgpu.cli.numabind import bind_to_node
 from proxgpu.cli.setup import read_inventory
@@ -40,6 +41,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     # process in it) apply to this machine only: a --root tree is described as it is.
     usable = None if args.root is not None else os.sched_getaffinity(0)
     job = place_job(inventory, args.tp, args.node, usable)
+    if args.root is not None and not args.dry_run and not same_machine(args.root):
+        # The tree describes another machine: its GPUs' indexes and CPUs are not this one's.
+        raise UsageError(
+            f"--root {args.root} describes another host, so the command would run here bound to "
+            "its GPUs and CPUs: add --dry-run to see what that host would get, or run it there"
+        )
     numactl = shutil.which("numactl")
     node = job.numa_node
     argv = [numactl, f"--cpunodebind={node}", f"--membind={node}", "--", *command]
@@ -62,6 +69,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not numactl:
         bind_to_node(node, parse_cpulist(job.cpus))
     return _exec(argv, environment)
+
+
+def same_machine(root: str) -> bool:
+    """Whether the tree at ``root`` is this machine's (a snapshot taken here): its
+    ``/etc/machine-id``, or where neither has one its ``/etc/hostname``, is this machine's.
+
+    >>> same_machine("/"), same_machine("examples/hosts/ct200")
+    (True, False)
+    """
+    for name in ("etc/machine-id", "etc/hostname"):
+        here, there = _first_line(Path("/", name)), _first_line(Path(root, name))
+        if here or there:
+            return here == there
+    return False
+
+
+def _first_line(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace").strip() or None
+    except OSError:
+        return None
 
 
 def summary(host: str, job: JobPlacement, binder: str, dropped: list[str]) -> str:

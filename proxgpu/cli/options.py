@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -43,9 +45,12 @@ class Once(argparse.Action):
 GIVEN = "_given_once"
 
 
-def host_options(parser: argparse.ArgumentParser, *, rolling: bool, gpus: bool) -> None:
+def host_options(
+    parser: argparse.ArgumentParser, *, rolling: bool, gpus: bool
+) -> list[argparse.Action]:
     """Where the command runs, and how it gets there. ``--parallel`` only where hosts change
-    one at a time (``rolling``); the GPU filters only where the command reads the GPUs."""
+    one at a time (``rolling``); the GPU filters only where the command reads the GPUs. The
+    options as added, but ``--forks`` and ``--parallel`` (how many at once, not which hosts)."""
     where = parser.add_argument_group("host (default: this machine)")
     where.add_argument(
         "--host",
@@ -101,29 +106,73 @@ def host_options(parser: argparse.ArgumentParser, *, rolling: bool, gpus: bool) 
         help="SSH transport (default $PROXGPU_SSH_CLIENT, else auto: paramiko unless the host "
         "needs OpenSSH's ssh)",
     )
-    if gpus:
-        gpu_options(parser)
+    filters = gpu_options(parser) if gpus else []
     # Not offered, but the fleet and cluster code reads every command's namespace alike.
     parser.set_defaults(parallel=1, gpu_class=None, gpu_vendor=None)
+    chosen = [*where._group_actions, *ssh._group_actions, *filters]
+    return [action for action in chosen if action.dest not in ("forks", "parallel")]
 
 
-def gpu_options(parser: argparse.ArgumentParser) -> None:
+def gpu_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     gpus = parser.add_argument_group("what counts as a GPU")
     gpus.add_argument(
         "--gpu-class",
         action="append",
         metavar="PREFIX",
-        help="PCI class prefix in hex (default 03: every display controller)",
+        help="PCI class prefix in hex (default 03 and 12: every display controller, and the "
+        "processing accelerators that are GPUs)",
     )
     gpus.add_argument(
         "--gpu-vendor",
         action="append",
         metavar="VENDOR",
-        help="only this PCI vendor ID (e.g. 10de); repeatable",
+        help="only this PCI vendor ID (e.g. 10de), its accelerators that are not GPUs too; "
+        "repeatable",
     )
+    return gpus._group_actions
 
 
-def plan_options(parser: argparse.ArgumentParser) -> None:
+@dataclass(frozen=True)
+class Given:
+    """An option as another command would be given it: its destination, its flag, its default,
+    and whether it is a flag alone (``store_true``)."""
+
+    dest: str
+    flag: str
+    default: object
+    alone: bool
+
+    @classmethod
+    def of(cls, actions: list[argparse.Action]) -> tuple[Given, ...]:
+        """The options ``actions`` added, compared by value (a parser's own actions are not)."""
+        return tuple(cls(a.dest, a.option_strings[-1], a.default, a.nargs == 0) for a in actions)
+
+
+def given(args: argparse.Namespace, options: Sequence[Given]) -> list[str]:
+    """The command-line words that give ``options`` the values ``args`` has, where those are
+    not the defaults: what another command needs to act on the same host or split.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> options = Given.of([parser.add_argument("--lxc", action="append", default=[]),
+    ...                     parser.add_argument("--live", action="store_true")])
+    >>> given(parser.parse_args(["--lxc", "200", "--lxc", "201:2", "--live"]), options)
+    ['--lxc', '200', '--lxc', '201:2', '--live']
+    """
+    words: list[str] = []
+    for option in options:
+        value = getattr(args, option.dest, option.default)
+        if value == option.default or value is None:
+            continue
+        if option.alone:
+            words.append(option.flag)
+            continue
+        for one in value if isinstance(value, list) else [value]:
+            words += [option.flag, str(one)]
+    return words
+
+
+def plan_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The options that make a split (what it is, how its files are written), as added."""
     split = parser.add_argument_group("the split")
     split.add_argument(
         "--split",
@@ -181,6 +230,7 @@ def plan_options(parser: argparse.ArgumentParser) -> None:
     files.add_argument(
         "--mapping", metavar="NAME", help="give VMs their GPUs through this cluster PCI mapping"
     )
+    return [*split._group_actions, *files._group_actions]
 
 
 def common_options(parser: argparse.ArgumentParser, *, json_help: str) -> None:

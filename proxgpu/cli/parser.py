@@ -17,6 +17,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from proxgpu.cli.manual import help_epilog
 from proxgpu.cli.options import (
+    Given,
     Once,
     VersionAction,
     common_options,
@@ -115,7 +116,8 @@ def _command(
     gpus: bool = True,
 ) -> argparse.ArgumentParser:
     command = sub.add_parser(name, help=summary, description=summary)
-    host_options(command, rolling=rolling, gpus=gpus)
+    # The host options, for the commands a command says to run next on the same host.
+    command.set_defaults(host_options=Given.of(host_options(command, rolling=rolling, gpus=gpus)))
     common_options(command, json_help=json_help)
     # How several --host run: "read" concurrently, "rolling" one at a time (apply, rollback),
     # "self" by the command itself.
@@ -193,7 +195,7 @@ def _plan(sub: Commands) -> None:
     plan = _command(
         sub, "plan", "show the split and the file changes it needs (dry run)", "the plan", "change"
     )
-    plan_options(plan)
+    plan.set_defaults(split_options=Given.of(plan_options(plan)))
     _detailed_exitcode(plan)
     plan.add_argument(
         "--out",
@@ -211,8 +213,8 @@ def _apply(sub: Commands) -> None:
         "change",
         rolling=True,
     )
-    apply.set_defaults(fleet="rolling")
-    plan_options(apply)
+    # A saved plan is the whole request: a split option beside --plan is refused, not ignored.
+    apply.set_defaults(fleet="rolling", split_options=Given.of(plan_options(apply)))
     apply.add_argument(
         "--plan",
         metavar="FILE",

@@ -7,7 +7,7 @@ from proxgpu.inspection.inventory import Inventory
 from proxgpu.planning.model import Plan, PlanGroup
 from proxgpu.planning.runtimes import CUDA, numbered
 from proxgpu.planning.wording import vgpu_list
-from proxgpu.rendering.changes import ChangeSet, unified_diff
+from proxgpu.rendering.changes import ChangeSet
 
 
 def _group_title(group: PlanGroup) -> str:
@@ -86,7 +86,7 @@ def _tensor_parallel_lines(plan: Plan) -> list[str]:
 
 def render_changes(changes: ChangeSet, color: bool = False) -> str:
     """Every changed file as a unified diff, then the actions and a one-line summary."""
-    diffs = "\n".join(unified_diff(change, color) for change in changes.changed_files())
+    diffs = changes.unified_diff(color)
     notes = [f"warning: {w}\n" for w in changes.warnings]
     notes += [f"then run: {' '.join(a.argv)}  ({a.why})\n" for a in changes.actions]
     return (diffs + "\n" if diffs else "") + "".join(notes) + changes.summary() + "\n"

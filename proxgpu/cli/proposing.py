@@ -15,7 +15,7 @@ from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import ProxgpuError
 from proxgpu.host.base import Host
 from proxgpu.pipeline import Proposal, propose
-from proxgpu.planning import SplitPolicy, parse_lxc_specs, parse_vm_specs
+from proxgpu.planning import SplitPolicy
 from proxgpu.rendering import RenderOptions
 
 
@@ -23,21 +23,14 @@ def split_policy(args: argparse.Namespace) -> SplitPolicy:
     def addresses(text: str | None) -> list[str]:
         return [a.strip() for a in (text or "").split(",") if a.strip()]
 
-    specs = parse_vm_specs(args.vm)
-    containers = parse_lxc_specs(args.lxc)
     return SplitPolicy(
         split=args.split,
         host_nodes=args.host_node,
         vfio_nodes=args.vfio_node,
         host_gpus=addresses(args.host_gpus),
         vfio_gpus=addresses(args.vfio_gpus),
-        lxc=containers.shared[0] if containers.shared else None,
-        shared_lxc=containers.shared[1:],
-        lxc_subsets=containers.subsets,
-        lxc_nodes=containers.on_nodes,
-        lxc_mig=containers.mig,
-        vms=specs.vms,
-        vgpus=specs.vgpus,
+        lxc=args.lxc,
+        vms=args.vm,
         enable_iommu=args.enable_iommu,
     )
 

@@ -3,7 +3,7 @@
 
 >>> from proxgpu.cli.parser import build_parser
 >>> gpu_filter(build_parser().parse_args(["inspect", "--gpu-vendor", "0x10DE"]))
-GpuFilter(classes=('03',), vendors=('10de',))
+GpuFilter(classes=('03', '12'), vendors=('10de',))
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from proxgpu.inspection import GpuFilter, Inventory, inspect
 
 
 def gpu_filter(args: argparse.Namespace) -> GpuFilter:
-    classes = tuple(c.lower().removeprefix("0x") for c in args.gpu_class or ["03"])
+    classes = tuple(c.lower().removeprefix("0x") for c in args.gpu_class or GpuFilter.classes)
     vendors = (
         tuple(v.lower().removeprefix("0x") for v in args.gpu_vendor) if args.gpu_vendor else None
     )

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
+from proxgpu.callback import require_callable
 from proxgpu.errors import ProxgpuError
 from proxgpu.host import Host, connect
 
@@ -187,15 +188,40 @@ def expand_hosts(values: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(hosts))
 
 
-def targets_of(hosts: Sequence[str] | Mapping[str, Target]) -> dict[str, Target]:
-    """Host names with their targets: SSH targets as given, or a mapping kept as it is."""
+#: What a fleet function takes for its hosts.
+Hosts = Sequence[str | Target] | Mapping[str, Target]
+
+
+def targets_of(hosts: Hosts) -> dict[str, Target]:
+    """Host names with their targets: SSH targets as given (a name, or a :class:`Target`, named
+    as it prints), or a mapping kept as it is.
+
+    >>> targets_of(["pve1", Target(root="snap/pve2")])
+    {'pve1': Target(host='pve1', root=None), 'snap/pve2': Target(host=None, root='snap/pve2')}
+
+    :raises TypeError: for anything else, saying what is wanted.
+    """
     if isinstance(hosts, Mapping):
         return dict(hosts)
-    return {name: Target(host=name) for name in hosts}
+    if isinstance(hosts, str | Target) or not isinstance(hosts, Sequence):
+        raise TypeError(
+            "hosts must be a list of host names or Targets, or a mapping of names to Targets; "
+            f"got {type(hosts).__name__}"
+        )
+    targets: dict[str, Target] = {}
+    for one in hosts:
+        if not isinstance(one, str | Target):
+            raise TypeError(
+                f"hosts must be host names or Targets (Target(host=...) or Target(root=...)); "
+                f"got {one!r}"
+            )
+        target = one if isinstance(one, Target) else Target(host=one)
+        targets[str(target)] = target
+    return targets
 
 
 def each_host(
-    hosts: Sequence[str] | Mapping[str, Target],
+    hosts: Hosts,
     work: Callable[[Host, Say], T],
     *,
     connect: Connect | None = None,
@@ -216,7 +242,7 @@ def each_host(
 
 
 def roll_out(
-    hosts: Sequence[str] | Mapping[str, Target],
+    hosts: Hosts,
     work: Callable[[Host, Say], T],
     *,
     connect: Connect | None = None,
@@ -259,6 +285,9 @@ class _Runner(Generic[T]):
         on_event: Listener | None,
         heartbeat: float = HEARTBEAT,
     ) -> None:
+        require_callable(work, "work", "work(host, say)", 2)
+        if on_event is not None:
+            require_callable(on_event, "on_event", "on_event(event)", 1)
         self.heartbeat = heartbeat
         self.targets = targets
         self.work = work

@@ -40,6 +40,8 @@ from proxgpu.inspection.inventory import (
     ModuleAlias,
     NumaNode,
     NvidiaCap,
+    PassedOver,
+    PassedOverReason,
     PciFunction,
     VirtualFunction,
 )
@@ -56,7 +58,7 @@ from proxgpu.paths import (
     PCI_DEVICES,
     PCI_IDS,
 )
-from proxgpu.pci import is_bmc_display
+from proxgpu.pci import is_accelerator, is_bmc_display, is_gpu_accelerator
 
 _ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HEX4 = re.compile(r"^0x[0-9a-f]{4}$")
@@ -66,25 +68,46 @@ _HEX4 = re.compile(r"^0x[0-9a-f]{4}$")
 class GpuFilter:
     """Which PCI functions count as GPUs.
 
-    ``classes`` are prefixes of the six-digit class code without ``0x``: the default ``03``
-    takes every display controller (VGA ``0300``, 3D ``0302``, other ``0380``) of any vendor.
-    ``vendors`` (four hex digits) narrows it further when given.
+    ``classes`` are prefixes of the six-digit class code without ``0x``: the default takes every
+    display controller (``03``: VGA ``0300``, 3D ``0302``, other ``0380``) of any vendor, and the
+    processing accelerators (``12``) that are GPUs, AMD Instinct (see
+    :func:`~proxgpu.pci.is_gpu_accelerator`). ``vendors`` (four hex digits) narrows it further
+    when given, and is the only way to take a processing accelerator that is not a GPU (an FPGA,
+    a Gaudi): naming class ``12`` alone never puts one in the split.
 
-    >>> GpuFilter().matches("0x030200", "10de")
-    True
-    >>> GpuFilter(vendors=("1002",)).matches("0x030000", "10de")
-    False
+    >>> mi300x = PciFunction(address="0000:05:00.0", class_code="0x120000", vendor_id="1002",
+    ...                      device_id="74a1", driver="amdgpu")
+    >>> fpga = mi300x.model_copy(update={"vendor_id": "10ee", "device_id": "903f", "driver": None})
+    >>> GpuFilter().matches(mi300x), GpuFilter(classes=("12",)).matches(fpga)
+    (True, False)
+    >>> GpuFilter(vendors=("10ee",)).why_not(fpga), GpuFilter(vendors=("10de",)).why_not(mi300x)
+    (None, 'filtered')
     """
 
-    classes: tuple[str, ...] = ("03",)
+    classes: tuple[str, ...] = ("03", "12")
     vendors: tuple[str, ...] | None = None
 
-    def matches(self, class_code: str, vendor_id: str) -> bool:
-        """Whether a function with this class code and vendor is a GPU."""
-        hex_class = class_code.removeprefix("0x")
-        if not any(hex_class.startswith(prefix) for prefix in self.classes):
-            return False
-        return self.vendors is None or vendor_id in self.vendors
+    def matches(self, function: PciFunction) -> bool:
+        """Whether ``function`` is a GPU."""
+        return self.why_not(function) is None
+
+    def why_not(self, function: PciFunction) -> PassedOverReason | None:
+        """Why ``function`` is not a GPU (see :class:`~proxgpu.inspection.inventory.PassedOver`),
+        or ``None`` when it is one."""
+        named = self.vendors is not None and function.vendor_id in self.vendors
+        if (
+            is_accelerator(function.class_code)
+            and not named
+            and not is_gpu_accelerator(function.vendor_id, function.class_code, function.driver)
+        ):
+            return "accelerator"
+        if not self.takes_class(function.class_code) or (self.vendors is not None and not named):
+            return "filtered"
+        return None
+
+    def takes_class(self, class_code: str) -> bool:
+        """Whether ``class_code`` begins with one of ``classes``."""
+        return class_code.removeprefix("0x").startswith(self.classes)
 
 
 @dataclass(frozen=True)
@@ -120,8 +143,9 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     parents = _sriov_parents(capture, source, functions)
     found = _Found(_nvidia_info(capture), _nvidia_caps(capture), mdev_type_ids(capture), parents)
     gpus = _with_mig_uuids(_gpus(functions, gpu_filter, found, capture, warnings), capture, source)
+    passed_over = _passed_over(functions, gpus, parents, gpu_filter)
     warnings += capture.notes
-    warnings += _accelerators_left_out(functions, gpus, parents)
+    warnings += _accelerators_left_out(passed_over, gpus, gpu_filter)
     warnings += _initramfs_warnings(capture)
     numa_nodes = _numa_nodes(capture)
     cmdline = capture.first_line("/proc/cmdline")
@@ -138,6 +162,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         iommu_enabled=any(f.iommu_group is not None for f in functions.values()),
         numa_nodes=numa_nodes,
         gpus=gpus,
+        passed_over=passed_over,
         nics=_nics(functions, gpus),
         nvswitches=[f for f in functions.values() if is_nvswitch(f)],
         char_majors=_char_majors(capture),
@@ -336,7 +361,7 @@ def _gpus(
             by_group[function.iommu_group].append(function)
     gpus = []
     for slot in sorted(by_slot):
-        display = [f for f in by_slot[slot] if gpu_filter.matches(f.class_code, f.vendor_id)]
+        display = [f for f in by_slot[slot] if gpu_filter.matches(f)]
         if display:
             gpus.append(
                 _gpu(
@@ -535,20 +560,49 @@ def _cpu_vendor(capture: Capture) -> str | None:
     return hostfacts.cpuinfo_field(capture, "vendor_id") or None
 
 
-def _accelerators_left_out(
-    functions: dict[str, PciFunction], gpus: list[Gpu], parents: dict[str, str]
-) -> list[str]:
-    """Processing accelerators (class 0x12: Habana Gaudi, some AMD Instinct) that the GPU filter
-    did not take: the split does not move them, so say how to include them. NVIDIA's driver
-    binds only VGA and 3D controllers (0x0300, 0x0302), so its GPUs are never among them. An
-    SR-IOV VF goes with its physical function, which is named instead."""
+def _passed_over(
+    functions: dict[str, PciFunction],
+    gpus: list[Gpu],
+    parents: dict[str, str],
+    gpu_filter: GpuFilter,
+) -> list[PassedOver]:
+    """The display controllers and processing accelerators (and functions of the classes the
+    filter names) that are no GPU's, each with why. An SR-IOV VF goes with its physical
+    function, which is named instead."""
     taken = {address for gpu in gpus for address in gpu.functions}
-    return [
-        f"{f.address} ({f.name or f'{f.vendor_id}:{f.device_id}'}) is a processing accelerator "
-        "(PCI class 0x12), not taken as a GPU: add --gpu-class 03 --gpu-class 12 to split it too"
+    candidates = [
+        f
         for f in functions.values()
-        if f.class_code.startswith("0x12") and f.address not in taken and f.address not in parents
+        if f.address not in taken
+        and f.address not in parents
+        and (f.class_code.startswith(("0x03", "0x12")) or gpu_filter.takes_class(f.class_code))
     ]
+    return [
+        PassedOver(function=f, reason=reason)
+        for f in candidates
+        if (reason := gpu_filter.why_not(f)) is not None
+    ]
+
+
+def _accelerators_left_out(
+    passed_over: list[PassedOver], gpus: list[Gpu], gpu_filter: GpuFilter
+) -> list[str]:
+    """Processing accelerators that are not GPUs (an FPGA, Habana's Gaudi): the split does not
+    move them, so say how to include one: name its vendor beside those of the GPUs taken (a
+    vendor filter takes no other vendor's), with class 12 when the filter leaves it out. A class
+    alone never takes one: ``--gpu-class 12`` would put every FPGA of the host in the split."""
+    vendors = gpu_filter.vendors or [gpu.vendor_id for gpu in gpus if not gpu.bmc_display]
+    warnings = []
+    for f in (p.function for p in passed_over if p.reason == "accelerator"):
+        flags = [f"--gpu-vendor {vendor}" for vendor in sorted({*vendors, f.vendor_id})]
+        if not gpu_filter.takes_class(f.class_code):
+            flags += [f"--gpu-class {prefix}" for prefix in (*gpu_filter.classes, "12")]
+        warnings.append(
+            f"{f.address} ({f.name or f'{f.vendor_id}:{f.device_id}'}) is a processing "
+            "accelerator (PCI class 0x12) but not a GPU (only AMD's, on amdgpu, are): left out "
+            f"of the split; add {' '.join(flags)} to split it too"
+        )
+    return warnings
 
 
 def _driver_modules(capture: Capture) -> dict[str, str]:

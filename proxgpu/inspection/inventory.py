@@ -162,6 +162,29 @@ class PciFunction(Record):
         return self.address.rsplit(".", 1)[0]
 
 
+#: Why inspection did not take a display controller or processing accelerator as a GPU (see
+#: :class:`PassedOver`).
+PassedOverReason = Literal["accelerator", "filtered"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassedOver(Record):
+    """A display controller or processing accelerator that inspection saw and did not take as a
+    GPU, with why: ``accelerator``, a processing accelerator of another kind than a GPU (an FPGA,
+    Habana's Gaudi; see :func:`~proxgpu.pci.is_gpu_accelerator`), taken only when
+    ``--gpu-vendor`` names its vendor; ``filtered``, left out by the ``--gpu-class`` or
+    ``--gpu-vendor`` given.
+
+    >>> fpga = PciFunction(address="0000:41:00.0", class_code="0x120000", vendor_id="10ee",
+    ...                    device_id="903f")
+    >>> PassedOver(function=fpga, reason="accelerator").function.slot
+    '0000:41:00'
+    """
+
+    function: PciFunction
+    reason: PassedOverReason
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModuleAlias(Record):
     """One alias of a module, as depmod lists it: the glob kmod matches a device's modalias
@@ -232,14 +255,16 @@ class MigInstance(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Gpu(Record):
-    """A GPU: a display-class PCI function plus every function of its slot.
+    """A GPU: a display-class PCI function, or a processing accelerator that is a GPU (AMD
+    Instinct), plus every function of its slot.
 
     ``functions`` lists the slot's addresses, the GPU's own first. ``iommu_group_peers`` lists
     every *other* device in the GPU's IOMMU group, bridges marked, since all of them must move
     together. ``pci_path`` is the GPU function's parent chain (see :class:`PciFunction`).
     ``bar_bytes`` lists the sizes of its memory BARs (empty: not read), ``drm_nodes`` its
-    ``/dev/dri`` nodes (``card1``, ``renderD129``), and ``bmc_display`` marks a server BMC's
-    display controller (its remote console), which is never planned unless named by address.
+    ``/dev/dri`` nodes (``card1``, ``renderD129``), and ``bmc_display`` marks a server's onboard
+    display controller (its BMC's remote console; see :func:`~proxgpu.pci.is_bmc_display`), which
+    is never planned unless named by address.
     ``bar64_bytes`` are the sizes of its 64-bit prefetchable BARs, the ones a VM's UEFI places
     above 4 GiB. ``mig_instances`` are its MIG compute instances (empty: not in MIG mode, or no
     instance made yet), by GPU instance then compute instance id; ``mig_mode`` says it is in MIG
@@ -323,6 +348,9 @@ class Inventory(Record):
     iommu_enabled: bool = False
     numa_nodes: list[NumaNode] = field(default_factory=list)
     gpus: list[Gpu] = field(default_factory=list)
+    #: The display controllers and processing accelerators that are not among ``gpus``, by
+    #: address, each with why (an SR-IOV virtual function goes with its physical function).
+    passed_over: list[PassedOver] = field(default_factory=list)
     nics: list[PciFunction] = field(default_factory=list)
     nvswitches: list[PciFunction] = field(default_factory=list)
     char_majors: dict[str, int] = field(default_factory=dict)

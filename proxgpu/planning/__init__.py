@@ -76,18 +76,13 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     Traceback (most recent call last):
     ...
     proxgpu.errors.PlanRefusedError: pve1: plan refused (1 problem)
-      - the inventory holds no GPUs
-        fix: check that the GPUs are visible on the host (lspci -nn | grep -i nvidia)
+      - the inventory holds no GPUs: inspection saw no display controller or accelerator
+        fix: check that the host sees its GPUs (lspci -nnk shows each device's class and driver)
 
     :raises PlanRefusedError: listing every problem found.
     """
     ctx = Context(inventory, policy or SplitPolicy())
-    if not ctx.index.gpus:
-        ctx.problem(
-            "no-gpus",
-            "the inventory holds no GPUs",
-            "check that the GPUs are visible on the host (lspci -nn | grep -i nvidia)",
-        )
+    ctx.check_gpus_found()
     ctx.raise_problems()
     roles, vgpus = plan_vgpus(ctx, assign_roles(ctx))
     roles, mig = plan_mig(ctx, roles)

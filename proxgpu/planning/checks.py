@@ -204,7 +204,7 @@ def _refuse_renumbered(
 def kept_group_container(ctx: Context, roles: dict[str, Role]) -> int | None:
     """The one container holding GPUs that stay on the host driver, when exactly one does and
     no target container was named: the split is for it."""
-    if ctx.policy.containers:
+    if ctx.policy.containers or ctx.policy.keeps_drivers:
         return None
     holders = {
         claim.guest.vmid

@@ -13,7 +13,6 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
@@ -157,15 +156,22 @@ class SplitPolicy(FrozenModel):
     ``vgpus`` are ``(vmid, mdev type)``: each such VM gets a mediated device of that type on a
     GPU that offers one (``--vm 400:vgpu=nvidia-1155``), and the GPU stays on its host driver.
 
-    ``vms`` entries may be spelt as the command line and Ansible spell them, ``300`` or
-    ``"300:2"``:
+    ``lxc`` and ``vms`` also take the command line's and Ansible's spellings, one or a list:
+    ``lxc="200:2"`` or ``lxc=["200", "201:2@1", "202:mig=0/1"]`` (each sorted into the fields
+    above, see :func:`parse_lxc_specs`), ``vms=[300, "301:2", "400:vgpu=nvidia-1155"]`` (a vGPU
+    spelling goes to ``vgpus``, see :func:`parse_vm_specs`):
 
     >>> SplitPolicy(lxc=200, vms=[(300, 2), (301, None)]).vms
     [(300, 2), (301, None)]
-    >>> SplitPolicy(vms=[300, "301:2"]).vms
-    [(300, None), (301, 2)]
+    >>> SplitPolicy(vms=[300, "301:2", "400:vgpu=nvidia-1155"]).vgpus
+    [(400, 'nvidia-1155')]
+    >>> policy = SplitPolicy(lxc=["200", "201:2", "202@1"])
+    >>> policy.lxc, policy.lxc_subsets, policy.lxc_nodes
+    (200, [(201, 2)], [(202, 1, None)])
     >>> SplitPolicy(lxc=200, shared_lxc=[201]).containers
     [200, 201]
+
+    :raises UsageError: for a spelling that is none of those, as for any other field.
     """
 
     split: Literal["numa"] = "numa"
@@ -184,13 +190,51 @@ class SplitPolicy(FrozenModel):
     mapping: str | None = None
     bind_method: BindMethod = "modprobe"
 
-    @field_validator("vms", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _vm_specs(cls, value: Any) -> Any:
-        """``300`` and ``"300:2"`` as ``(300, None)`` and ``(300, 2)``; pairs as they are."""
-        if not isinstance(value, list | tuple):
-            return value
-        return [parse_vm_spec(str(v)) if isinstance(v, int | str) else v for v in value]
+    def _spellings(cls, data: Any) -> Any:
+        """``lxc`` and ``vms`` spelt as the command line spells them, sorted into the fields."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        lxc = data.get("lxc")
+        if isinstance(lxc, str) or (isinstance(lxc, list | tuple) and lxc):
+            specs = parse_lxc_specs(
+                [str(spec) for spec in ([lxc] if isinstance(lxc, str) else lxc)]
+            )
+            data["lxc"] = specs.shared[0] if specs.shared else None
+            for field, parsed in (
+                ("shared_lxc", specs.shared[1:]),
+                ("lxc_subsets", specs.subsets),
+                ("lxc_nodes", specs.on_nodes),
+                ("lxc_mig", specs.mig),
+            ):
+                data[field] = [*parsed, *data.get(field, [])]
+        elif isinstance(lxc, list | tuple):
+            data["lxc"] = None
+        vms = data.get("vms")
+        if isinstance(vms, list | tuple):
+            spelt = [v for v in vms if isinstance(v, int | str)]
+            parsed_vms = parse_vm_specs([str(v) for v in spelt])
+            data["vms"] = [*parsed_vms.vms, *(v for v in vms if not isinstance(v, int | str))]
+            data["vgpus"] = [*parsed_vms.vgpus, *data.get("vgpus", [])]
+        return data
+
+    @property
+    def keeps_drivers(self) -> bool:
+        """Whether the request needs no GPU to change driver: vGPUs and MIG instances alone,
+        without a node or address rule, a container given whole GPUs or a VM given vfio GPUs.
+        Such a request leaves every GPU on the driver it has (a split is asked for, not implied).
+
+        >>> SplitPolicy(vgpus=[(400, "nvidia-1155")]).keeps_drivers
+        True
+        >>> vgpu = [(400, "nvidia-1155")]
+        >>> SplitPolicy(vgpus=vgpu, vms=[300]).keeps_drivers, SplitPolicy().keeps_drivers
+        (False, False)
+        """
+        whole = (self.host_nodes, self.vfio_nodes, self.host_gpus, self.vfio_gpus, self.vms)
+        containers = (self.lxc is not None, self.shared_lxc, self.lxc_subsets, self.lxc_nodes)
+        return bool(self.vgpus or self.lxc_mig) and not any((*whole, *containers))
 
     @model_validator(mode="after")
     def _shared_needs_lxc(self) -> SplitPolicy:
@@ -234,11 +278,11 @@ class SplitPolicy(FrozenModel):
         """A policy that cannot be is the caller's mistake: a :class:`UsageError` naming the
         field, like every other error proxgpu raises, not pydantic's own.
 
-        >>> SplitPolicy(lxc="two hundred")
+        >>> SplitPolicy(host_nodes=["one"])
         Traceback (most recent call last):
         ...
-        proxgpu.errors.UsageError: split policy: lxc: Input should be a valid integer, unable \
-to parse string as an integer (got 'two hundred')
+        proxgpu.errors.UsageError: split policy: host_nodes.0: Input should be a valid integer, \
+unable to parse string as an integer (got 'one')
         """
         try:
             return handler(data)

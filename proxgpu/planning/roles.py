@@ -16,6 +16,11 @@ def assign_roles(ctx: Context) -> dict[str, Role]:
     """GPU address -> role: by address first, then by node (or the other list's complement)."""
     policy = ctx.policy
     _check_targets(ctx)
+    if policy.keeps_drivers:
+        # vGPUs and MIG instances need their GPUs where they are: nothing else moves.
+        return {
+            g.address: Role.VFIO if g.driver == "vfio-pci" else Role.HOST for g in ctx.index.gpus
+        }
     named = _named_roles(ctx)
     use_nodes = bool(policy.host_nodes or policy.vfio_nodes) or not named
     node_roles = _node_roles(ctx) if use_nodes else {}

@@ -398,12 +398,14 @@ def render_binding(ctx: RenderContext) -> None:
     read = ctx.inventory.initramfs_files is not None
     if conf is not None and conf.after is not None and (conf.changed or read):
         _tell_initramfs(ctx, modules)
+    kept = kept_overrides(ctx) if modprobe else []
+    _tell_kept_overrides(ctx, kept)
     ctx.file(
         BIND_SCRIPT,
         render_template(
             "vfio-bind.sh.j2",
             functions=addresses,
-            kept=kept_overrides(ctx),
+            kept=kept,
             modprobe_conf=MODPROBE_CONF,
         )
         if modprobe
@@ -461,6 +463,25 @@ def kept_overrides(ctx: RenderContext) -> list[tuple[str, str]]:
         if driver is not None and _DRIVER_NAME.match(driver):
             kept.append((function.address, driver))
     return kept
+
+
+def _tell_kept_overrides(ctx: RenderContext, kept: list[tuple[str, str]]) -> None:
+    """Say what the kept GPUs' ``driver_override`` means for a later passthrough of one of them:
+    Proxmox's own (``pci_dev_bind_to_vfio``: vfio-pci's ``new_id``, unbind, bind) unbinds the
+    GPU and then cannot bind vfio-pci to it, which leaves it without a driver until a reboot."""
+    own = {gpu.address for gpu in ctx.inventory.gpus}  # a GPU's own function, not its audio
+    gpus = [(address, driver) for address, driver in kept if address in own]
+    if not gpus:
+        return
+    first, driver = gpus[0]
+    ctx.warnings.append(
+        f"the GPUs kept on the host ({', '.join(a for a, _ in gpus)}) get driver_override="
+        f"{driver} at boot, so that vfio-pci never takes one whose driver failed to load; to "
+        "give one of them to a VM later, plan it with proxgpu (--vfio-gpus ADDRESS): Proxmox's "
+        "own passthrough would unbind it and then fail to bind vfio-pci, leaving it without a "
+        f"driver until a reboot (or clear the mark before that VM starts: echo > "
+        f"/sys/bus/pci/devices/{first}/driver_override)"
+    )
 
 
 def _render_driverctl(ctx: RenderContext, addresses: list[str]) -> None:

@@ -98,6 +98,21 @@ class ChangeSet(FrozenModel):
             for f in self.changed_files()
         ]
 
+    def unified_diff(self, color: bool = False) -> str:
+        """Every changed file as a unified diff, one after another (what ``plan`` shows), for
+        a review or a change ticket; ``color`` for a terminal.
+
+        >>> changes = ChangeSet(host="pve1", files=[FileChange(path="/etc/a", before="x\\n",
+        ...                                                      after="y\\n", why="w")])
+        >>> print(changes.unified_diff(), end="")
+        --- /etc/a
+        +++ /etc/a
+        @@ -1 +1 @@
+        -x
+        +y
+        """
+        return "\n".join(unified_diff(change, color) for change in self.changed_files())
+
     def summary(self) -> str:
         """One line: how many files change, which actions follow, whether to reboot."""
         if not self.changed:

@@ -114,3 +114,23 @@ def test_driverctl_binding_writes_no_kept_override(tmp_path: Path) -> None:
     assert "--bind-method modprobe" in said
     modprobe = render(inventory, plan, RenderOptions(bind_method="modprobe"))
     assert not [w for w in modprobe.warnings if "driverctl marks" in w]
+
+
+def test_the_plan_says_what_the_kept_gpus_mark_means_for_a_later_passthrough(
+    tmp_path: Path,
+) -> None:
+    """The mark keeps vfio-pci off a kept GPU whose driver failed to load, and also makes
+    Proxmox's own passthrough of it fail after unbinding it (qemu-server's
+    pci_dev_bind_to_vfio); the plan says so plainly, naming the kept GPUs (not their audio
+    functions) and the command that undoes the mark."""
+    changes = _changes(copy_example(tmp_path))
+    [said] = [w for w in changes.warnings if "driver_override=nvidia" in w]
+    kept_gpus = [a for a, driver in KEPT.items() if driver == "nvidia"]
+    assert all(address in said for address in kept_gpus)
+    assert "0000:01:00.1" not in said, "an audio function is no GPU to pass through"
+    assert "plan it with proxgpu (--vfio-gpus ADDRESS)" in said
+    assert "echo > /sys/bus/pci/devices/0000:01:00.0/driver_override" in said
+    inventory = inspect(DirectoryHost(str(copy_example(tmp_path, dest="driverctl"))))
+    plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
+    plain = render(inventory, plan, RenderOptions(bind_method="driverctl"))
+    assert not [w for w in plain.warnings if "driver_override=" in w], "driverctl marks none"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gc
 import json
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
 
 from proxgpu.cli import entry, main
-from tests.support.trees import EXAMPLES, copy_example
+from tests.support.trees import EXAMPLES, copy_example, snapshot
 
 CT200 = str(EXAMPLES / "ct200")
 
@@ -173,6 +174,68 @@ def test_a_saved_plan_applied_again_says_nothing_to_do_in_text_as_in_json(
     assert main([*again, "--json"]) == 0
     messages = json.loads(capsys.readouterr().out)["result"]["messages"]
     assert messages == ["nothing to do: the host already matches the plan"]
+
+
+@pytest.mark.parametrize(
+    "beside",
+    [["--vm", "301"], ["--split", "numa", "--host-node", "1"], ["--bind-method", "driverctl"]],
+)
+def test_a_split_option_beside_a_saved_plan_is_refused_not_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], beside: list[str]
+) -> None:
+    """The saved plan is the whole request (as Terraform's saved plan is): an option that would
+    change the split is named in the refusal, and nothing is written."""
+    root = copy_example(tmp_path)
+    saved = str(tmp_path / "plan.json")
+    assert main(["plan", "--root", str(root), "--lxc", "200", "--out", saved]) == 0
+    before = snapshot(root)
+    capsys.readouterr()
+    argv = ["apply", "--root", str(root), "--plan", saved, *beside, "--yes", "--trust-unsigned"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    given = [option for option in beside if option.startswith("--") and option != "--split"]
+    assert f"is the whole request, so {', '.join(given)} would be ignored" in err, err
+    assert snapshot(root) == before
+
+
+def test_quiet_apply_and_rollback_say_nothing_when_nothing_goes_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-q: only what went wrong. Without it both say what they did."""
+    root = str(copy_example(tmp_path))
+    before = snapshot(Path(root))
+    assert main(["apply", "--root", root, "--lxc", "200", "--yes", "-q"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert snapshot(Path(root)) != before
+    assert main(["rollback", "--root", root, "--yes", "-q"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert snapshot(Path(root)) == before
+    assert main(["apply", "--root", root, "--lxc", "200", "--yes"]) == 0
+    assert main(["rollback", "--root", root, "--yes"]) == 0
+    out, err = capsys.readouterr()
+    assert "files restored from journal entry" in out and "preflight" in err
+
+
+def test_the_plan_says_the_command_that_applies_it_on_the_same_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The last line of a plan is the apply command with the same host and split options; run
+    as it stands, it applies that plan (a plan after it has nothing left to do). Saved with
+    --out, the command applies the file on the same host."""
+    root = str(copy_example(tmp_path))
+    argv = ["plan", "--root", root, "--lxc", "200", "--vm", "300:2", "--gpu-vendor", "10de"]
+    assert main(argv) == 0
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert said.startswith("Apply it with `proxgpu apply --root ") and said.endswith("`.")
+    command = shlex.split(said.removeprefix("Apply it with `").removesuffix("`."))
+    assert command[:2] == ["proxgpu", "apply"]
+    assert main([*command[1:], "--yes", "-q"]) == 0
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["changes"]["changed"] is False, "all applied"
+    saved = str(tmp_path / "saved.json")
+    assert main(["plan", "--root", root, "--lxc", "200", "--out", saved]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.endswith(f"`{shlex.join(['proxgpu', 'apply', '--root', root, '--plan', saved])}`.")
 
 
 def test_the_installed_command_leaves_what_it_made_to_the_process_end(

@@ -79,8 +79,9 @@ def test_inspection_reads_what_a_booted_host_shows(tmp_path: Path) -> None:
     secure, fbs, resets, boot, accelerators = facts(inventory)
     assert (secure, fbs, resets, boot) == (True, ["EFI VGA"], [["flr"], []], True)
     assert accelerators == [
-        "0000:c2:00.0 (1da3:1020) is a processing accelerator (PCI class 0x12), not taken as a "
-        "GPU: add --gpu-class 03 --gpu-class 12 to split it too"
+        "0000:c2:00.0 (1da3:1020) is a processing accelerator (PCI class 0x12) but not a GPU "
+        "(only AMD's, on amdgpu, are): left out of the split; add --gpu-vendor 10de "
+        "--gpu-vendor 1da3 to split it too"
     ]
     assert not any(path.startswith("/sys/") for path in inventory.host_files)
 

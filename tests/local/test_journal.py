@@ -11,10 +11,12 @@ from pytest_mock import MockerFixture
 
 from proxgpu.apply import signing
 from proxgpu.apply.journal import history, new_journal_id, read_journal
+from proxgpu.apply.layout import Layout
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.apply.trust import chain_problems
 from proxgpu.host.local import DirectoryHost
+from proxgpu.host.scripts import run_script
 from proxgpu.rendering.changes import Action
 from tests.support.trees import changeset, snapshot
 
@@ -79,3 +81,20 @@ def test_an_apply_whose_clock_is_right_keeps_its_own_id(root: Path) -> None:
     assert not any("clock is behind" in m for m in applied.messages)
     (entry,) = history(host)
     assert entry.id == applied.journal_id and entry.lock is None
+
+
+def test_reading_named_entries_lists_nothing_else(root: Path) -> None:
+    """The listing (every entry file's head, the machine, what retention removed) comes from
+    the call without ids alone: a read of named entries, which rollback and verify make after
+    listing, does not read every entry file on the host again."""
+    host = DirectoryHost(str(root))
+    apply_changes(host, changeset(root))
+    journal = Layout.of(host).journal_dir
+    listing = run_script(host, "journal", journal)
+    ids = [record[0] for record in listing.of("id")]
+    assert len(ids) == 1
+    assert listing.first("machine") is not None
+    read = run_script(host, "journal", journal, ids[0])
+    assert [record[0] for record in read.of("entry")] == [ids[0]]
+    assert not read.of("id")
+    assert read.first("machine") is None

@@ -392,7 +392,8 @@ def test_a_mig_gpu_the_next_boot_numbers_anew_gets_the_nodes_of_its_new_minor() 
         for g in inventory.gpus
     ]
     moved = inventory.model_copy(update={"gpus": gpus})
-    plan = plan_split(moved, SplitPolicy(lxc_mig=[MigSpec(vmid=200, gpu="ab:00.0", gi=2)]))
+    mig = [MigSpec(vmid=200, gpu="ab:00.0", gi=2)]
+    plan = plan_split(moved, SplitPolicy(lxc_mig=mig, vfio_gpus=["9a:00.0"]))
     changes = render(moved, plan)
     new = ["/dev/nvidia-caps/nvidia-cap291", "/dev/nvidia-caps/nvidia-cap292"]
     warning = next(w for w in changes.warnings if w.startswith("CT 200: 0000:ab:00.0 becomes"))
@@ -453,3 +454,14 @@ def test_a_container_on_the_other_node_gets_none_of_the_moving_gpu_s_instances()
     script = files["/usr/local/sbin/proxgpu-nvidia-nodes"]
     assert script is not None
     assert not [line for line in script.splitlines() if "/gpu0/" in line]
+
+
+def test_a_mig_instance_alone_moves_no_gpu_and_needs_no_reboot() -> None:
+    """A MIG-only request (no split asked for): the container's config and the nodes unit
+    change, no GPU leaves its driver, nothing binds to vfio-pci, no reboot."""
+    inventory = mig_host()
+    changes = render(inventory, plan_split(inventory, SplitPolicy(lxc_mig=TWO.lxc_mig[:1])))
+    changed = {f.path for f in changes.changed_files()}
+    assert CT_200 in changed and NODES_SCRIPT in changed
+    assert not [path for path in changed if "vfio" in path or path.startswith("/etc/modprobe.d")]
+    assert not changes.reboot_required

@@ -146,6 +146,7 @@ def test_in_a_container_run_and_check_gpus_number_its_own_gpus(
         (["--tp", "5", "--", "x"], "ct200: no NUMA node has 5 CUDA GPUs: node 0 has 3, node 1"),
         (["--tp", "4", "--node", "0", "--", "x"], "NUMA node 0 has fewer than 4 CUDA GPUs"),
         (["--tp", "1"], "name the command to run: proxgpu run --tp N -- COMMAND..."),
+        (["--tp", "1", "--", "x"], "describes another host, so the command would run here"),
     ],
 )
 def test_run_refusals_exit_2_on_one_line(
@@ -181,6 +182,12 @@ def this_machine(tmp_path: Path) -> tuple[Path, list[int]]:
         pytest.skip(f"get_mempolicy's number on {platform.machine()} is not known here")
     allowed = sorted(os.sched_getaffinity(0))
     root = copy_example(tmp_path)
+    # This machine's identity, as a snapshot taken here holds it: run binds to such a tree's
+    # GPUs and CPUs only when it is this machine's.
+    for name in ("etc/machine-id", "etc/hostname"):
+        mine = Path("/", name)
+        if mine.is_file():
+            (root / name).write_bytes(mine.read_bytes())
     nodes = {"0": format_cpulist(allowed[:1]), "1": format_cpulist(allowed[1:] or [1])}
     for node, cpus in nodes.items():
         (root / NODES / f"node{node}/cpulist").write_text(cpus + "\n")

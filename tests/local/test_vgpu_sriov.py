@@ -286,3 +286,19 @@ def test_the_cli_refuses_a_vfio_gpu_whose_vf_holds_a_vgpu(
     argv = ["plan", "--root", str(ROOT), "--lxc", "200", "--vfio-gpus", "81:00.0,91:00.0"]
     assert main(argv) == 9
     assert "VM 310 uses a vGPU of it ('hostpci0: 0000:81:01.2," in capsys.readouterr().err
+
+
+def test_a_vgpu_alone_changes_only_its_vm_and_no_gpu_changes_driver() -> None:
+    """A request that needs no rebinding (a vGPU, no split asked for) leaves every GPU on the
+    driver it has: no binding file, no reboot, only the VM's config; asking for a split too
+    still moves the other node's GPUs."""
+    inventory = host()
+    alone = plan_split(inventory, SplitPolicy(vgpus=[(400, "nvidia-1155")]))
+    roles = {address: group.role for group in alone.groups for address in group.gpus}
+    assert sorted(roles) == sorted(gpu.address for gpu in inventory.gpus)
+    assert set(roles.values()) == {Role.HOST, Role.VGPU}, "every GPU stays on nvidia"
+    changes = render(inventory, alone)
+    assert [f.path for f in changes.changed_files()] == ["/etc/pve/qemu-server/400.conf"]
+    assert not changes.reboot_required and not changes.actions
+    split = plan_split(inventory, SplitPolicy(vgpus=[(400, "nvidia-1155")], vfio_nodes=[1]))
+    assert Role.VFIO in {group.role for group in split.groups}

@@ -8,7 +8,7 @@ import pytest
 from proxgpu.errors import UsageError
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.planning import parse_lxc_specs, plan_split
-from proxgpu.planning.model import SplitPolicy
+from proxgpu.planning.model import MigSpec, SplitPolicy
 from tests.support.factories import make_gpu, make_inventory
 from tests.support.plans import refusal
 
@@ -133,3 +133,26 @@ def test_a_shared_group_spanning_nodes_has_one_set_per_node_naming_both_containe
         )
     ]
     assert not [a for a in advice if a.size == 4], "no node holds 4: no NUMA-local set of 4"
+
+
+def test_the_policy_takes_the_command_line_s_spellings_of_every_guest() -> None:
+    """A script writes the guests as the CLI and Ansible do; the policy sorts them into the same
+    fields as the explicit form, and a spelling that is none of them is a UsageError."""
+    spelt = SplitPolicy(
+        lxc=["200", "201", "202:2", "203:1@1", "204:mig=0/1"],
+        vms=["300:2", 301, "400:vgpu=nvidia-1155"],
+    )
+    explicit = SplitPolicy(
+        lxc=200,
+        shared_lxc=[201],
+        lxc_subsets=[(202, 2)],
+        lxc_nodes=[(203, 1, 1)],
+        lxc_mig=[MigSpec(vmid=204, gpu="0", gi=1)],
+        vms=[(300, 2), (301, None)],
+        vgpus=[(400, "nvidia-1155")],
+    )
+    assert spelt == explicit
+    assert SplitPolicy(lxc="202:2").lxc_subsets == [(202, 2)]
+    assert SplitPolicy(lxc=[]).lxc is None
+    with pytest.raises(UsageError, match="container 'two hundred'"):
+        SplitPolicy(lxc="two hundred")

@@ -16,12 +16,15 @@ extends_documentation_fragment:
   - proxgpu.pve.common.read_only
 options:
   gpu_vendor:
-    description: Only PCI functions of these vendor IDs (four hex digits) count as GPUs.
+    description:
+      - Only PCI functions of these vendor IDs (four hex digits) count as GPUs, their processing
+        accelerators that are not GPUs (FPGAs, Gaudi) too.
     type: list
     elements: str
   gpu_class:
     description:
-      - PCI class code prefixes that count as GPUs (default C(03), every display controller).
+      - PCI class code prefixes that count as GPUs (default C(03) and C(12), every display
+        controller and the processing accelerators that are GPUs, AMD Instinct).
     type: list
     elements: str
 attributes:
