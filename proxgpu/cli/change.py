@@ -14,7 +14,7 @@ from typing import NamedTuple
 from proxgpu.apply import ApplyOptions, ApplyResult
 from proxgpu.apply.transaction import NO_CHANGES
 from proxgpu.cli.hosts import open_host
-from proxgpu.cli.options import given
+from proxgpu.cli.options import given, same_host
 from proxgpu.cli.plan_text import render_changes, render_plan
 from proxgpu.cli.proposing import proposal
 from proxgpu.cli.shown import Progress, Shown, emit, run_one
@@ -72,7 +72,7 @@ def apply_command(args: argparse.Namespace, saved: str | None = None) -> str:
     """The command that applies this plan on the same host: ``saved``, the file it was saved
     to, else the same split options."""
     request = ["--plan", saved] if saved else given(args, args.split_options)
-    return shlex.join(["proxgpu", "apply", *given(args, args.host_options), *request])
+    return shlex.join(["proxgpu", "apply", *same_host(args), *request])
 
 
 def _pending(pending: list[str]) -> str:

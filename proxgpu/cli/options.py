@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxgpu.fleet import Target
+
 
 class Once(argparse.Action):
     """An option that takes one value: given twice, it is refused (argparse would keep the last
@@ -169,6 +171,25 @@ def given(args: argparse.Namespace, options: Sequence[Given]) -> list[str]:
         for one in value if isinstance(value, list) else [value]:
             words += [option.flag, str(one)]
     return words
+
+
+def same_host(args: argparse.Namespace, target: Target | None = None) -> list[str]:
+    """The host options of a command to run next on the host ``args`` reach, or on ``target``
+    (one of the several they reach), as words.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> options = Given.of(host_options(parser, rolling=False, gpus=False))
+    >>> args = parser.parse_args(["--host", "pve1", "--host", "pve2", "--port", "2222"])
+    >>> args.host_options = options
+    >>> same_host(args, Target(host="pve2"))
+    ['--host', 'pve2', '--port', '2222']
+    """
+    if target is None:
+        return given(args, args.host_options)
+    rest = [o for o in args.host_options if o.dest not in ("host", "root", "cluster")]
+    named = ["--host", target.host] if target.host else []
+    tree = ["--root", target.root] if target.root else []
+    return [*named, *tree, *given(args, rest)]
 
 
 def plan_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:

@@ -161,8 +161,8 @@ def _report(sub: Commands) -> None:
         "what was written",
         "report",
     )
-    report.set_defaults(fleet="self")  # one file with a section per host
-    plan_options(report)
+    # One file with a section per host, each naming the commands that apply its plan.
+    report.set_defaults(fleet="self", split_options=Given.of(plan_options(report)))
     report.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="the HTML file (-: stdout)"
     )

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from proxgpu.cli.console import STDOUT, write_output
 from proxgpu.cli.hosts import connector
+from proxgpu.cli.options import given, same_host
 from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
@@ -56,7 +58,9 @@ def write_report(
     if cluster is not None:
         # Each node plans only the guests it holds: one on none is refused as plan refuses it.
         check_guests(split_policy(args), cluster, {n: o.or_error() for n, o in read.items()})
-    results = [_host_report(args, name, outcome, cluster) for name, outcome in read.items()]
+    results = [
+        _host_report(args, targets[name], outcome, cluster) for name, outcome in read.items()
+    ]
     sections = [section for _, section, _ in results]
     header = None
     if cluster is not None:
@@ -96,12 +100,13 @@ def _pooled(
 
 def _host_report(
     args: argparse.Namespace,
-    name: str,
+    target: Target,
     read: Outcome[Inventory],
     cluster: ClusterNodes | None,
 ) -> tuple[dict[str, object], HostReport | UnreadHost, int]:
     """One host's section (why it could not be read, for one that could not), with a line about
     it for the summary and its exit code."""
+    name = str(target)
     if read.error is not None or read.result is None:
         exc = read.error or ProxgpuError("not read")
         print(f"proxgpu: {exc}", file=sys.stderr)
@@ -110,7 +115,9 @@ def _host_report(
     policy = split_policy(args)
     if cluster is not None:
         policy = node_policy(policy, inventory)  # a cluster's node: only the guests it holds
-    section = plan_report(inventory, policy, render_options(args))
+    section = replace(
+        plan_report(inventory, policy, render_options(args)), commands=_commands(args, target)
+    )
     refused = bool(section.refusals)
     host = inventory.hostname
     summary: dict[str, object] = {
@@ -126,3 +133,15 @@ def _host_report(
     if refused:
         print(f"{host}: plan refused; the report says why", file=sys.stderr)
     return summary, section, PlanRefusedError.exit_code if refused else 0
+
+
+def _commands(args: argparse.Namespace, target: Target) -> tuple[tuple[str, str], ...]:
+    """The commands a change ticket names for ``target``'s plan: apply it, verify it, roll it
+    back, each with the options that reach that host."""
+    host = same_host(args, target)
+    request = given(args, args.split_options)
+    return (
+        ("apply", shlex.join(["proxgpu", "apply", *host, *request])),
+        ("verify (after the reboot)", shlex.join(["proxgpu", "verify", *host])),
+        ("roll back", shlex.join(["proxgpu", "rollback", *host])),
+    )

@@ -21,6 +21,7 @@ from markupsafe import Markup
 
 from proxgpu.errors import PlanRefusedError, RenderError
 from proxgpu.inspection.inventory import Inventory
+from proxgpu.paths import GUEST_CONFIG
 from proxgpu.picture.layout import lay_out_parts
 from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
@@ -31,6 +32,7 @@ from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions
 from proxgpu.rendering.changes import ChangeSet, FileChange, unified_diff
 from proxgpu.rendering.templating import render_markup
+from proxgpu.version import version
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ class HostReport:
     error: str | None = None
     #: The error ``error`` says, as ``plan`` reports it (its exit code, path and fix).
     failure: RenderError | None = None
+    #: The commands a change ticket names, as ``(what, command)``: how to apply this plan,
+    #: verify it and roll it back on this host (the command line's; none from the library).
+    commands: tuple[tuple[str, str], ...] = ()
 
 
 def plan_report(
@@ -128,7 +133,12 @@ def render_report(
         diffs = _diffs(ChangeSet(host="cluster", files=[mapping])) if mapping is not None else []
         head = {"summary": cluster.summary, "mapping": cluster.mapping_name, "diffs": diffs}
     return render_markup(
-        "report.html.j2", title=title, generated=generated, sections=sections, cluster=head
+        "report.html.j2",
+        title=title,
+        generated=generated,
+        sections=sections,
+        cluster=head,
+        version=version(),
     )
 
 
@@ -158,7 +168,35 @@ def _section(host: HostReport) -> dict[str, Any]:
         "actions": changes.actions if changes is not None else [],
         "reboot": bool(changes and changes.reboot_required),
         "changed": bool(changes and changes.changed),
+        "source": _source(inventory.source),
+        "to_stop": _guests_changed(changes) if changes is not None else [],
+        "commands": host.commands,
     }
+
+
+def _source(source: str) -> str:
+    """Where the host data came from, in words.
+
+    >>> _source("dir:/srv/snap/pve1"), _source("root@pve1")
+    ('the directory /srv/snap/pve1 (a snapshot: the host as it was captured)', 'root@pve1')
+    """
+    if source.startswith("dir:"):
+        return f"the directory {source[4:]} (a snapshot: the host as it was captured)"
+    return source
+
+
+def _guests_changed(changes: ChangeSet) -> list[str]:
+    """The guests whose configs the change rewrites (``CT 200``, ``VM 300``): to stop before
+    applying, as apply checks, and to start again after.
+
+    >>> _guests_changed(ChangeSet(host="h", files=[
+    ...     FileChange(path="/etc/pve/qemu-server/300.conf", before="a", after="b", why=""),
+    ...     FileChange(path="/etc/pve/lxc/200.conf", before="a", after="b", why="")]))
+    ['CT 200', 'VM 300']
+    """
+    found = (GUEST_CONFIG.match(change.path) for change in changes.changed_files())
+    guests = sorted((m[1], int(m[2])) for m in found if m is not None)
+    return [f"{'CT' if kind == 'lxc' else 'VM'} {vmid}" for kind, vmid in guests]
 
 
 def _advice_by_group(

@@ -3,8 +3,11 @@ chains a snapshot keeps."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
+import shlex
 import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -17,8 +20,9 @@ from proxgpu.inspection import inspect
 from proxgpu.picture import Assignment, UnreadHost, inventory_svg, render_report
 from proxgpu.picture.report import plan_report
 from proxgpu.planning.model import Role
+from proxgpu.version import version
 from tests.support.factories import make_gpu, make_inventory
-from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES
+from tests.support.trees import EXAMPLE_HOSTS, EXAMPLES, copy_example, snapshot
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -187,3 +191,30 @@ def test_a_fleet_report_shows_the_read_hosts_beside_the_unread_one() -> None:
     assert len(sections) == 2
     assert "<h2>ct200</h2>" in sections[0] and "Host could not be read" not in sections[0]
     assert "pve9: connection refused" in sections[1]
+
+
+def test_the_report_holds_what_a_change_ticket_needs_and_its_commands_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """proxgpu's version, where the host data came from and when, the guests to stop first, and
+    the apply, verify and rollback commands for that host: run as they stand, they apply the
+    reported plan, find no drift, and put every byte back."""
+    root = copy_example(tmp_path)
+    before = snapshot(root)
+    out = tmp_path / "report.html"
+    assert main(["report", "--root", str(root), "--lxc", "200", "--vm", "300", "-o", str(out)]) == 0
+    facts = out.read_text().split('<table class="facts">', 1)[1].split("</table>", 1)[0]
+    assert f"proxgpu {version()}" in facts
+    assert f"the directory {root} (a snapshot" in facts
+    assert "<th>guests to stop first</th><td>CT 200, VM 300 (" in facts
+    commands = dict(re.findall(r"<tr><th>([^<]+)</th><td><code>([^<]+)</code></td></tr>", facts))
+    assert set(commands) == {"apply", "verify (after the reboot)", "roll back"}
+    apply, verify, back = (shlex.split(html.unescape(c))[1:] for c in commands.values())
+    assert apply == ["apply", "--root", str(root), "--lxc", "200", "--vm", "300"]
+    assert main([*apply, "--yes", "-q"]) == 0
+    assert snapshot(root) != before
+    capsys.readouterr()
+    assert main([*verify, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["drifted"] is False
+    assert main([*back, "--yes", "-q"]) == 0
+    assert snapshot(root) == before
