@@ -97,6 +97,11 @@ plan:
 actions:
   description: Follow-up commands, run or (check mode, directory trees) listed.
   type: list
+notes:
+  description:
+    - What the split does or assumes, asking nothing of you (an uneven split, an initramfs that
+      was not read); what asks something is a warning.
+  type: list
 reboot_required:
   description:
     - Whether the host must reboot for the split to take effect, on this run or a later one

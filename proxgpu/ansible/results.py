@@ -17,8 +17,9 @@ from proxgpu.pipeline import SplitResult
 
 def split_result(result: SplitResult, *, diff: bool, reboot: bool) -> dict[str, Any]:
     """gpu_split's result: ``changed``, ``diff`` (in diff mode), ``plan`` (as ``plan --json``
-    prints it, with ``changes`` and ``reboot_pending``), ``actions``, ``reboot_required`` and
-    ``journal_id``.
+    prints it, with ``changes`` and ``reboot_pending``), ``actions``, ``reboot_required``,
+    ``journal_id``, and ``notes`` (what the split does or assumes, asking nothing; the warnings go
+    to Ansible's own).
 
     >>> from proxgpu.host import DirectoryHost
     >>> from proxgpu.pipeline import split_host
@@ -30,6 +31,8 @@ def split_result(result: SplitResult, *, diff: bool, reboot: bool) -> dict[str, 
     return {
         "changed": result.changed,
         "diff": result.diff if diff else [],
+        # What the split does or assumes, asking nothing: not Ansible warnings.
+        "notes": [*result.plan.notes, *result.changes.notes],
         "plan": result.plan_document(),
         "actions": result.actions,
         "reboot_required": reboot,

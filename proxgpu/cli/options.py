@@ -177,12 +177,10 @@ def same_host(args: argparse.Namespace, target: Target | None = None) -> list[st
     """The host options of a command to run next on the host ``args`` reach, or on ``target``
     (one of the several they reach), as words.
 
-    >>> parser = argparse.ArgumentParser()
-    >>> options = Given.of(host_options(parser, rolling=False, gpus=False))
-    >>> args = parser.parse_args(["--host", "pve1", "--host", "pve2", "--port", "2222"])
-    >>> args.host_options = options
-    >>> same_host(args, Target(host="pve2"))
-    ['--host', 'pve2', '--port', '2222']
+    >>> options = (Given("host", "--host", None, False), Given("port", "--port", None, False))
+    >>> args = argparse.Namespace(host=["pve1", "pve2"], port=2222, host_options=options)
+    >>> same_host(args), same_host(args, Target(host="pve2"))
+    (['--host', 'pve1', '--host', 'pve2', '--port', '2222'], ['--host', 'pve2', '--port', '2222'])
     """
     if target is None:
         return given(args, args.host_options)

@@ -56,6 +56,7 @@ def render_plan(plan: Plan, inv: Inventory) -> str:
     if plan.enable_iommu:
         lines.append("  The kernel command line gets the IOMMU turned on.")
     lines += [f"  warning: {w}" for w in plan.warnings]
+    lines += [f"  note: {n}" for n in plan.notes]
     return "\n".join(lines)
 
 
@@ -88,5 +89,6 @@ def render_changes(changes: ChangeSet, color: bool = False) -> str:
     """Every changed file as a unified diff, then the actions and a one-line summary."""
     diffs = changes.unified_diff(color)
     notes = [f"warning: {w}\n" for w in changes.warnings]
+    notes += [f"note: {n}\n" for n in changes.notes]
     notes += [f"then run: {' '.join(a.argv)}  ({a.why})\n" for a in changes.actions]
     return (diffs + "\n" if diffs else "") + "".join(notes) + changes.summary() + "\n"

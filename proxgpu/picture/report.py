@@ -147,10 +147,13 @@ def _section(host: HostReport) -> dict[str, Any]:
     roles = assignments(host.plan) if host.plan is not None else None
     changes = shown(host.changes) if host.changes is not None else None
     warnings = [*inventory.warnings]
+    notes: list[str] = []
     if host.plan is not None:
         warnings += host.plan.warnings
+        notes += host.plan.notes
     if changes is not None:
         warnings += changes.warnings
+        notes += changes.notes
     head, columns = lay_out_parts(inventory, roles)
     return {
         "host": inventory.hostname,
@@ -162,6 +165,7 @@ def _section(host: HostReport) -> dict[str, Any]:
         "refusals": [Refusal(redact_secrets(r.what), redact_secrets(r.fix)) for r in host.refusals],
         "error": None if host.error is None else redact_secrets(host.error),
         "warnings": list(dict.fromkeys(redact_secrets(w) for w in warnings)),
+        "notes": list(dict.fromkeys(redact_secrets(n) for n in notes)),
         "tensor_parallel": _advice_by_group(host.plan.tensor_parallel if host.plan else []),
         "enable_iommu": bool(host.plan and host.plan.enable_iommu),
         "diffs": _diffs(changes) if changes is not None else [],

@@ -17,8 +17,8 @@ renderers turn the plan into configuration.
 >>> plan = plan_split(inventory, SplitPolicy(lxc=200))
 >>> [(g.role, g.numa_node, len(g.gpus), g.driver) for g in plan.groups]
 [('host', 0, 2, 'nvidia'), ('vfio', 1, 1, 'vfio-pci')]
->>> plan.warnings
-['uneven split: 2 GPUs on the host driver, 1 GPU on vfio-pci']
+>>> plan.warnings, plan.notes
+([], ['uneven split: 2 GPUs on the host driver, 1 GPU on vfio-pci'])
 >>> [(tp.size, tp.device_sets) for tp in plan.tensor_parallel]
 [(1, ['0', '1']), (2, ['0,1'])]
 """
@@ -96,7 +96,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
             f"CT {container} uses the GPUs that stay on the host driver and no --lxc was "
             f"given: the host group is for CT {container} (name another with --lxc)"
         )
-        return plan.model_copy(update={"warnings": [inferred, *plan.warnings]})
+        return plan.model_copy(update={"notes": [inferred, *plan.notes]})
     groups = build_groups(ctx, roles, vgpus, mig)
     check_slots(ctx, roles)
     check_iommu_groups(ctx, roles)
@@ -114,6 +114,7 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     return Plan(
         groups=groups,
         warnings=ctx.warnings,
+        notes=ctx.notes,
         tensor_parallel=tensor_parallel(ctx, groups),
         enable_iommu=enable_iommu,
     )

@@ -103,11 +103,11 @@ def warn_about_shape(ctx: Context, groups: list[PlanGroup]) -> None:
             f"nothing goes to vfio-pci: {wording.count(host, 'GPU')} on the host driver"
         )
     elif not host:
-        ctx.warnings.append(
+        ctx.notes.append(
             f"nothing stays on the host driver: {wording.count(vfio, 'GPU')} on vfio-pci"
         )
     elif host != vfio:
-        ctx.warnings.append(
+        ctx.notes.append(
             f"uneven split: {wording.count(host, 'GPU')} on the host driver, "
             f"{wording.count(vfio, 'GPU')} "
             "on vfio-pci"

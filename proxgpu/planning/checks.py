@@ -309,7 +309,7 @@ def _judge_vgpu_claims(
     lines = wording.claim_lines([c for a in sorted(by_gpu) for c in by_gpu[a]])
     if not moved:
         if not target:
-            ctx.warnings.append(
+            ctx.notes.append(
                 f"{wording.join(sorted(by_gpu))} {'stays' if len(by_gpu) == 1 else 'stay'} on the "
                 f"host driver, where VM {guest.vmid} "
                 f"uses a vGPU of {'it' if len(by_gpu) == 1 else 'them'} ({lines}): that keeps "

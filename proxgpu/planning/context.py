@@ -63,6 +63,8 @@ class Context:
     bmc_displays: list[Gpu] = field(init=False)
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: What the plan does or assumes, asking nothing (see :class:`~proxgpu.planning.Plan`).
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         gpus = sorted(self.inventory.gpus, key=wording.address)
@@ -71,7 +73,7 @@ class Context:
         displays = [gpu for gpu in gpus if is_bmc_display(gpu.vendor_id, gpu.device_id)]
         self.bmc_displays = [gpu for gpu in displays if not self._named(gpu)]
         self.index = GpuIndex([gpu for gpu in gpus if gpu not in self.bmc_displays])
-        self.warnings += [
+        self.notes += [
             f"{gpu.address} ({gpu.model or 'display controller'}) is the BMC's display "
             "controller, not a GPU: left out of the split (name it in --host-gpus or --vfio-gpus "
             "to split it too)"

@@ -485,7 +485,9 @@ class TensorParallelAdvice(FrozenModel):
 class Plan(FrozenModel):
     """The planned split: groups, warnings, tensor-parallel advice for each host group.
 
-    ``enable_iommu`` is true when the plan relies on turning the IOMMU on at the next boot.
+    ``warnings`` ask something of the admin (or say what will go wrong unless they act);
+    ``notes`` say what the plan does or assumes and ask nothing. ``enable_iommu`` is true when
+    the plan relies on turning the IOMMU on at the next boot.
 
     >>> Plan(groups=[], warnings=["uneven split"], tensor_parallel=[]).model_dump()["warnings"]
     ['uneven split']
@@ -495,6 +497,7 @@ class Plan(FrozenModel):
     warnings: list[str]
     tensor_parallel: list[TensorParallelAdvice]
     enable_iommu: bool = False
+    notes: list[str] = Field(default_factory=list)
 
 
 class GpuPlacement(FrozenModel):

@@ -38,32 +38,11 @@ INDEX_LIMITS: Mapping[str, int] = {
 
 
 _KEY = r"[a-z][a-z0-9_\-]*"
-
-
-_KEY = r"[a-z][a-z0-9_\-]*"
-_RAW_KEY = r"lxc\.[a-z0-9_.\-]+"
-
-
 _RAW_KEY = r"lxc\.[a-z0-9_.\-]+"
 KEY_RE = re.compile(_KEY)
-
-
-KEY_RE = re.compile(_KEY)
-_RAW_KEY_RE = re.compile(_RAW_KEY)
-
-
 _RAW_KEY_RE = re.compile(_RAW_KEY)
 _HEADER_RE = re.compile(r"\[(?P<name>[^\]]*)\]\s*")
-
-
-_HEADER_RE = re.compile(r"\[(?P<name>[^\]]*)\]\s*")
 _RAW_RE = re.compile(rf"(?P<key>{_RAW_KEY})(?P<sep>:\s*|\s*=\s*)(?P<value>.*?)\s*")
-
-
-_RAW_RE = re.compile(rf"(?P<key>{_RAW_KEY})(?P<sep>:\s*|\s*=\s*)(?P<value>.*?)\s*")
-_ENTRY_RE = re.compile(rf"(?P<key>{_KEY})(?P<sep>:\s*)(?P<value>.*?)\s*")
-
-
 _ENTRY_RE = re.compile(rf"(?P<key>{_KEY})(?P<sep>:\s*)(?P<value>.*?)\s*")
 _PENDING_NAMES = frozenset({"pending", "pve:pending"})
 

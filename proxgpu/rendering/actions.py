@@ -80,4 +80,5 @@ def with_actions(ctx: RenderContext) -> ChangeSet:
         # Each container (and the boot unit serving them) asks the same questions of the host:
         # a fact is said once.
         warnings=list(dict.fromkeys(ctx.warnings)),
+        notes=list(dict.fromkeys(ctx.notes)),
     )

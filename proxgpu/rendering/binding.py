@@ -343,7 +343,7 @@ def _tell_initramfs(ctx: RenderContext, modules: list[str]) -> None:
     binding always lost)."""
     files = ctx.inventory.initramfs_files
     if files is None:
-        ctx.warnings.append(
+        ctx.notes.append(
             f"the initramfs of {ctx.inventory.kernel} was not read (no lsinitramfs, or no "
             f"/boot/initrd.img-{ctx.inventory.kernel}), so which drivers load there is not "
             "known; the update-initramfs step puts proxgpu's binding in it either way"
@@ -474,7 +474,7 @@ def _tell_kept_overrides(ctx: RenderContext, kept: list[tuple[str, str]]) -> Non
     if not gpus:
         return
     first, driver = gpus[0]
-    ctx.warnings.append(
+    ctx.notes.append(
         f"the GPUs kept on the host ({', '.join(a for a, _ in gpus)}) get driver_override="
         f"{driver} at boot, so that vfio-pci never takes one whose driver failed to load; to "
         "give one of them to a VM later, plan it with proxgpu (--vfio-gpus ADDRESS): Proxmox's "

@@ -71,6 +71,8 @@ class ChangeSet(FrozenModel):
     actions: list[Action] = Field(default_factory=list)
     reboot_required: bool = False
     warnings: list[str] = Field(default_factory=list)
+    #: What the change does or assumes, asking nothing of the admin (warnings ask something).
+    notes: list[str] = Field(default_factory=list)
 
     @property
     def changed(self) -> bool:

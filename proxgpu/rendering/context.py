@@ -43,6 +43,8 @@ class RenderContext:
     options: RenderOptions
     files: list[FileChange] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: What the files do or assume, asking nothing (a warning asks something of the admin).
+    notes: list[str] = field(default_factory=list)
 
     def file(self, path: str, after: str | None, why: str, mode: int | None = 0o644) -> None:
         """Change ``path`` to ``after`` (``None``: remove it), for ``why``.

@@ -153,7 +153,7 @@ def _renumbered(
         result[_cap_path(now.minor)] = now
         moved.append(f"{path} becomes {_cap_path(now.minor)}")
     if moved:
-        ctx.warnings.append(
+        ctx.notes.append(
             f"CT {vmid}: its GPU gets another nvidia minor at the next boot, and its MIG "
             f"instances other capability nodes with it: {', '.join(moved)}"
         )
@@ -251,7 +251,7 @@ def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
     if boot != use.gpu_minor:
         # The driver numbers the instance's capabilities after its GPU's minor, which changes.
         minors = [instance_cap(boot, use.gi).minor, instance_cap(boot, use.gi, use.ci).minor]
-        ctx.warnings.append(
+        ctx.notes.append(
             f"CT {vmid}: {gpu.address} becomes /dev/nvidia{boot} at the next boot, and MIG GI "
             f"{use.gi} CI {use.ci}'s capability nodes with it: {', '.join(paths)} become "
             f"{', '.join(_cap_path(minor) for minor in minors)}"
@@ -390,7 +390,7 @@ def _local_pinning(ctx: RenderContext, group: PlanGroup, vmid: int) -> PlanGroup
         why = "the NUMA node of its GPUs is unknown (sysfs numa_node -1)"
     else:
         return group
-    ctx.warnings.append(
+    ctx.notes.append(
         f"CT {vmid}: cpuset and cores left as they are: pinning gives no locality, {why}"
     )
     return group.model_copy(update={"cpus": "", "memory_nodes": []})

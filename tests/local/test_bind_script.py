@@ -124,7 +124,7 @@ def test_the_plan_says_what_the_kept_gpus_mark_means_for_a_later_passthrough(
     pci_dev_bind_to_vfio); the plan says so plainly, naming the kept GPUs (not their audio
     functions) and the command that undoes the mark."""
     changes = _changes(copy_example(tmp_path))
-    [said] = [w for w in changes.warnings if "driver_override=nvidia" in w]
+    [said] = [n for n in changes.notes if "driver_override=nvidia" in n]
     kept_gpus = [a for a, driver in KEPT.items() if driver == "nvidia"]
     assert all(address in said for address in kept_gpus)
     assert "0000:01:00.1" not in said, "an audio function is no GPU to pass through"
@@ -133,4 +133,4 @@ def test_the_plan_says_what_the_kept_gpus_mark_means_for_a_later_passthrough(
     inventory = inspect(DirectoryHost(str(copy_example(tmp_path, dest="driverctl"))))
     plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
     plain = render(inventory, plan, RenderOptions(bind_method="driverctl"))
-    assert not [w for w in plain.warnings if "driver_override=" in w], "driverctl marks none"
+    assert not [n for n in plain.notes if "driver_override=" in n], "driverctl marks none"

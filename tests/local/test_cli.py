@@ -238,6 +238,27 @@ def test_the_plan_says_the_command_that_applies_it_on_the_same_host(
     assert last.endswith(f"`{shlex.join(['proxgpu', 'apply', '--root', root, '--plan', saved])}`.")
 
 
+def test_what_asks_nothing_of_the_admin_is_a_note_not_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan of ct200 whose initramfs was not read, with an uneven split: those are notes
+    (in the text and in --json), while what asks something (restart the changed guests) stays
+    a warning."""
+    root = str(copy_example(tmp_path))
+    argv = ["plan", "--root", root, "--lxc", "200", "--vm", "300", "--host-gpus", "01:00.0"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "\nnote: the initramfs of 6.8.12-11-pve was not read" in text
+    assert "  note: uneven split: 1 GPU on the host driver, 7 GPUs on vfio-pci" in text
+    assert "\nwarning: restart the changed guests to apply their new config" in text
+    assert not [line for line in text.splitlines() if "warning:" in line and "initramfs" in line]
+    assert main([*argv, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert any(note.startswith("uneven split") for note in document["notes"])
+    assert any(note.startswith("the initramfs") for note in document["changes"]["notes"])
+    assert not any("initramfs" in warning for warning in document["changes"]["warnings"])
+
+
 def test_the_installed_command_leaves_what_it_made_to_the_process_end(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -166,7 +166,7 @@ def test_the_instances_of_a_mig_gpu_the_next_boot_numbers_anew_get_their_new_nod
         "CT 200: its GPU gets another nvidia minor at the next boot, and its MIG instances other "
         f"capability nodes with it: /dev/nvidia-caps/nvidia-cap{old.minor} becomes "
         "/dev/nvidia-caps/nvidia-cap12"
-    ) in changes.warnings
+    ) in changes.notes
     script = next(f.after or "" for f in changes.files if f.path == NODES_SCRIPT)
     assert "cap driver/nvidia/capabilities/gpu0/mig/gi1/access\n" in script
 
@@ -252,13 +252,14 @@ def test_a_container_limited_beyond_its_node_is_warned_about() -> None:
 def _container_after(
     argv: list[str], capsys: pytest.CaptureFixture[str], path: str
 ) -> tuple[str, list[str]]:
-    """The container config ``plan --json`` would write, and the plan's warnings."""
+    """The container config ``plan --json`` would write, and the plan's notes (what it does,
+    asking nothing)."""
     from proxgpu.cli import main  # noqa: PLC0415 - only these tests go through the command line
 
     assert main(["plan", *argv, "--json"]) == 0
     changes = json.loads(capsys.readouterr().out)["changes"]
     after = next(f["after"] for f in changes["files"] if f["path"] == path)
-    return after, changes["warnings"]
+    return after, changes["notes"]
 
 
 def test_on_a_host_of_one_numa_node_cpuset_and_cores_are_left_alone(

@@ -396,7 +396,7 @@ def test_a_mig_gpu_the_next_boot_numbers_anew_gets_the_nodes_of_its_new_minor() 
     plan = plan_split(moved, SplitPolicy(lxc_mig=mig, vfio_gpus=["9a:00.0"]))
     changes = render(moved, plan)
     new = ["/dev/nvidia-caps/nvidia-cap291", "/dev/nvidia-caps/nvidia-cap292"]
-    warning = next(w for w in changes.warnings if w.startswith("CT 200: 0000:ab:00.0 becomes"))
+    warning = next(w for w in changes.notes if w.startswith("CT 200: 0000:ab:00.0 becomes"))
     assert warning.startswith("CT 200: 0000:ab:00.0 becomes /dev/nvidia2 at the next boot, and MIG")
     assert warning.endswith(f"become {', '.join(new)}")
     config = next(f.after for f in changes.files if f.path == CT_200)

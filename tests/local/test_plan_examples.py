@@ -32,7 +32,7 @@ def test_ct200_without_target_plans_for_the_container_that_holds_the_kept_gpus()
     plan = plan_split(inspect_example("ct200"), SplitPolicy())
     host = next(g for g in plan.groups if g.role == "host")
     assert host.guest is not None and (host.guest.type, host.guest.vmid) == ("lxc", 200)
-    assert plan.warnings[0].startswith("CT 200 uses the GPUs that stay on the host driver")
+    assert plan.notes[0].startswith("CT 200 uses the GPUs that stay on the host driver")
 
 
 def test_ct200_for_another_container_refuses_once_listing_the_gpus_ct200_holds() -> None:
@@ -68,7 +68,7 @@ def test_uneven_split_is_reported_and_iommu_off_needs_the_cmdline_change() -> No
     assert codes("uneven-5-3", SplitPolicy(lxc=150)) == ["iommu-off"]
     plan = plan_split(inspect_example("uneven-5-3"), SplitPolicy(enable_iommu=True, lxc=150))
     assert [len(g.gpus) for g in plan.groups] == [5, 3]
-    assert any("uneven" in w for w in plan.warnings)
+    assert any("uneven" in w for w in plan.notes)
     assert plan.enable_iommu
 
 

@@ -256,9 +256,7 @@ def test_a_bmc_display_is_left_out_of_the_split(policy: SplitPolicy) -> None:
     plan = plan_split(with_aspeed(), policy)
     assert all(ASPEED not in g.functions for g in plan.groups)
     assert sum(len(g.gpus) for g in plan.groups) == 8
-    assert any(
-        w.startswith(f"{ASPEED} (ASPEED Graphics Family) is the BMC's") for w in plan.warnings
-    )
+    assert any(w.startswith(f"{ASPEED} (ASPEED Graphics Family) is the BMC's") for w in plan.notes)
     changes = render(with_aspeed(), plan)
     assert not any(ASPEED in (f.after or "") for f in changes.files), "no binding, no DRI node"
 

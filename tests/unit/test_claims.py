@@ -240,7 +240,7 @@ def test_a_vgpu_entry_is_a_claim_that_keeps_the_host_driver() -> None:
 
 def test_a_vgpu_on_a_kept_gpu_is_no_passthrough_to_remove() -> None:
     plan = plan_split(ct200({VM_310: f"{VGPU}\n"}), SplitPolicy(lxc=200))
-    (warning,) = [w for w in plan.warnings if "VM 310" in w]
+    (warning,) = [w for w in plan.notes if "VM 310" in w]
     assert warning.startswith("0000:01:00.0 stays on the host driver, where VM 310 uses a vGPU")
     assert "remove" not in warning
 

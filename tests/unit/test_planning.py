@@ -123,7 +123,7 @@ def test_uneven_split_is_reported() -> None:
     ]
     plan = plan_split(make_inventory(gpus))
     assert [len(group.gpus) for group in plan.groups] == [5, 3]
-    assert plan.warnings == ["uneven split: 5 GPUs on the host driver, 3 GPUs on vfio-pci"]
+    assert plan.notes == ["uneven split: 5 GPUs on the host driver, 3 GPUs on vfio-pci"]
 
 
 def test_all_gpus_on_one_node_stay_on_the_host() -> None:
@@ -345,7 +345,7 @@ def test_each_vm_lands_on_one_node_when_one_fits() -> None:
     vms = {g.guest.vmid: (g.numa_node, len(g.gpus)) for g in plan.groups if g.guest}
     # The two-GPU VMs each take a whole node; the one-GPU VM and the rest share the last.
     assert vms == {300: (3, 1), 301: (1, 2), 302: (2, 2), 303: (3, 1)}
-    assert plan.warnings == ["uneven split: 2 GPUs on the host driver, 6 GPUs on vfio-pci"]
+    assert plan.notes == ["uneven split: 2 GPUs on the host driver, 6 GPUs on vfio-pci"]
 
 
 def test_vm_larger_than_any_node_spans_nodes_with_a_warning() -> None:

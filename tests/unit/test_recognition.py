@@ -97,7 +97,7 @@ def test_an_es1000_beside_nvidia_gpus_is_not_split() -> None:
     assert [gpu.address for gpu in inv.gpus if gpu.bmc_display] == [ES1000]
     plan = plan_split(inv, SplitPolicy(lxc=200))
     assert planned(plan) == sorted(address for address, *_ in NVIDIA_HOST)
-    assert any(w.startswith(f"{ES1000} (display controller) is the BMC's") for w in plan.warnings)
+    assert any(w.startswith(f"{ES1000} (display controller) is the BMC's") for w in plan.notes)
 
 
 def test_eight_mi300x_on_amdgpu_are_gpus_and_split() -> None:

@@ -165,6 +165,13 @@ actions:
   returned: success
   type: list
   elements: list
+notes:
+  description:
+    - What the split does or assumes, asking nothing of you (an uneven split, an initramfs that
+      was not read); what asks something is a warning.
+  returned: success
+  type: list
+  elements: str
 reboot_required:
   description:
     - Whether the host must reboot for the split to take effect, on this run or a later one
