@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from proxgpu.host import connect
     from proxgpu.host.ssh import SSHOptions
     from proxgpu.inspection import Gpu, GpuFilter, Inventory, NumaNode, PciFunction, inspect
-    from proxgpu.pipeline import propose, split_host, undo
+    from proxgpu.pipeline import propose, split_host
+    from proxgpu.pipeline.undoing import undo
     from proxgpu.planning import SplitPolicy
     from proxgpu.rendering import RenderOptions
 
@@ -51,7 +52,7 @@ _LAZY = {
     "RenderOptions": "proxgpu.rendering",
     "propose": "proxgpu.pipeline",
     "split_host": "proxgpu.pipeline",
-    "undo": "proxgpu.pipeline",
+    "undo": "proxgpu.pipeline.undoing",
     **{
         name: "proxgpu.fleet"
         for name in (

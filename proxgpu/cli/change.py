@@ -22,14 +22,9 @@ from proxgpu.errors import UsageError
 from proxgpu.fleet import Say
 from proxgpu.host.base import Host
 from proxgpu.inspection import Inventory
-from proxgpu.pipeline import (
-    Proposal,
-    apply_document,
-    load_plan,
-    plan_document,
-    save_plan,
-    shown,
-)
+from proxgpu.pipeline import Proposal
+from proxgpu.pipeline.documents import apply_document, plan_document, shown
+from proxgpu.pipeline.saved import load_plan, save_plan
 from proxgpu.planning import Plan
 from proxgpu.rendering.changes import ChangeSet
 

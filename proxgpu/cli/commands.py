@@ -25,7 +25,7 @@ from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import gather, write_tree
-from proxgpu.pipeline import shown
+from proxgpu.pipeline.documents import shown
 from proxgpu.planning.advice import check_gpu_set
 from proxgpu.redact import redact_document
 

@@ -95,7 +95,7 @@ def _first_line(path: Path) -> str | None:
 def summary(host: str, job: JobPlacement, binder: str, dropped: list[str]) -> str:
     """The one line ``run`` prints: what it chose, how it binds, how the indexes are meant.
 
-    >>> from proxgpu.planning.model import GpuPlacement
+    >>> from proxgpu.planning.placement import GpuPlacement
     >>> gpus = [GpuPlacement(index=i, address=f"0000:{b}:00.0", model=None, numa_node=1)
     ...         for i, b in [(4, "81"), (5, "91")]]
     >>> job = JobPlacement(runtime="CUDA", numa_node=1, cpus="32-63", gpus=gpus,

@@ -21,11 +21,11 @@ from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
 from proxgpu.fleet import ClusterNodes, Outcome, Target, each_host
-from proxgpu.fleet.cluster import check_guests
+from proxgpu.fleet.cluster import check_guests, node_policy, pool_mapping
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import ClusterHeader, HostReport, plan_report
-from proxgpu.pipeline import Proposal, node_policy, pool_mapping
+from proxgpu.pipeline import Proposal
 from proxgpu.rendering.changes import FileChange
 
 
@@ -84,7 +84,7 @@ def _pooled(
     sections: dict[str, HostReport | UnreadHost], name: str | None, cluster: ClusterNodes
 ) -> tuple[list[HostReport | UnreadHost], FileChange | None]:
     """A cluster's sections without their own mapping change, and the one pooled change (as
-    ``plan --cluster`` pools it: :func:`proxgpu.pipeline.pool_mapping`)."""
+    ``plan --cluster`` pools it: :func:`proxgpu.fleet.cluster.pool_mapping`)."""
     planned = {
         node: Proposal(s.inventory, s.plan, s.changes)
         for node, s in sections.items()

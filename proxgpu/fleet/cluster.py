@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxgpu.apply import ApplyOptions, ApplyResult
-from proxgpu.errors import ClusterNotPlannedError, ProxgpuError, UsageError
+from proxgpu.apply.layout import Layout
+from proxgpu.apply.remote import read_files
+from proxgpu.errors import ClusterNotPlannedError, ProxgpuError, SysfsError, UsageError
 from proxgpu.fleet.engine import (
     FORKS,
     Connect,
@@ -37,20 +39,15 @@ from proxgpu.fleet.engine import (
 from proxgpu.host import Host, connect
 from proxgpu.host.sshcommon import parse_target
 from proxgpu.inspection import GpuFilter, Inventory, inspect
-from proxgpu.paths import MEMBERS
-from proxgpu.pipeline import (
-    Proposal,
-    node_policy,
-    plan_inventory,
-    pool_mapping,
-    read_members,
-)
-from proxgpu.pipeline import with_change as first_in
+from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
+from proxgpu.pipeline import Proposal, plan_inventory
 from proxgpu.planning import SplitPolicy
-from proxgpu.pve.cluster import ClusterMembers
+from proxgpu.pve.cluster import ClusterMembers, parse_members
+from proxgpu.pve.mapping import PciMappingConfig, with_node_maps
 from proxgpu.rendering import RenderOptions
-from proxgpu.rendering.changes import FileChange
+from proxgpu.rendering.changes import ChangeSet, FileChange
 from proxgpu.rendering.context import missing_guest, no_such_guest
+from proxgpu.rendering.vm import map_entries
 
 #: Why a member is not run.
 OFFLINE = "offline: skipped (not planned, not changed)"
@@ -177,7 +174,7 @@ class ClusterPlan:
             if lead not in planned:
                 raise UsageError(f"{lead}, which holds the mapping, is not among the nodes run")
             proposal = planned[lead]
-            planned[lead] = proposal._replace(changes=first_in(proposal.changes, self.mapping))
+            planned[lead] = proposal._replace(changes=with_change(proposal.changes, self.mapping))
         return planned
 
 
@@ -297,3 +294,102 @@ def _first_first(nodes: ClusterNodes) -> ClusterNodes:
     if nodes.first in nodes.targets:
         nodes.targets = {nodes.first: nodes.targets[nodes.first], **nodes.targets}
     return nodes
+
+
+def read_members(host: Host) -> ClusterMembers:
+    """The cluster ``host`` belongs to, from its ``/etc/pve/.members`` (one command).
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> members = read_members(DirectoryHost("examples/hosts/cluster-3/pve1"))
+    >>> members.name, [m.name for m in members.online()]
+    ('gpu-lab', ['pve1', 'pve2', 'pve3'])
+
+    :raises SysfsError: when the file is missing or is not pmxcfs' member list.
+    """
+    (data,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
+    if data is None:
+        raise SysfsError(
+            host.name,
+            MEMBERS,
+            "missing",
+            "pmxcfs writes it on every cluster member: plan a node on its own without "
+            "--cluster; on a member, check the cluster (`pvecm status`) and pmxcfs "
+            "(`systemctl status pve-cluster`)",
+        )
+    return parse_members(data.decode("utf-8", "replace"), host.name)
+
+
+def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:
+    """``policy`` for one node of a cluster: only the guests whose configs the node holds (its
+    containers with GPUs, a count, a node or a MIG instance; its VMs with GPUs or a vGPU).
+
+    VMIDs are unique in a cluster, and each guest's config lives on its node
+    (``/etc/pve/nodes/NODE/...``, which the node's ``/etc/pve/lxc`` and ``qemu-server`` link to).
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> pve2 = inspect(DirectoryHost("examples/hosts/cluster-3/pve2"))
+    >>> node_policy(SplitPolicy(lxc=200, vms=[(300, None), (310, 1)]), pve2).vms
+    [(310, 1)]
+    """
+    held = inventory.guest_configs
+
+    def ct(vmid: int) -> bool:
+        return guest_config("lxc", vmid) in held
+
+    def vm(vmid: int) -> bool:
+        return guest_config("vm", vmid) in held
+
+    subsets = [(vmid, n) for vmid, n in policy.lxc_subsets if ct(vmid)]
+    on_nodes = [spec for spec in policy.lxc_nodes if ct(spec[0])]
+    mig = [spec for spec in policy.lxc_mig if ct(spec.vmid)]
+    own = {vmid for vmid, _ in subsets} | {spec[0] for spec in on_nodes} | {m.vmid for m in mig}
+    shared = [vmid for vmid in policy.containers if ct(vmid) and vmid not in own]
+    update = {
+        "lxc": shared[0] if shared else None,
+        "shared_lxc": shared[1:],
+        "lxc_subsets": subsets,
+        "lxc_nodes": on_nodes,
+        "lxc_mig": mig,
+        "vms": [(vmid, n) for vmid, n in policy.vms if vm(vmid)],
+        "vgpus": [(vmid, kind) for vmid, kind in policy.vgpus if vm(vmid)],
+    }
+    return policy.model_copy(update=update)
+
+
+def pool_mapping(
+    proposals: dict[str, Proposal], name: str | None, first: str
+) -> tuple[dict[str, Proposal], FileChange | None]:
+    """One cluster mapping for every node's vfio GPUs: each proposal without its own
+    ``pci.cfg`` change, and the one change of the shared file (as ``first``, the node the member
+    list was read from, reads it) that holds a ``map`` line for every node's vfio GPUs. Lines
+    of the nodes not planned (offline) and the mapping's other keys stay as they are.
+
+    :raises RenderError: when the shared file holds lines Proxmox cannot read.
+    """
+    if name is None or first not in proposals:
+        return proposals, None
+    before = proposals[first].inventory.guest_configs.get(PCI_MAPPING)
+    mapping = PciMappingConfig.parse(before or "")
+    existing = mapping.entries(name) if name in mapping.ids() else []
+    merged = list(existing)
+    for node, (inventory, plan, _) in proposals.items():
+        gpus = [inventory.gpu(a) for g in plan.groups if g.role.moves_to_vfio for a in g.gpus]
+        if gpus:
+            merged = with_node_maps(merged, map_entries(gpus, node), node)
+    if merged != existing:
+        mapping.set_entries(name, merged)
+    own = {
+        node: Proposal(p.inventory, p.plan, _without(p.changes, PCI_MAPPING))
+        for node, p in proposals.items()
+    }
+    why = f"PCI mapping {name}: every node's vfio GPUs"
+    return own, FileChange(path=PCI_MAPPING, before=before, after=mapping.render(), why=why)
+
+
+def _without(changes: ChangeSet, path: str) -> ChangeSet:
+    return changes.model_copy(update={"files": [f for f in changes.files if f.path != path]})
+
+
+def with_change(changes: ChangeSet, change: FileChange) -> ChangeSet:
+    """``changes`` with ``change`` first (a mapping before the VM configs that name it)."""
+    return changes.model_copy(update={"files": [change, *_without(changes, change.path).files]})

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from proxgpu.host.base import Host
-from proxgpu.inspection.build import GpuFilter, build_inventory
+from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import gather
 from proxgpu.inspection.inventory import (
     Gpu,
@@ -24,6 +24,7 @@ from proxgpu.inspection.inventory import (
     VgpuType,
     VirtualFunction,
 )
+from proxgpu.inspection.recognition import GpuFilter
 
 
 def inspect(host: Host, gpu_filter: GpuFilter | None = None) -> Inventory:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from proxgpu.errors import SysfsError, not_utf8
 from proxgpu.inspection import hostfacts
-from proxgpu.inspection.capture import ALIAS_LIST, Capture
+from proxgpu.inspection.capture import Capture
 from proxgpu.inspection.hardware import (
     creatable_vgpu_types,
     current_vgpu_type,
@@ -33,23 +33,30 @@ from proxgpu.inspection.hardware import (
     reset_methods,
 )
 from proxgpu.inspection.inventory import (
-    BootLoader,
     Gpu,
     Inventory,
-    KernelModules,
-    ModuleAlias,
-    NumaNode,
     NvidiaCap,
-    PassedOver,
-    PassedOverReason,
     PciFunction,
     VirtualFunction,
 )
+from proxgpu.inspection.kernel import (
+    driver_modules,
+    initramfs_files,
+    initramfs_warnings,
+    kernel_modules,
+)
 from proxgpu.inspection.mig import in_mig_mode, mig_instances
 from proxgpu.inspection.names import check_names
+from proxgpu.inspection.nvidia import (
+    char_majors,
+    nvidia_caps,
+    nvidia_info,
+    nvidia_param,
+    nvidia_version,
+)
+from proxgpu.inspection.recognition import GpuFilter, accelerators_left_out, passed_over
 from proxgpu.inspection.smi import mig_uuids
 from proxgpu.inspection.validate import validate
-from proxgpu.kmod import MODULES_ALIAS, MODULES_BUILTIN_MODINFO, module_dir
 from proxgpu.paths import (
     GUEST_FILE_PREFIXES,
     NVIDIA_GPUS,
@@ -58,56 +65,10 @@ from proxgpu.paths import (
     PCI_DEVICES,
     PCI_IDS,
 )
-from proxgpu.pci import is_accelerator, is_bmc_display, is_gpu_accelerator
+from proxgpu.pci import is_bmc_display
 
 _ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HEX4 = re.compile(r"^0x[0-9a-f]{4}$")
-
-
-@dataclass(frozen=True)
-class GpuFilter:
-    """Which PCI functions count as GPUs.
-
-    ``classes`` are prefixes of the six-digit class code without ``0x``: the default takes every
-    display controller (``03``: VGA ``0300``, 3D ``0302``, other ``0380``) of any vendor, and the
-    processing accelerators (``12``) that are GPUs, AMD Instinct (see
-    :func:`~proxgpu.pci.is_gpu_accelerator`). ``vendors`` (four hex digits) narrows it further
-    when given, and is the only way to take a processing accelerator that is not a GPU (an FPGA,
-    a Gaudi): naming class ``12`` alone never puts one in the split.
-
-    >>> mi300x = PciFunction(address="0000:05:00.0", class_code="0x120000", vendor_id="1002",
-    ...                      device_id="74a1", driver="amdgpu")
-    >>> fpga = mi300x.model_copy(update={"vendor_id": "10ee", "device_id": "903f", "driver": None})
-    >>> GpuFilter().matches(mi300x), GpuFilter(classes=("12",)).matches(fpga)
-    (True, False)
-    >>> GpuFilter(vendors=("10ee",)).why_not(fpga), GpuFilter(vendors=("10de",)).why_not(mi300x)
-    (None, 'filtered')
-    """
-
-    classes: tuple[str, ...] = ("03", "12")
-    vendors: tuple[str, ...] | None = None
-
-    def matches(self, function: PciFunction) -> bool:
-        """Whether ``function`` is a GPU."""
-        return self.why_not(function) is None
-
-    def why_not(self, function: PciFunction) -> PassedOverReason | None:
-        """Why ``function`` is not a GPU (see :class:`~proxgpu.inspection.inventory.PassedOver`),
-        or ``None`` when it is one."""
-        named = self.vendors is not None and function.vendor_id in self.vendors
-        if (
-            is_accelerator(function.class_code)
-            and not named
-            and not is_gpu_accelerator(function.vendor_id, function.class_code, function.driver)
-        ):
-            return "accelerator"
-        if not self.takes_class(function.class_code) or (self.vendors is not None and not named):
-            return "filtered"
-        return None
-
-    def takes_class(self, class_code: str) -> bool:
-        """Whether ``class_code`` begins with one of ``classes``."""
-        return class_code.removeprefix("0x").startswith(self.classes)
 
 
 @dataclass(frozen=True)
@@ -141,13 +102,13 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
     names = _pci_names(capture)
     functions = _pci_functions(capture, source, names, warnings)
     parents = _sriov_parents(capture, source, functions)
-    found = _Found(_nvidia_info(capture), _nvidia_caps(capture), mdev_type_ids(capture), parents)
+    found = _Found(nvidia_info(capture), nvidia_caps(capture), mdev_type_ids(capture), parents)
     gpus = _with_mig_uuids(_gpus(functions, gpu_filter, found, capture, warnings), capture, source)
-    passed_over = _passed_over(functions, gpus, parents, gpu_filter)
+    passed = passed_over(functions, gpus, parents, gpu_filter)
     warnings += capture.notes
-    warnings += _accelerators_left_out(passed_over, gpus, gpu_filter)
-    warnings += _initramfs_warnings(capture)
-    numa_nodes = _numa_nodes(capture)
+    warnings += accelerators_left_out(passed, gpus, gpu_filter)
+    warnings += initramfs_warnings(capture)
+    numa_nodes = hostfacts.numa_nodes(capture)
     cmdline = capture.first_line("/proc/cmdline")
     hostname = capture.first_line("/proc/sys/kernel/hostname")
     if hostname is None:
@@ -156,39 +117,39 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         source=source,
         hostname=hostname or source,
         kernel=capture.first_line("/proc/sys/kernel/osrelease"),
-        pve_version=_pve_version(capture),
-        boot_loader=_boot_loader(capture, cmdline),
+        pve_version=hostfacts.pve_version(capture),
+        boot_loader=hostfacts.boot_loader(capture, cmdline),
         kernel_cmdline=cmdline,
         iommu_enabled=any(f.iommu_group is not None for f in functions.values()),
         numa_nodes=numa_nodes,
         gpus=gpus,
-        passed_over=passed_over,
+        passed_over=passed,
         nics=_nics(functions, gpus),
         nvswitches=[f for f in functions.values() if is_nvswitch(f)],
-        char_majors=_char_majors(capture),
-        cpu_vendor=_cpu_vendor(capture),
-        driver_modules=_driver_modules(capture),
+        char_majors=char_majors(capture),
+        cpu_vendor=hostfacts.cpu_vendor(capture),
+        driver_modules=driver_modules(capture),
         commands=sorted(
             {p.rsplit("/", 1)[1] for p in capture.files if not p.startswith(("/dev/", "/proc/"))}
         ),
         device_nodes=sorted(p for p in capture.files if p.startswith("/dev/")),
-        nvidia_driver_version=_nvidia_version(capture),
-        nvidia_device_file_mode=_nvidia_param(capture, "DeviceFileMode"),
-        nvidia_device_file_gid=_nvidia_param(capture, "DeviceFileGID"),
-        initramfs_files=_initramfs_files(capture),
+        nvidia_driver_version=nvidia_version(capture),
+        nvidia_device_file_mode=nvidia_param(capture, "DeviceFileMode"),
+        nvidia_device_file_gid=nvidia_param(capture, "DeviceFileGID"),
+        initramfs_files=initramfs_files(capture),
         is_root=capture.uid == 0,
         guest_configs=_texts(capture, GUEST_FILE_PREFIXES, include=True),
         host_files=_texts(capture, GUEST_FILE_PREFIXES, include=False),
         not_utf8=_not_utf8(capture),
         warnings=warnings,
-        container=_container(capture),
-        pve_container_version=_pve_container_version(capture),
+        container=hostfacts.container_marker(capture),
+        pve_container_version=hostfacts.pve_container_version(capture),
         nvidia_caps=found.caps,
         cpu_phys_bits=hostfacts.cpu_phys_bits(capture),
         cpu_pdpe1gb=hostfacts.cpu_pdpe1gb(capture),
         secure_boot=hostfacts.secure_boot(capture),
         framebuffers=hostfacts.framebuffers(capture),
-        kernel_modules=_kernel_modules(capture),
+        kernel_modules=kernel_modules(capture),
     )
     validate(inventory)
     return inventory.model_copy(update={"warnings": warnings + _topology_warnings(inventory)})
@@ -469,41 +430,6 @@ def _int_or_none(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def _nvidia_info(capture: Capture) -> dict[str, dict[str, str]]:
-    info: dict[str, dict[str, str]] = {}
-    for path, lines in capture.lines.items():
-        if path.startswith(NVIDIA_GPUS) and path.endswith("/information"):
-            fields = dict(_key_value(line) for line in lines if ":" in line)
-            address = fields.get("Bus Location") or path[len(NVIDIA_GPUS) :].split("/")[0]
-            info[address.lower()] = fields
-    return info
-
-
-def _key_value(line: str) -> tuple[str, str]:
-    key, _, value = line.partition(":")
-    return key.strip(), value.strip()
-
-
-def _numa_nodes(capture: Capture) -> list[NumaNode]:
-    nodes = []
-    pattern = re.compile(r"^/sys/devices/system/node/node(\d+)/cpulist$")
-    for path in capture.lines:
-        match = pattern.match(path)
-        if match:
-            node = int(match.group(1))
-            cpus = capture.first_line(path) or ""
-            nodes.append(NumaNode(id=node, cpus=cpus, memory_kib=_node_memory(capture, node)))
-    return sorted(nodes, key=lambda n: n.id)
-
-
-def _node_memory(capture: Capture, node: int) -> int | None:
-    for line in capture.lines.get(f"/sys/devices/system/node/node{node}/meminfo", []):
-        match = re.match(r"Node \d+ MemTotal:\s+(\d+) kB", line)
-        if match:
-            return int(match.group(1))
-    return None
-
-
 def _pci_names(capture: Capture) -> dict[str, str]:
     names: dict[str, str] = {}
     for path in PCI_IDS:
@@ -521,193 +447,6 @@ def _short_vendor(name: str) -> str:
         if name.startswith(long):
             return short
     return name.split(" Corporation", maxsplit=1)[0].split(",", maxsplit=1)[0]
-
-
-def _pve_version(capture: Capture) -> str | None:
-    text = capture.text("/usr/share/perl5/PVE/pvecfg.pm") or ""
-    match = re.search(r"sub version\s*\{\s*return\s*'([^']+)'", text)
-    return match.group(1) if match else None
-
-
-def _boot_loader(capture: Capture, cmdline: str | None) -> BootLoader:
-    # GRUB always passes BOOT_IMAGE=; systemd-boot loads the initrd from the ESP (initrd=\EFI\...).
-    if cmdline and "BOOT_IMAGE=" in cmdline:
-        return "grub"
-    efi = "/sys/firmware/efi" in capture.dirs
-    if efi and (
-        "/etc/kernel/proxmox-boot-uuids" in capture.raw or "initrd=\\EFI" in (cmdline or "")
-    ):
-        return "systemd-boot"
-    if "/etc/default/grub" in capture.raw:
-        return "grub"
-    return "unknown"
-
-
-def _char_majors(capture: Capture) -> dict[str, int]:
-    majors: dict[str, int] = {}
-    in_char = False
-    for line in capture.lines.get("/proc/devices", []):
-        if line.strip().endswith("devices:"):
-            in_char = line.strip() == "Character devices:"
-            continue
-        parts = line.split()
-        if in_char and len(parts) == 2 and parts[0].isdigit():
-            majors.setdefault(parts[1], int(parts[0]))
-    return majors
-
-
-def _cpu_vendor(capture: Capture) -> str | None:
-    return hostfacts.cpuinfo_field(capture, "vendor_id") or None
-
-
-def _passed_over(
-    functions: dict[str, PciFunction],
-    gpus: list[Gpu],
-    parents: dict[str, str],
-    gpu_filter: GpuFilter,
-) -> list[PassedOver]:
-    """The display controllers and processing accelerators (and functions of the classes the
-    filter names) that are no GPU's, each with why. An SR-IOV VF goes with its physical
-    function, which is named instead."""
-    taken = {address for gpu in gpus for address in gpu.functions}
-    candidates = [
-        f
-        for f in functions.values()
-        if f.address not in taken
-        and f.address not in parents
-        and (f.class_code.startswith(("0x03", "0x12")) or gpu_filter.takes_class(f.class_code))
-    ]
-    return [
-        PassedOver(function=f, reason=reason)
-        for f in candidates
-        if (reason := gpu_filter.why_not(f)) is not None
-    ]
-
-
-def _accelerators_left_out(
-    passed_over: list[PassedOver], gpus: list[Gpu], gpu_filter: GpuFilter
-) -> list[str]:
-    """Processing accelerators that are not GPUs (an FPGA, Habana's Gaudi): the split does not
-    move them, so say how to include one: name its vendor beside those of the GPUs taken (a
-    vendor filter takes no other vendor's), with class 12 when the filter leaves it out. A class
-    alone never takes one: ``--gpu-class 12`` would put every FPGA of the host in the split."""
-    vendors = gpu_filter.vendors or [gpu.vendor_id for gpu in gpus if not gpu.bmc_display]
-    warnings = []
-    for f in (p.function for p in passed_over if p.reason == "accelerator"):
-        flags = [f"--gpu-vendor {vendor}" for vendor in sorted({*vendors, f.vendor_id})]
-        if not gpu_filter.takes_class(f.class_code):
-            flags += [f"--gpu-class {prefix}" for prefix in (*gpu_filter.classes, "12")]
-        warnings.append(
-            f"{f.address} ({f.name or f'{f.vendor_id}:{f.device_id}'}) is a processing "
-            "accelerator (PCI class 0x12) but not a GPU (only AMD's, on amdgpu, are): left out "
-            f"of the split; add {' '.join(flags)} to split it too"
-        )
-    return warnings
-
-
-def _driver_modules(capture: Capture) -> dict[str, str]:
-    pattern = re.compile(r"^/sys/bus/pci/drivers/([^/]+)/module$")
-    modules = {}
-    for path, target in capture.links.items():
-        match = pattern.match(path)
-        if match:
-            modules[match.group(1)] = target.rstrip("/").rsplit("/", 1)[-1]
-    return dict(sorted(modules.items()))
-
-
-#: The first line of the gather script's list of an initramfs (and of a snapshot's copy of it).
-_INITRAMFS_LIST = "#proxgpu: the files in this initramfs, by base name"
-
-
-#: The gather script's last line of a list that lsinitramfs did not finish (failed, or ran past
-#: its time): such a list is not believed.
-_INITRAMFS_FAILED = "#proxgpu: lsinitramfs failed"
-
-
-def _initramfs_lines(capture: Capture) -> tuple[str, list[str]] | None:
-    kernel = capture.first_line("/proc/sys/kernel/osrelease")
-    path = f"/boot/initrd.img-{kernel}"
-    lines = capture.lines.get(path) if kernel else None
-    if not lines or lines[0] != _INITRAMFS_LIST:
-        return None
-    return path, lines
-
-
-def _initramfs_files(capture: Capture) -> list[str] | None:
-    found = _initramfs_lines(capture)
-    if found is None or any(line.startswith(_INITRAMFS_FAILED) for line in found[1]):
-        return None
-    return sorted({line for line in found[1][1:] if line})
-
-
-def _initramfs_warnings(capture: Capture) -> list[str]:
-    found = _initramfs_lines(capture)
-    if found is None:
-        return []
-    path, lines = found
-    failed = next((line for line in lines if line.startswith(_INITRAMFS_FAILED)), None)
-    if failed is None:
-        return []
-    # The status in brackets: 124 is the script's 60 s limit on lsinitramfs.
-    return [f"{path}: {failed.removeprefix('#proxgpu: ')}: which modules it holds is unknown"]
-
-
-def _alias_list(capture: Capture, kernel: str, name: str) -> list[str] | None:
-    """The gather's list of a kernel's ``modules.alias`` or ``modules.builtin.modinfo``
-    (:data:`~proxgpu.inspection.capture.ALIAS_LIST`), without its first line; ``None`` when the
-    file was not read."""
-    lines = capture.lines.get(module_dir(kernel) + name)
-    return lines[1:] if lines and lines[0] == ALIAS_LIST else None
-
-
-def _kernel_modules(capture: Capture) -> dict[str, KernelModules]:
-    """Each installed kernel's module aliases for the GPUs' functions, where its
-    ``modules.alias`` was read (its lines ``alias GLOB MODULE``, the built-in modules' entries
-    ``MODULE.alias=GLOB``; :mod:`~proxgpu.inspection.names` refused any other)."""
-    found: dict[str, KernelModules] = {}
-    suffix = "/" + MODULES_ALIAS
-    for path in sorted(capture.lines):
-        kernel = path.removeprefix("/lib/modules/").removesuffix(suffix)
-        aliases = _alias_list(capture, kernel, MODULES_ALIAS) if path.endswith(suffix) else None
-        if aliases is None or "/" in kernel:
-            continue
-        builtin = _alias_list(capture, kernel, MODULES_BUILTIN_MODINFO)
-        found[kernel] = KernelModules(
-            aliases=[ModuleAlias(alias=a, module=m) for _, a, m in map(str.split, aliases)],
-            builtin_aliases=None
-            if builtin is None
-            else [
-                ModuleAlias(alias=a, module=m)
-                for m, _, a in (line.partition(".alias=") for line in builtin)
-            ],
-        )
-    return found
-
-
-def _container(capture: Capture) -> str | None:
-    """The file that shows the capture was taken inside a container: ``/dev/.lxc-boot-id``, which
-    LXC writes into the container's autodev ``/dev`` (lxc ``src/lxc/conf.c``,
-    ``lxc_setup_boot_id``), or ``/run/systemd/container``, which systemd as the container's init
-    writes from the ``container=lxc`` LXC puts in its environment (systemd ``src/core/main.c``,
-    ``write_container_id``; lxc ``src/lxc/start.c``, ``do_start``). Neither exists on a host."""
-    markers = ("/dev/.lxc-boot-id", "/run/systemd/container")
-    return next((path for path in markers if path in capture.lines), None)
-
-
-def _nvidia_param(capture: Capture, name: str) -> int | None:
-    """A number from the nvidia driver's ``params`` file (``DeviceFileMode: 438``, decimal, as
-    nv-procfs.c prints them)."""
-    for line in capture.lines.get("/proc/driver/nvidia/params", []):
-        key, _, value = line.partition(":")
-        if key.strip() == name and value.strip().isdigit():
-            return int(value.strip())
-    return None
-
-
-def _nvidia_version(capture: Capture) -> str | None:
-    line = capture.first_line("/proc/driver/nvidia/version") or ""
-    match = re.search(r"Kernel Module(?: for [\w.]+)?\s+([\d.]+)", line)
-    return match.group(1) if match else None
 
 
 def _texts(capture: Capture, prefixes: tuple[str, ...], include: bool) -> dict[str, str]:
@@ -747,23 +486,3 @@ def _topology_warnings(inventory: Inventory) -> list[str]:
                 "they can only be passed through together"
             )
     return warnings
-
-
-def _pve_container_version(capture: Capture) -> str | None:
-    """The installed pve-container's version, from its dpkg status paragraph."""
-    lines = capture.lines.get("/var/lib/dpkg/status", [])
-    fields = dict(_key_value(line) for line in lines if ":" in line)
-    installed = fields.get("Status", "").endswith(" installed")
-    return fields.get("Version") if installed and fields.get("Package") == "pve-container" else None
-
-
-def _nvidia_caps(capture: Capture) -> list[NvidiaCap]:
-    """The capabilities whose /proc file gives a minor and a mode (both in decimal)."""
-    caps = []
-    for path, lines in capture.lines.items():
-        if path.startswith(("/proc/driver/nvidia/capabilities/", "/proc/driver/nvidia-nvlink/")):
-            fields = dict(_key_value(line) for line in lines if ":" in line)
-            minor, mode = fields.get("DeviceFileMinor", ""), fields.get("DeviceFileMode", "")
-            if minor.isdigit() and mode.isdigit():
-                caps.append(NvidiaCap(proc_path=path, minor=int(minor), mode=int(mode)))
-    return sorted(caps, key=lambda cap: cap.minor)

@@ -432,3 +432,13 @@ def _inside(out: Path, path: str) -> Path:
     if ".." in clean.parts or any(path.startswith(p) for p in FORBIDDEN_PREFIXES):
         raise SysfsError(str(out), path, "refusing to write this path into a snapshot")
     return out.joinpath(*clean.parts[1:])
+
+
+def key_value(line: str) -> tuple[str, str]:
+    """``Key: value`` as its two stripped halves.
+
+    >>> key_value("Device Minor: \t 3")
+    ('Device Minor', '3')
+    """
+    key, _, value = line.partition(":")
+    return key.strip(), value.strip()

@@ -25,7 +25,8 @@ from proxgpu.paths import GUEST_CONFIG
 from proxgpu.picture.layout import lay_out_parts
 from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
-from proxgpu.pipeline import plan_inventory, shown
+from proxgpu.pipeline import plan_inventory
+from proxgpu.pipeline.documents import shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy, TensorParallelAdvice
 from proxgpu.planning.wording import join, mig_list, vgpu_list
 from proxgpu.redact import redact_secrets

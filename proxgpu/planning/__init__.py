@@ -40,9 +40,6 @@ from proxgpu.planning.context import Context
 from proxgpu.planning.memory import check_memory_fit
 from proxgpu.planning.mig import mig_drift, plan_mig
 from proxgpu.planning.model import (
-    GpuPlacement,
-    GpuSetCheck,
-    MigSpec,
     MigUse,
     Plan,
     PlanGroup,
@@ -51,14 +48,18 @@ from proxgpu.planning.model import (
     SplitPolicy,
     TensorParallelAdvice,
     VgpuUse,
+)
+from proxgpu.planning.packing import build_groups
+from proxgpu.planning.passthrough import advise_passthrough, check_fabric, check_hostpci
+from proxgpu.planning.placement import GpuPlacement, GpuSetCheck
+from proxgpu.planning.requests import (
+    MigSpec,
     VmSpecs,
     parse_lxc_mig_spec,
     parse_lxc_specs,
     parse_vm_spec,
     parse_vm_specs,
 )
-from proxgpu.planning.packing import build_groups
-from proxgpu.planning.passthrough import advise_passthrough, check_fabric, check_hostpci
 from proxgpu.planning.roles import assign_roles
 from proxgpu.planning.unreadable import warn_unreadable_entries
 from proxgpu.planning.vgpu import plan_vgpus

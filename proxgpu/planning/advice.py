@@ -9,14 +9,8 @@ from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.pci import normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context, GpuIndex
-from proxgpu.planning.model import (
-    TP_SIZES,
-    GpuPlacement,
-    GpuSetCheck,
-    PlanGroup,
-    Role,
-    TensorParallelAdvice,
-)
+from proxgpu.planning.model import TP_SIZES, PlanGroup, Role, TensorParallelAdvice
+from proxgpu.planning.placement import GpuPlacement, GpuSetCheck
 from proxgpu.planning.runtimes import (
     CUDA,
     RUNTIMES,

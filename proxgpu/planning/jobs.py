@@ -31,7 +31,7 @@ from proxgpu.errors import UsageError
 from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.model import FrozenModel
 from proxgpu.planning import wording
-from proxgpu.planning.model import GpuPlacement
+from proxgpu.planning.placement import GpuPlacement
 from proxgpu.planning.runtimes import (
     RUNTIMES,
     Runtime,

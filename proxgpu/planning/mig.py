@@ -16,7 +16,8 @@ from proxgpu.inspection.inventory import Gpu, Inventory, MigInstance
 from proxgpu.pci import normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
-from proxgpu.planning.model import MigSpec, MigUse, Plan, Role
+from proxgpu.planning.model import MigUse, Plan, Role
+from proxgpu.planning.requests import MigSpec
 from proxgpu.planning.runtimes import CUDA, numbered
 
 

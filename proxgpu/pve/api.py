@@ -37,7 +37,6 @@ from proxgpu.pve.config import GuestConfig
 #: Seconds one pvesh call may take (a config write or a status query takes well under one).
 API_TIMEOUT = 60.0
 
-_STATUS_LINE = re.compile(r"\d\d\d [a-zA-Z]")
 _HEADER = re.compile(r"\[[^\]]*\]\s*")
 
 

@@ -17,8 +17,9 @@ import pytest
 from proxgpu.errors import CommandError
 from proxgpu.host import DirectoryHost
 from proxgpu.host.command import CommandHost
-from proxgpu.inspection.build import GpuFilter, build_inventory
+from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import Capture, gather
+from proxgpu.inspection.recognition import GpuFilter
 from proxgpu.paths import CAPTURED_DIR, NVIDIA_SMI_LIST
 from tests.support.hostile import Scene, scene
 from tests.support.trees import copy_example, sriov_tree

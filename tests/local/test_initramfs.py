@@ -17,8 +17,8 @@ import pytest
 from proxgpu.cli import main
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
-from proxgpu.inspection.build import GpuFilter
 from proxgpu.inspection.capture import gather, write_tree
+from proxgpu.inspection.recognition import GpuFilter
 from proxgpu.paths import BIND_SCRIPT, MODPROBE_CONF
 from proxgpu.planning import plan_split
 from proxgpu.planning.model import SplitPolicy

@@ -12,8 +12,8 @@ import pytest
 from proxgpu.errors import SysfsError
 from proxgpu.host.local import DirectoryHost, LocalHost
 from proxgpu.inspection import inspect
-from proxgpu.inspection.build import GpuFilter
 from proxgpu.inspection.capture import gather
+from proxgpu.inspection.recognition import GpuFilter
 from tests.support.trees import copy_example, inspect_example
 
 CT200_NODE0 = ["0000:01:00.0", "0000:11:00.0", "0000:61:00.0", "0000:71:00.0"]

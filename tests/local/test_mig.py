@@ -24,7 +24,7 @@ from proxgpu.inspection.inventory import Inventory
 from proxgpu.picture import assignments, inventory_svg, render_report
 from proxgpu.picture.layout import svg_id
 from proxgpu.picture.report import plan_report
-from proxgpu.pipeline import load_plan, save_plan
+from proxgpu.pipeline.saved import load_plan, save_plan
 from proxgpu.planning import MigSpec, MigUse, Role, SplitPolicy, plan_split
 from proxgpu.rendering import render
 from proxgpu.rendering.nodes import NODES_SCRIPT

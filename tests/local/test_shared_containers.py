@@ -19,9 +19,10 @@ from proxgpu.apply.rollback import rollback
 from proxgpu.apply.verify import verify
 from proxgpu.cli import main
 from proxgpu.errors import FileChangedError, PlanRefusedError, UsageError
+from proxgpu.fleet.cluster import node_policy
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.pipeline import node_policy, split_host
+from proxgpu.pipeline import split_host
 from proxgpu.planning import MigSpec, SplitPolicy, parse_lxc_specs, plan_split
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import render

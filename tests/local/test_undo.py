@@ -1,4 +1,4 @@
-"""Undoing the last apply (:func:`proxgpu.pipeline.undo`, behind the collection's
+"""Undoing the last apply (:func:`proxgpu.pipeline.undoing.undo`, behind the collection's
 gpu_rollback) on real directory trees: what a dry run says it would restore is what the rollback
 then restores, a second undo changes nothing, and a change to the apply's own entries refuses
 both until forced. And the one plan document every front end returns."""
@@ -14,7 +14,8 @@ from proxgpu.apply import ApplyOptions
 from proxgpu.cli import main
 from proxgpu.errors import FileChangedError, PlanRefusedError, UsageError
 from proxgpu.host import DirectoryHost
-from proxgpu.pipeline import split_host, undo, undo_target
+from proxgpu.pipeline import split_host
+from proxgpu.pipeline.undoing import undo, undo_target
 from proxgpu.planning import SplitPolicy
 from tests.support.trees import EXAMPLES, copy_example, snapshot
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
-from proxgpu.inspection.build import GpuFilter
 from proxgpu.inspection.inventory import Inventory
+from proxgpu.inspection.recognition import GpuFilter
 from proxgpu.planning import plan_split
 from proxgpu.planning.model import SplitPolicy
 from proxgpu.rendering import render

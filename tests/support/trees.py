@@ -20,8 +20,8 @@ from pathlib import Path
 
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
-from proxgpu.inspection.build import GpuFilter
 from proxgpu.inspection.inventory import Inventory
+from proxgpu.inspection.recognition import GpuFilter
 from proxgpu.planning import plan_split
 from proxgpu.planning.model import Plan, SplitPolicy
 from proxgpu.rendering.changes import Action, ChangeSet, FileChange

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxgpu.inspection.build import GpuFilter, build_inventory
+from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import Capture
+from proxgpu.inspection.recognition import GpuFilter
 
 
 def test_unreadable_guest_config_becomes_a_warning() -> None:

@@ -8,7 +8,8 @@ import pytest
 from proxgpu.errors import UsageError
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.planning import parse_lxc_specs, plan_split
-from proxgpu.planning.model import MigSpec, SplitPolicy
+from proxgpu.planning.model import SplitPolicy
+from proxgpu.planning.requests import MigSpec
 from tests.support.factories import make_gpu, make_inventory
 from tests.support.plans import refusal
 

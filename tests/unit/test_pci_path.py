@@ -3,8 +3,9 @@ share a GPU's switch (proxgpu.inspection.build), with no host involved."""
 
 from __future__ import annotations
 
-from proxgpu.inspection.build import GpuFilter, build_inventory
+from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import Capture
+from proxgpu.inspection.recognition import GpuFilter
 
 DEVICES = "/sys/bus/pci/devices/"
 CHAIN = ["0000:80:01.1", "0000:81:00.0", "0000:82:08.0"]

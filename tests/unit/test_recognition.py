@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 
 from proxgpu.errors import PlanRefusedError
-from proxgpu.inspection.build import GpuFilter, build_inventory
+from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import Capture
 from proxgpu.inspection.inventory import Inventory
+from proxgpu.inspection.recognition import GpuFilter
 from proxgpu.pci import host_driver, is_bmc_display, is_gpu_accelerator
 from proxgpu.planning import Plan, SplitPolicy, plan_split
 

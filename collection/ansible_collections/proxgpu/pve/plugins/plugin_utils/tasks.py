@@ -26,7 +26,8 @@ from proxgpu.errors import DriftError
 from proxgpu.host import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
-from proxgpu.pipeline import SplitResult, reboot_awaited, split_host, undo
+from proxgpu.pipeline import SplitResult, reboot_awaited, split_host
+from proxgpu.pipeline.undoing import undo
 
 #: The option every module takes (documented once, in ``doc_fragments/common.py``): a directory
 #: on the managed host, not a controller path to expand.
@@ -104,8 +105,8 @@ def rollback_task(
     host: Host, params: dict[str, Any], mode: Mode
 ) -> tuple[dict[str, Any], list[str]]:
     """gpu_rollback: roll back journal entry ``to``, or the last apply while it is in effect
-    (:func:`proxgpu.pipeline.undo`), so that a second run changes nothing; in check mode only
-    say what would be restored.
+    (:func:`proxgpu.pipeline.undoing.undo`), so that a second run changes nothing; in check
+    mode only say what would be restored.
 
     >>> from proxgpu.host import DirectoryHost
     >>> params = {"to": None, "force": False, "live": False, "break_lock": False,
