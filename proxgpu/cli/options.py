@@ -135,9 +135,9 @@ def gpu_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 @dataclass(frozen=True)
-class Given:
-    """An option as another command would be given it: its destination, its flag, its default,
-    and whether it is a flag alone (``store_true``)."""
+class ForwardedOption:
+    """An option forwarded to another command as it was given: its destination, its flag, its
+    default, and whether it is a flag alone (``store_true``)."""
 
     dest: str
     flag: str
@@ -145,17 +145,17 @@ class Given:
     alone: bool
 
     @classmethod
-    def of(cls, actions: list[argparse.Action]) -> tuple[Given, ...]:
+    def of(cls, actions: list[argparse.Action]) -> tuple[ForwardedOption, ...]:
         """The options ``actions`` added, compared by value (a parser's own actions are not)."""
         return tuple(cls(a.dest, a.option_strings[-1], a.default, a.nargs == 0) for a in actions)
 
 
-def given(args: argparse.Namespace, options: Sequence[Given]) -> list[str]:
+def given(args: argparse.Namespace, options: Sequence[ForwardedOption]) -> list[str]:
     """The command-line words that give ``options`` the values ``args`` has, where those are
     not the defaults: what another command needs to act on the same host or split.
 
     >>> parser = argparse.ArgumentParser()
-    >>> options = Given.of([parser.add_argument("--lxc", action="append", default=[]),
+    >>> options = ForwardedOption.of([parser.add_argument("--lxc", action="append", default=[]),
     ...                     parser.add_argument("--live", action="store_true")])
     >>> given(parser.parse_args(["--lxc", "200", "--lxc", "201:2", "--live"]), options)
     ['--lxc', '200', '--lxc', '201:2', '--live']
@@ -177,7 +177,8 @@ def same_host(args: argparse.Namespace, target: Target | None = None) -> list[st
     """The host options of a command to run next on the host ``args`` reach, or on ``target``
     (one of the several they reach), as words.
 
-    >>> options = (Given("host", "--host", None, False), Given("port", "--port", None, False))
+    >>> options = (ForwardedOption("host", "--host", None, False),
+    ...            ForwardedOption("port", "--port", None, False))
     >>> args = argparse.Namespace(host=["pve1", "pve2"], port=2222, host_options=options)
     >>> same_host(args), same_host(args, Target(host="pve2"))
     (['--host', 'pve1', '--host', 'pve2', '--port', '2222'], ['--host', 'pve2', '--port', '2222'])

@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from proxgpu.cli.manual import help_epilog
 from proxgpu.cli.options import (
-    Given,
+    ForwardedOption,
     Once,
     VersionAction,
     common_options,
@@ -117,7 +117,8 @@ def _command(
 ) -> argparse.ArgumentParser:
     command = sub.add_parser(name, help=summary, description=summary)
     # The host options, for the commands a command says to run next on the same host.
-    command.set_defaults(host_options=Given.of(host_options(command, rolling=rolling, gpus=gpus)))
+    forwarded = ForwardedOption.of(host_options(command, rolling=rolling, gpus=gpus))
+    command.set_defaults(host_options=forwarded)
     common_options(command, json_help=json_help)
     # How several --host run: "read" concurrently, "rolling" one at a time (apply, rollback),
     # "self" by the command itself.
@@ -162,7 +163,7 @@ def _report(sub: Commands) -> None:
         "report",
     )
     # One file with a section per host, each naming the commands that apply its plan.
-    report.set_defaults(fleet="self", split_options=Given.of(plan_options(report)))
+    report.set_defaults(fleet="self", split_options=ForwardedOption.of(plan_options(report)))
     report.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="the HTML file (-: stdout)"
     )
@@ -195,7 +196,7 @@ def _plan(sub: Commands) -> None:
     plan = _command(
         sub, "plan", "show the split and the file changes it needs (dry run)", "the plan", "change"
     )
-    plan.set_defaults(split_options=Given.of(plan_options(plan)))
+    plan.set_defaults(split_options=ForwardedOption.of(plan_options(plan)))
     _detailed_exitcode(plan)
     plan.add_argument(
         "--out",
@@ -214,7 +215,7 @@ def _apply(sub: Commands) -> None:
         rolling=True,
     )
     # A saved plan is the whole request: a split option beside --plan is refused, not ignored.
-    apply.set_defaults(fleet="rolling", split_options=Given.of(plan_options(apply)))
+    apply.set_defaults(fleet="rolling", split_options=ForwardedOption.of(plan_options(apply)))
     apply.add_argument(
         "--plan",
         metavar="FILE",
