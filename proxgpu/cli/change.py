@@ -7,14 +7,13 @@ nothing to change, 2 changes (or a reboot) pending, 1 any error.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from typing import NamedTuple
 
 from proxgpu.apply import ApplyOptions, ApplyResult
 from proxgpu.apply.transaction import NO_CHANGES
 from proxgpu.cli.hosts import open_host
-from proxgpu.cli.options import given, same_host
+from proxgpu.cli.options import given, next_command
 from proxgpu.cli.plan_text import render_changes, render_plan
 from proxgpu.cli.proposing import proposal
 from proxgpu.cli.shown import Progress, Shown, emit, run_one
@@ -67,7 +66,7 @@ def apply_command(args: argparse.Namespace, saved: str | None = None) -> str:
     """The command that applies this plan on the same host: ``saved``, the file it was saved
     to, else the same split options."""
     request = ["--plan", saved] if saved else given(args, args.split_options)
-    return shlex.join(["proxgpu", "apply", *same_host(args), *request])
+    return next_command(args, "apply", *request)
 
 
 def _pending(pending: list[str]) -> str:

@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from proxgpu.fleet import Target
+if TYPE_CHECKING:
+    # Only named in annotations: --help imports this module, and the fleet engine is not cheap.
+    from proxgpu.fleet import Target
 
 
 class Once(argparse.Action):
@@ -177,6 +180,7 @@ def same_host(args: argparse.Namespace, target: Target | None = None) -> list[st
     """The host options of a command to run next on the host ``args`` reach, or on ``target``
     (one of the several they reach), as words.
 
+    >>> from proxgpu.fleet import Target
     >>> options = (ForwardedOption("host", "--host", None, False),
     ...            ForwardedOption("port", "--port", None, False))
     >>> args = argparse.Namespace(host=["pve1", "pve2"], port=2222, host_options=options)
@@ -189,6 +193,19 @@ def same_host(args: argparse.Namespace, target: Target | None = None) -> list[st
     named = ["--host", target.host] if target.host else []
     tree = ["--root", target.root] if target.root else []
     return [*named, *tree, *given(args, rest)]
+
+
+def next_command(
+    args: argparse.Namespace, verb: str, *words: str, target: Target | None = None
+) -> str:
+    """The command line of ``proxgpu VERB`` on the host ``args`` reach (or ``target``), with
+    ``words`` after the host options: what a plan or a report tells the admin to run next.
+
+    >>> options = (ForwardedOption("root", "--root", None, False),)
+    >>> next_command(argparse.Namespace(root="/srv/snap", host_options=options), "verify")
+    'proxgpu verify --root /srv/snap'
+    """
+    return shlex.join(["proxgpu", verb, *same_host(args, target), *words])
 
 
 def plan_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from proxgpu.cli.console import STDOUT, write_output
 from proxgpu.cli.hosts import connector
-from proxgpu.cli.options import given, same_host
+from proxgpu.cli.options import given, next_command
 from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
@@ -138,10 +137,9 @@ def _host_report(
 def _commands(args: argparse.Namespace, target: Target) -> tuple[tuple[str, str], ...]:
     """The commands a change ticket names for ``target``'s plan: apply it, verify it, roll it
     back, each with the options that reach that host."""
-    host = same_host(args, target)
     request = given(args, args.split_options)
     return (
-        ("apply", shlex.join(["proxgpu", "apply", *host, *request])),
-        ("verify (after the reboot)", shlex.join(["proxgpu", "verify", *host])),
-        ("roll back", shlex.join(["proxgpu", "rollback", *host])),
+        ("apply", next_command(args, "apply", *request, target=target)),
+        ("verify (after the reboot)", next_command(args, "verify", target=target)),
+        ("roll back", next_command(args, "rollback", target=target)),
     )

@@ -12,14 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from proxgpu.apply.layout import Layout
-from proxgpu.apply.remote import read_files
 from proxgpu.cli.hosts import connector
-from proxgpu.errors import ProxgpuError, SysfsError, UsageError
+from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.fleet import ClusterNodes, Say, each_host
+from proxgpu.fleet.cluster import members_file
 from proxgpu.host.base import Host
 from proxgpu.inspection.capture import Capture, as_cluster_node, gather, guest_files, write_tree
-from proxgpu.paths import MEMBERS
 
 
 def snapshot_cluster(args: argparse.Namespace, nodes: ClusterNodes) -> int:
@@ -58,14 +56,4 @@ def _read(host: Host, say: Say) -> tuple[Capture, bytes]:
 
     :raises SysfsError: when the node has no ``.members``.
     """
-    capture = gather(host, modes=True)
-    (members,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
-    if members is None:
-        raise SysfsError(
-            host.name,
-            MEMBERS,
-            "missing",
-            "pmxcfs writes it on every cluster member: check that this node is still one "
-            "(`pvecm status`) and that pmxcfs runs (`systemctl status pve-cluster`)",
-        )
-    return capture, members
+    return gather(host, modes=True), members_file(host)

@@ -306,17 +306,26 @@ def read_members(host: Host) -> ClusterMembers:
 
     :raises SysfsError: when the file is missing or is not pmxcfs' member list.
     """
+    return parse_members(members_file(host).decode("utf-8", "replace"), host.name)
+
+
+def members_file(host: Host) -> bytes:
+    """``host``'s ``/etc/pve/.members`` as it is (one command): what :func:`read_members`
+    parses and a cluster snapshot keeps.
+
+    :raises SysfsError: when it is missing.
+    """
     (data,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
     if data is None:
         raise SysfsError(
             host.name,
             MEMBERS,
             "missing",
-            "pmxcfs writes it on every cluster member: plan a node on its own without "
+            "pmxcfs writes it on every cluster member: read a node on its own without "
             "--cluster; on a member, check the cluster (`pvecm status`) and pmxcfs "
             "(`systemctl status pve-cluster`)",
         )
-    return parse_members(data.decode("utf-8", "replace"), host.name)
+    return data
 
 
 def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:

@@ -21,7 +21,7 @@ from markupsafe import Markup
 
 from proxgpu.errors import PlanRefusedError, RenderError
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.paths import GUEST_CONFIG
+from proxgpu.paths import guest_label, guest_of
 from proxgpu.picture.layout import lay_out_parts
 from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
@@ -199,9 +199,11 @@ def _guests_changed(changes: ChangeSet) -> list[str]:
     ...     FileChange(path="/etc/pve/lxc/200.conf", before="a", after="b", why="")]))
     ['CT 200', 'VM 300']
     """
-    found = (GUEST_CONFIG.match(change.path) for change in changes.changed_files())
-    guests = sorted((m[1], int(m[2])) for m in found if m is not None)
-    return [f"{'CT' if kind == 'lxc' else 'VM'} {vmid}" for kind, vmid in guests]
+    paths = [f.path for f in changes.changed_files()]
+    guests = sorted(
+        (guest, label) for p in paths if (guest := guest_of(p)) and (label := guest_label(p))
+    )
+    return [label for _, label in guests]
 
 
 def _advice_by_group(
