@@ -35,25 +35,45 @@ class LocalHost(Host):
     ) -> CommandResult:
         limit = DEFAULT_TIMEOUT if timeout is None else timeout
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # one process group to kill, grandchildren included
+            code, stdout, stderr = run_bounded(
+                argv, stdin, time.monotonic() + limit, self.max_output
             )
         except FileNotFoundError:
             return CommandResult(argv, 127, b"", f"{argv[0]}: command not found".encode())
-        try:
-            stdout, stderr = _bounded_read(proc, stdin, time.monotonic() + limit, self.max_output)
         except TimeoutError:
             raise CommandTimeoutError(self.name, list(argv), limit) from None
         except OverflowError:
             raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
-        finally:
-            if proc.returncode is None:  # stopped early (or interrupted): kill the whole session
-                _kill_session(proc)
-        return CommandResult(argv, proc.returncode, stdout, stderr)
+        return CommandResult(argv, code, stdout, stderr)
+
+
+def run_bounded(
+    argv: tuple[str, ...], stdin: bytes | None, deadline: float, max_output: int
+) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` here in a session of its own: its exit status, stdout and stderr, ``stdin``
+    fed to it meanwhile. Stopped early (past ``deadline``, a ``time.monotonic`` value, or past
+    ``max_output`` bytes), it is killed with every process it started.
+
+    >>> run_bounded(("sh", "-c", "cat; exit 3"), b"hi", time.monotonic() + 10, 1 << 20)
+    (3, b'hi', b'')
+
+    :raises TimeoutError: past ``deadline``. :raises OverflowError: past ``max_output`` bytes.
+    :raises OSError: when it cannot be started (``FileNotFoundError`` when there is no such
+        program).
+    """
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # one process group to kill, grandchildren included
+    )
+    try:
+        stdout, stderr = _bounded_read(proc, stdin, deadline, max_output)
+    finally:
+        if proc.returncode is None:  # stopped early (or interrupted): kill the whole session
+            _kill_session(proc)
+    return proc.returncode, stdout, stderr
 
 
 def _bounded_read(

@@ -1,9 +1,9 @@
 """A remote host through the system's OpenSSH client (``ssh``), one shared connection per host.
 
 The first command opens a master connection (``ControlMaster``) whose socket lives in a private
-0700 directory; every command is then a session on that connection, which proxgpu asks of the
-master over that socket (:mod:`~proxgpu.host.sshmux`: no ``ssh`` per command), so a host's
-several commands cost one handshake. :meth:`OpenSSHHost.close` ends the master and removes the
+0700 directory; every command is then a session on that connection, which ``ssh -S`` asks of the
+master over that socket (:mod:`~proxgpu.host.sshmaster`), so a host's several commands cost one
+handshake. :meth:`OpenSSHHost.close` ends the master and removes the
 directory.
 ssh reads ssh_config itself, so everything it supports works here (host certificates,
 ``@cert-authority``, FIDO and PKCS#11 keys, GSSAPI, ``Match exec``); proxgpu only adds what its
@@ -20,6 +20,7 @@ Names reach ssh as argument-list entries after ``--``, never through a shell, an
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import re
@@ -35,7 +36,6 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from proxgpu.errors import (
     AuthenticationError,
@@ -50,7 +50,6 @@ from proxgpu.errors import (
 from proxgpu.host.base import CommandResult, Host, command_line
 from proxgpu.host.knownhosts import read_known_hosts
 from proxgpu.host.local import process_running
-from proxgpu.host.pipes import exchange
 from proxgpu.host.sshcommon import (
     SIGNALLED,
     Opening,
@@ -61,17 +60,18 @@ from proxgpu.host.sshcommon import (
     no_key,
     parse_target,
 )
-
-if TYPE_CHECKING:
-    from proxgpu.host.sshmux import Master
+from proxgpu.host.sshmaster import (
+    Master,
+    Session,
+    end_master,
+    find_master,
+    master_alive,
+    run_session,
+    ssh_binary,
+)
 
 #: Seconds the shared connection outlives its last command when nobody closes it.
 IDLE_MASTER = 600
-
-
-def ssh_binary() -> str | None:
-    """The ``ssh`` on PATH, if there is one."""
-    return shutil.which("ssh")
 
 
 def resolved_config(argv: list[str], display: str) -> dict[str, list[str]]:
@@ -134,6 +134,8 @@ class OpenSSHHost(Host):
         self._open = False
         #: The master's process, once it runs: close waits for its end.
         self._master: Master | None = None
+        #: Numbers the commands' log files (ssh's own messages, one file each).
+        self._commands = itertools.count()
         # The action-output reader thread and the main thread may both ask for the connection.
         self._lock = threading.Lock()
 
@@ -252,10 +254,6 @@ class OpenSSHHost(Host):
         self._open = True
 
     def _await_master(self, starting: _Starting) -> None:
-        # Imported here, once ssh runs: the socket module costs some 2 ms, and nothing before
-        # the master needs it.
-        from proxgpu.host import sshmux  # noqa: PLC0415
-
         # ssh bounds connecting and the banner by ConnectTimeout; authentication is bounded here.
         timeout = starting.timeout
         limit = (timeout + 1) * starting.attempts + timeout
@@ -273,7 +271,7 @@ class OpenSSHHost(Host):
             log = starting.log
             text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
             raise _failure(starting.display, text, starting.known, timeout, starting.user)
-        self._master = sshmux.find_master(self._control_path())
+        self._master = find_master(self._control_path())
 
     def _control_path(self) -> str:
         return os.path.join(str(self._folder), "control")
@@ -281,42 +279,40 @@ class OpenSSHHost(Host):
     def _run(
         self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
     ) -> CommandResult:
-        from proxgpu.host import sshmux  # noqa: PLC0415 - imported once the master runs
-
         limit = timeout or self.options.command_timeout
         self._ensure_open()
-        deadline = time.monotonic() + limit
+        log = os.path.join(str(self._folder), f"command-{next(self._commands)}.log")
         try:
-            # A session on the master, asked for over its control socket (see .sshmux).
-            session = sshmux.start_session(self._control_path(), command_line(argv), deadline)
-            with session:
-                out, err = exchange(
-                    session.stdin,
-                    session.close_stdin,
-                    stdin,
-                    (session.stdout, session.stderr),
-                    deadline=deadline,
-                    max_output=self.max_output,
-                )
-                status = session.status(deadline)
+            session = run_session(
+                self._control_path(),
+                command_line(argv),
+                stdin=stdin,
+                deadline=time.monotonic() + limit,
+                max_output=self.max_output,
+                log=log,
+            )
         except TimeoutError:
             raise CommandTimeoutError(self.name, list(argv), limit) from None
         except OverflowError:
             raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
         except OSError as exc:
-            if self._master_alive():
-                raise HostUnreachableError(self.name, f"cannot run {argv[0]}: {exc}") from None
-            raise HostUnreachableError(self.name, f"connection lost before {argv[0]}") from None
-        if status is None:
-            if not self._master_alive():
-                raise HostUnreachableError(self.name, f"connection lost while running {argv[0]}")
-            status = SIGNALLED  # killed by a signal
-        return CommandResult(argv, status, out, err)
+            raise HostUnreachableError(self.name, f"cannot run {argv[0]}: {exc}") from None
+        return CommandResult(argv, self._status(session, argv[0]), session.stdout, session.stderr)
 
-    def _master_alive(self) -> bool:
-        from proxgpu.host import sshmux  # noqa: PLC0415 - imported once the master runs
-
-        return sshmux.master_alive(self._control_path())
+    def _status(self, session: Session, program: str) -> int:
+        """The command's exit status, or the error for a session that never ran or lost its
+        connection."""
+        if session.refused:
+            raise HostUnreachableError(self.name, f"cannot run {program}: {session.refused}")
+        if session.status is not None:
+            return session.status
+        if master_alive(self._control_path()):
+            if not session.opened:
+                raise HostUnreachableError(self.name, f"cannot run {program}: no session opened")
+            return SIGNALLED  # killed by a signal
+        if not session.opened:
+            raise HostUnreachableError(self.name, f"connection lost before {program}")
+        raise HostUnreachableError(self.name, f"connection lost while running {program}")
 
     def close(self) -> None:
         """End the shared connection (once one being opened has opened or failed)."""
@@ -327,10 +323,8 @@ class OpenSSHHost(Host):
         with contextlib.suppress(Exception):
             self._await_opening()
         if self._open:
-            from proxgpu.host import sshmux  # noqa: PLC0415 - imported once the master runs
-
             self._open = False
-            sshmux.end_master(self._control_path(), self._master)
+            end_master(self._control_path(), self._master)
             self._master = None
         self._remove_folder()
 
@@ -493,8 +487,6 @@ def _private(path: str) -> bool:
 def _end_stale_masters(parent: str) -> None:
     """End the masters and remove the folders of proxgpu runs that are gone (killed before they
     could close their connections: their masters would idle on for ControlPersist's 600 s)."""
-    from proxgpu.host import sshmux  # noqa: PLC0415 - only where a folder is left over
-
     for name in os.listdir(parent):
         pid = name.partition("-")[0]
         if not pid.isdigit() or process_running(int(pid)):
@@ -502,5 +494,5 @@ def _end_stale_masters(parent: str) -> None:
         folder = os.path.join(parent, name)
         control = os.path.join(folder, "control")
         if os.path.exists(control):
-            sshmux.end_master(control, sshmux.find_master(control, timeout=2.0), timeout=2.0)
+            end_master(control, find_master(control, timeout=2.0), timeout=2.0)
         shutil.rmtree(folder, ignore_errors=True)

@@ -27,7 +27,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import paramiko
 
 from proxgpu.errors import (
     AuthenticationError,
@@ -51,12 +53,6 @@ from proxgpu.host.sshcommon import (
     parse_target,
     with_includes,
 )
-from proxgpu.host.sshlib import import_paramiko
-
-if TYPE_CHECKING:
-    import paramiko
-else:
-    paramiko = import_paramiko()
 
 # paramiko logs a failed handshake with its traceback (as ERROR, from its transport thread);
 # with no handler of its own, Python's last-resort handler would print that on the terminal.

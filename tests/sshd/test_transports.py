@@ -36,6 +36,7 @@ from proxgpu.errors import (
 )
 from proxgpu.host import connect
 from proxgpu.host.base import Host
+from proxgpu.host.local import process_running
 from proxgpu.host.openssh import OpenSSHHost
 from proxgpu.host.scripts import run_script
 from proxgpu.host.ssh import SSHHost, SSHOptions
@@ -340,6 +341,16 @@ def test_a_command_killed_by_a_signal_fails_on_a_connection_that_stays(
     assert host.check(["echo", "still"]).stdout == b"still\n"
 
 
+def test_a_command_that_exits_255_is_its_status_not_a_lost_connection(
+    transport: Open, sshd: Sshd, tmp_path: Path
+) -> None:
+    """ssh exits 255 for its own failures too: a command's own 255 is still the command's."""
+    host = transport(sshd.target, client_options(sshd, tmp_path))
+    done = host.run(["sh", "-c", "echo out; echo err >&2; exit 255"])
+    assert (done.returncode, done.stdout, done.stderr) == (255, b"out\n", b"err\n")
+    assert host.check(["echo", "still"]).stdout == b"still\n"
+
+
 def test_a_session_the_server_refuses_is_said_with_its_words(tmp_path: Path) -> None:
     """sshd takes one command at a time on a connection (MaxSessions 1): a second one, while
     the first runs, is refused by the server, and the OpenSSH master passes its words on."""
@@ -400,12 +411,30 @@ def test_openssh_shares_one_private_connection_and_closes_it(sshd: Sshd, tmp_pat
     assert check.returncode == 1, "no master ssh left running"
 
 
+def test_openssh_says_a_master_gone_between_two_commands_is_a_lost_connection(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    """The master ends between two commands: the next one fails as a connection lost before
+    it ran, not as a command that exited 255."""
+    host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path))
+    try:
+        assert host.check(["true"]).ok
+        assert host._master is not None
+        master = host._master.pid
+        os.kill(master, signal.SIGKILL)
+        assert wait_for(lambda: not process_running(master))
+        with pytest.raises(HostUnreachableError, match="connection lost before sh"):
+            host.check(["sh", "-c", "echo ran"])
+    finally:
+        host.close()
+
+
 def test_openssh_ends_a_master_it_has_no_pidfd_of(
     sshd: Sshd, tmp_path: Path, mocker: MockerFixture
 ) -> None:
     """Where no pidfd can be had (a kernel before 5.3: a test double stands in for its refusal),
     close waits for the master's pid to be gone: no master is left running either way."""
-    mocker.patch("proxgpu.host.sshmux.os.pidfd_open", side_effect=OSError(errno.ENOSYS, "no"))
+    mocker.patch("proxgpu.host.sshmaster.os.pidfd_open", side_effect=OSError(errno.ENOSYS, "no"))
     host = OpenSSHHost(sshd.target, client_options(sshd, tmp_path))
     assert host.check(["true"]).ok
     folder = str(host._folder)

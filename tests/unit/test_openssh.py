@@ -4,10 +4,8 @@ what the protocol never does, and a command's input bounded by its deadline."""
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import struct
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -15,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from proxgpu.host import openssh
-from proxgpu.host.pipes import exchange
+from proxgpu.host.local import run_bounded
 from proxgpu.host.sshclient import why_openssh
 from proxgpu.host.sshcommon import known_hosts_files
-from proxgpu.host.sshmux import MuxError, Session, master_alive, start_session
+from proxgpu.host.sshmaster import find_master, master_alive, run_session
 
 
 def test_quoted_known_hosts_names_stay_whole() -> None:
@@ -44,27 +42,14 @@ def test_none_names_no_known_hosts_file(value: str) -> None:
 
 
 def test_input_a_command_stops_reading_midway_does_not_hold_it_past_the_deadline() -> None:
-    # A real local reader standing in for the remote command (what the master passes our pipes
-    # to): it takes a few KiB, then reads no more, so the pipe is left with less room than one
-    # write (what the master does when the remote stops reading).
-    (stdin, feed), (output, out), (errors, err) = os.pipe(), os.pipe(), os.pipe()
-    reader = ["sh", "-c", "head -c 5000 >/dev/null; exec sleep 8"]
-    with subprocess.Popen(reader, stdin=stdin, stdout=out, stderr=err) as proc:
-        for fd in (stdin, out, err):
-            os.close(fd)
-        with Session(socket.socket(socket.AF_UNIX), 1, feed, output, errors) as session:
-            started = time.monotonic()
-            with pytest.raises(TimeoutError):
-                exchange(
-                    session.stdin,
-                    session.close_stdin,
-                    b"x" * 5_000_000,
-                    (session.stdout, session.stderr),
-                    deadline=started + 1,
-                    max_output=1 << 20,
-                )
-            assert time.monotonic() - started < 3
-        proc.kill()
+    # A real local reader standing in for the remote command: it takes a few KiB, then reads
+    # no more, so the pipe is left with less room than one write (what ssh's pipe is left
+    # with when the remote stops reading).
+    reader = ("sh", "-c", "head -c 5000 >/dev/null; exec sleep 8")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        run_bounded(reader, b"x" * 5_000_000, started + 1, 1 << 20)
+    assert time.monotonic() - started < 3
 
 
 @pytest.mark.skipif(openssh.ssh_binary() is None, reason="needs OpenSSH's ssh for ssh -G")
@@ -117,13 +102,24 @@ def _serve_once(control: Path, answers: list[bytes]) -> threading.Thread:
     ],
     ids=["huge", "short", "no-session-id"],
 )
-def test_a_malformed_answer_on_the_control_socket_is_a_mux_error(
+def test_a_malformed_answer_on_the_control_socket_runs_nothing_and_connects_nowhere(
     tmp_path: Path, answer: bytes
 ) -> None:
-    """Whatever answers on the control socket, a reply that cannot be the protocol's is a
-    MuxError (an OSError: the transport's "cannot run"), never an IndexError or MemoryError."""
+    """Whatever answers on the control socket, ssh runs no command, makes no connection of its
+    own (its fallback's ProxyCommand fails at once), and the session says it never opened."""
     control = tmp_path / "control"
     served = _serve_once(control, [answer])
-    with pytest.raises(MuxError):
-        start_session(str(control), "true", time.monotonic() + 5)
+    marker = tmp_path / "ran"
+    session = run_session(
+        str(control),
+        f"touch {marker}",
+        stdin=None,
+        deadline=time.monotonic() + 10,
+        max_output=1 << 20,
+        log=str(tmp_path / "log"),
+    )
     served.join(10)
+    assert (session.opened, session.status, session.refused) == (False, None, "")
+    assert not marker.exists()
+    assert not (tmp_path / "log").exists(), "ssh's log is removed once read"
+    assert find_master(str(tmp_path / "nothing")) is None
