@@ -35,22 +35,27 @@ options:
       VMID:vgpu=TYPE.
     type: list
     elements: str
+    default: []
   host_nodes:
     description: NUMA nodes whose GPUs stay on the host driver.
     type: list
     elements: int
+    default: []
   vfio_nodes:
     description: NUMA nodes whose GPUs go to vfio-pci.
     type: list
     elements: int
+    default: []
   host_gpus:
     description: GPUs (PCI addresses) that stay on the host driver.
     type: list
     elements: str
+    default: []
   vfio_gpus:
     description: GPUs (PCI addresses) that go to vfio-pci.
     type: list
     elements: str
+    default: []
   enable_iommu:
     description: Turn the IOMMU on in the kernel command line if it is off.
     type: bool

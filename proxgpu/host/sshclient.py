@@ -21,7 +21,7 @@ from pathlib import Path
 
 from proxgpu.host.base import Host
 from proxgpu.host.knownhosts import read_known_hosts
-from proxgpu.host.openssh import OpenSSHHost, ssh_binary
+from proxgpu.host.openssh import OpenSSHHost
 from proxgpu.host.sshcommon import (
     SSHOptions,
     client_choice,
@@ -29,6 +29,7 @@ from proxgpu.host.sshcommon import (
     known_hosts_name,
     with_includes,
 )
+from proxgpu.host.sshmaster import ssh_binary
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def _auto(target: str, options: SSHOptions) -> tuple[str, str]:
     # them a second time.
     if _MATCH_EXEC.search(text):
         return "openssh", "paramiko cannot use Match exec"
-    from proxgpu.host.ssh import resolved_options  # noqa: PLC0415 - see open_ssh
+    from proxgpu.host.paramikoconf import resolved_options  # noqa: PLC0415 - see open_ssh
 
     config = resolved_options(target, options)
     hostname = (config.get("hostname") or [""])[0]

@@ -19,7 +19,8 @@ import pytest
 
 from proxgpu.cli import main
 from proxgpu.errors import AuthenticationError, HostUnreachableError
-from proxgpu.host.ssh import OPENSSH_DEFAULTS, SSHHost
+from proxgpu.host.paramikoconf import OPENSSH_DEFAULTS
+from proxgpu.host.ssh import SSHHost
 from tests.support.hostile_scratch import Scratch, make_scratch
 from tests.support.hostile_sshd import offering, relay_command
 from tests.support.sshd import SSHD, client_options, keygen

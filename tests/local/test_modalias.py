@@ -23,7 +23,8 @@ from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.capture import ALIAS_LIST, gather, write_tree
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.kmod import KmodConfig, alias_normalize, lookup_modalias, matching_aliases, normalize
+from proxgpu.kmod import KmodConfig, lookup_modalias, matching_aliases, normalize
+from proxgpu.kmodglob import alias_normalize
 from proxgpu.paths import BIND_SCRIPT, MODPROBE_CONF
 from proxgpu.planning import plan_split
 from proxgpu.planning.model import SplitPolicy

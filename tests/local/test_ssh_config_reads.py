@@ -10,7 +10,8 @@ from pathlib import Path
 
 from pytest_mock import MockerFixture
 
-from proxgpu.host.ssh import SSHOptions, resolved_options
+from proxgpu.host.paramikoconf import resolved_options
+from proxgpu.host.ssh import SSHOptions
 
 HOSTS = 32
 

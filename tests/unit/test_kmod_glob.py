@@ -17,7 +17,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from proxgpu.kmod import alias_normalize, glob_matches, index_matches
+from proxgpu.kmodglob import alias_normalize, glob_matches, index_matches
 
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c"))
 _LIBC.fnmatch.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
