@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     if planned.mapping is not None:
         print(f"mapping {args.mapping}: {'changes' if planned.mapping.changed else 'no change'}")
     try:
-        rollout = proxgpu.apply_cluster(planned, dry_run=not args.apply, on_event=_show)
+        checked = proxgpu.ApplyOptions(dry_run=not args.apply)
+        rollout = proxgpu.apply_cluster(planned, options=checked, on_event=_show)
     except ProxgpuError as exc:
         print(f"nothing applied: {exc}", file=sys.stderr)
         return exc.exit_code

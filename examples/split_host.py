@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         policy = policy_of(args)
         with proxgpu.connect(args.host, root) as host:
-            result = split_host(host, policy, check=not args.apply)
+            result = split_host(host, policy, how=proxgpu.ApplyOptions(dry_run=not args.apply))
     except proxgpu.ProxgpuError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from proxgpu.apply import ApplyOptions
-from proxgpu.apply.actions import ACTION_TIMEOUT
+from proxgpu.apply.options import ACTION_TIMEOUT
 from proxgpu.inspection import GpuFilter
 from proxgpu.planning import SplitPolicy
 from proxgpu.rendering import RenderOptions

@@ -12,9 +12,8 @@ they share: one command per step, whatever the number of files. :class:`ApplyOpt
 
 from __future__ import annotations
 
-from proxgpu.apply.actions import ACTION_TIMEOUT
 from proxgpu.apply.journal import Journal, JournalEntry, JournalFile, history, read_journal
-from proxgpu.apply.options import ApplyOptions
+from proxgpu.apply.options import ACTION_TIMEOUT, CHECK_ONLY, ApplyOptions
 from proxgpu.apply.remote import Progress
 from proxgpu.apply.result import ApplyResult
 from proxgpu.apply.rollback import RollbackResult, rollback
@@ -23,6 +22,7 @@ from proxgpu.apply.verify import VerifyReport, verify
 
 __all__ = [
     "ACTION_TIMEOUT",
+    "CHECK_ONLY",
     "ApplyOptions",
     "ApplyResult",
     "Journal",

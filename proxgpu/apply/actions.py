@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from proxgpu.apply.layout import Layout
+from proxgpu.apply.options import ACTION_TIMEOUT
 from proxgpu.apply.remote import Progress, quiet
 from proxgpu.errors import CommandError, ProxgpuError
 from proxgpu.host.base import Host
@@ -34,8 +35,6 @@ from proxgpu.rendering.changes import Action
 
 log = logging.getLogger(__name__)
 
-#: Seconds a post-action may run (an initramfs rebuild for every kernel takes minutes).
-ACTION_TIMEOUT = 900.0
 #: Seconds between two reads of a followed action's output.
 POLL = 1.0
 #: The most characters of one output line said (the rest is cut).

@@ -8,12 +8,10 @@ lock, the files the apply created are removed, and the follow-up actions run aga
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
 from pydantic import Field
 
 from proxgpu.apply import lock, signing
-from proxgpu.apply.actions import ACTION_TIMEOUT
 from proxgpu.apply.actions import run_actions as run_actions_on
 from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.entries import entry_drift, partly_ours, undo_entries
@@ -26,6 +24,7 @@ from proxgpu.apply.journal import (
 )
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.mapapi import put_back, through_api
+from proxgpu.apply.options import ApplyOptions
 from proxgpu.apply.rebind import Binding, restore_drivers
 from proxgpu.apply.remote import (
     FileState,
@@ -68,19 +67,13 @@ class RollbackResult(FrozenModel):
 def rollback(
     host: Host,
     to: str | None = None,
+    options: ApplyOptions | None = None,
     *,
-    run_actions: bool = True,
-    force: bool = False,
-    live: bool = False,
-    break_lock: bool = False,
     progress: Progress | None = None,
-    action_timeout: float = ACTION_TIMEOUT,
-    trust_unsigned: bool = False,
-    dry_run: bool = False,
-    action_output: int = 0,
 ) -> RollbackResult:
     """Restore the files of journal entry ``to`` (default: the latest applied or unfinished one)
-    byte for byte, remove the files it created, and re-run its post-actions.
+    byte for byte, remove the files it created, and re-run its post-actions (unless
+    ``options.run_actions`` is off), as ``options`` say.
 
     Refuses when a file changed since the apply, unless ``force``. An entry left in progress by a
     dropped connection is recovered here, taking over the lock it left behind when that apply ran
@@ -88,12 +81,11 @@ def rollback(
     the functions the apply rebound at runtime to their drivers. The entry must carry this
     machine's signature (:mod:`proxgpu.apply.signing`) and be in its place in the journal's chain
     (:mod:`proxgpu.apply.trust`) unless ``trust_unsigned``, and have been made for this
-    root. ``dry_run`` takes no lock and writes nothing: the result's ``preview`` says what the
-    rollback would do, decided as it decides it, refusals included. ``action_output``: how
-    many of a running follow-up action's last output lines to say as ``output`` steps.
+    root. A dry run takes no lock and writes nothing: the result's ``preview`` says what the
+    rollback would do, decided as it decides it, refusals included.
 
     >>> from proxgpu.host import DirectoryHost
-    >>> rollback(DirectoryHost("examples/hosts/ct200"), dry_run=True).messages
+    >>> rollback(DirectoryHost("examples/hosts/ct200"), options=ApplyOptions(dry_run=True)).messages
     ['nothing to roll back: no applied or unfinished journal entry']
 
     :raises RollbackError: when there is nothing to roll back or a step failed.
@@ -102,33 +94,23 @@ def rollback(
     :raises FileChangedError: when a file changed since the apply and ``force`` is not given.
     :raises ConcurrentApplyError: when another apply or rollback holds the lock.
     """
+    how = options or ApplyOptions()
     latest: tuple[Status, ...] = ("applied", "in-progress")
     journal = read_journal(host, to=to, latest=latest)
     entry = select_entry(host, journal, to, latest=latest)
     if entry is not None:
         _refuse_finished(host, entry)
-        check_trusted(host, journal, entry, trust_unsigned=trust_unsigned)
-    if dry_run:
-        return _preview(host, entry, force=force)
+        check_trusted(host, journal, entry, trust_unsigned=how.trust_unsigned)
+    if how.dry_run:
+        return _preview(host, entry, force=how.force)
     # The entry is signed again when its rollback is recorded: a key that cannot be used is
     # said now, before the lock is taken and a file is touched.
     signing.load_key()
-    options = _Options(run_actions, force, live, break_lock, action_timeout, action_output)
-    run = _Rollback(host, entry, progress_of(progress), options)
+    run = _Rollback(host, entry, progress_of(progress), how)
     known = {e.id for e in journal.entries} | {e.lock for e in journal.entries if e.lock}
     known |= {path.rsplit("/", 1)[1].removesuffix(".json") for path in journal.unreadable}
     with lock.holding(run.lock_id):
         return run.locked_run(explicit=to is not None, known=known)
-
-
-@dataclass(frozen=True)
-class _Options:
-    run_actions: bool
-    force: bool
-    live: bool
-    break_lock: bool
-    action_timeout: float
-    action_output: int
 
 
 def _refuse_finished(host: Host, entry: JournalEntry) -> None:
@@ -287,7 +269,7 @@ class _Rollback:
     """One rollback: the entry it undoes (``None``: only a lock to recover) and its choices."""
 
     def __init__(
-        self, host: Host, entry: JournalEntry | None, say: Progress, options: _Options
+        self, host: Host, entry: JournalEntry | None, say: Progress, options: ApplyOptions
     ) -> None:
         self.host = host
         self.layout = Layout.of(host)

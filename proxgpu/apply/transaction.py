@@ -28,11 +28,12 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from proxgpu.apply import lock, signing
-from proxgpu.apply.actions import ACTION_TIMEOUT, run_actions, run_followed
+from proxgpu.apply.actions import run_actions, run_followed
 from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.journal import JournalEntry, Status, entry_json, new_journal_id
 from proxgpu.apply.layout import Layout, where
 from proxgpu.apply.mapapi import undo_mapping
+from proxgpu.apply.options import ApplyOptions
 from proxgpu.apply.preflight import (
     check_guests,
     check_mig_instances,
@@ -84,28 +85,21 @@ from proxgpu.rendering.changes import ChangeSet
 def apply_changes(
     host: Host,
     changeset: ChangeSet,
+    options: ApplyOptions | None = None,
     *,
     plan: Plan | None = None,
-    dry_run: bool = False,
-    live: bool = False,
     progress: Progress | None = None,
     inventory: Inventory | None = None,
-    skip_guest_check: bool = False,
-    break_lock: bool = False,
-    action_timeout: float = ACTION_TIMEOUT,
-    action_output: int = 0,
 ) -> ApplyResult:
-    """Apply ``changeset`` to ``host`` as one transaction; see the module docstring for the steps.
+    """Apply ``changeset`` to ``host`` as one transaction, as ``options`` say (default: for
+    real, guests checked); see the module docstring for the steps.
 
     Files already as planned are left alone, so applying the same change set twice changes
-    nothing the second time. ``dry_run`` runs the read-only checks and writes nothing. ``live``
+    nothing the second time. A dry run runs the read-only checks and writes nothing. A live one
     moves the plan's vfio groups to vfio-pci now (``plan`` required). On a directory tree
     (``host.is_live`` false) post-actions and live steps are listed, not run. ``inventory``, when
-    given, says whether the host has pvesh; ``skip_guest_check`` applies without asking whether
-    the guests are running (for hosts without pvesh, guests known to be stopped).
-    ``break_lock`` takes over a lock another apply or rollback left (one of this machine's whose
-    process is gone is taken over anyway). ``action_output``: how many of a running follow-up
-    action's last output lines to say as ``output`` steps (0: none).
+    given, says whether the host has pvesh. A lock another apply or rollback left is taken over
+    with ``break_lock`` (one of this machine's whose process is gone is taken over anyway).
 
     >>> from proxgpu.host import DirectoryHost
     >>> apply_changes(DirectoryHost("/"), ChangeSet(host="pve1")).messages
@@ -114,16 +108,14 @@ def apply_changes(
     :raises PreflightError: (and its subclasses) when refusing before anything was written.
     :raises ApplyError: when a step failed after writing; the message says what was restored.
     """
+    how = options or ApplyOptions()
     changes = changeset.changed_files()
-    if live and plan is None:
+    if how.live and plan is None:
         raise UsageError("a live apply needs the plan: it says which GPUs move to vfio-pci")
     refuse_locked_guests(host, changes)
     if not changes:
-        return _unchanged(host, live)
-    run = _Apply(host, changeset, plan, progress_of(progress), action_timeout)
-    run.break_lock = break_lock
-    run.action_output = action_output
-    return run.run(dry_run, live, inventory, skip_guest_check)
+        return _unchanged(host, how.live)
+    return _Apply(host, changeset, plan, progress_of(progress), how).run(inventory)
 
 
 #: What an apply with nothing to write says, in its text and in its JSON alike.
@@ -148,16 +140,14 @@ class _Apply:
         changeset: ChangeSet,
         plan: Plan | None,
         say: Progress,
-        action_timeout: float,
+        how: ApplyOptions,
     ) -> None:
         self.host = host
         self.changeset = changeset
         self.changes = changeset.changed_files()
         self.plan = plan
         self.say = say
-        self.action_timeout = action_timeout
-        #: How many lines of a running action's output to say (0: none).
-        self.action_output = 0
+        self.how = how
         #: The lock's id, fixed before the journal is read; the entry's id (``id``) may then
         #: move past the journal's newest (see :meth:`_follow`).
         self.lock_id = new_journal_id()
@@ -172,13 +162,11 @@ class _Apply:
         # restore.
         self.not_written: frozenset[str] = frozenset()
         self.vm_api = VmApiWriter(host, say)
-        self.break_lock = False
         #: Lines for the result about the lock (broken to get it, or not released).
         self.notes: list[str] = []
 
-    def run(
-        self, dry_run: bool, live: bool, inventory: Inventory | None, skip_guest_check: bool
-    ) -> ApplyResult:
+    def run(self, inventory: Inventory | None) -> ApplyResult:
+        dry_run, live = self.how.dry_run, self.how.live
         self.say("preflight", f"checking {len(self.changes)} files on {self.host.name}")
         with lock.holding(self.lock_id):
             try:
@@ -186,7 +174,7 @@ class _Apply:
                 if dry_run:
                     found = probe(self.host, self.layout, paths, lock_id=None)
                     owner = found.owner
-                    if owner is not None and not self.break_lock and not lock.is_stale(owner):
+                    if owner is not None and not self.how.break_lock and not lock.is_stale(owner):
                         raise lock.held_error(self.host.name, self.layout.lock, owner)
                 else:
                     # The journal entry is signed with the admin's key: a key that cannot be
@@ -198,12 +186,12 @@ class _Apply:
                         paths,
                         self.lock_id,
                         op="apply",
-                        break_lock=self.break_lock,
+                        break_lock=self.how.break_lock,
                     )
                     self.locked = True
                     if broken is not None:
                         self.notes.append(lock.broken_note(self.layout.lock, broken))
-                todo = self._preflight(found, live, inventory, skip_guest_check)
+                todo = self._preflight(found, inventory)
                 if not todo:
                     return _unchanged(self.host, live, self.notes)
                 if dry_run:
@@ -213,9 +201,7 @@ class _Apply:
                 if self.locked:
                     release_quietly(self.host, self.layout, self.lock_id)
 
-    def _preflight(
-        self, probe: Probe, live: bool, inventory: Inventory | None, skip_guest_check: bool
-    ) -> list[int]:
+    def _preflight(self, probe: Probe, inventory: Inventory | None) -> list[int]:
         if probe.in_progress:
             other = probe.in_progress[0]
             raise PreflightError(
@@ -230,12 +216,12 @@ class _Apply:
         has_pvesh = probe.pvesh and (inventory is None or "pvesh" in inventory.commands)
         if todo and self.host.is_live:
             changes = [self.changes[i] for i in todo]
-            if not skip_guest_check:
+            if not self.how.skip_guest_check:
                 self.say("guests", "asking Proxmox whether the guests are stopped")
                 check_guests(self.host, changes, has_pvesh, self.vm_api.api, probe.node)
             if has_pvesh and probe.node:
                 self.vm_api.choose(probe.node, changes)
-            if live and self.plan is not None:
+            if self.how.live and self.plan is not None:
                 self.say("busy", "checking that no process holds the GPUs that move")
                 check_not_busy(self.host, vfio_functions(self.plan))
         return todo
@@ -432,8 +418,8 @@ class _Apply:
             actions,
             self.actions_run,
             self.say,
-            self.action_timeout,
-            follow=self.action_output,
+            self.how.action_timeout,
+            follow=self.how.action_output,
         )
 
     def _live(self, live: bool) -> list[str]:
@@ -555,7 +541,7 @@ class _Apply:
         # Post-actions rebuild things from the files (the initramfs): rebuild from the old ones.
         for argv in self.actions_run:
             try:
-                run_followed(self.host, argv, quiet, lines=0, timeout=self.action_timeout)
+                run_followed(self.host, argv, quiet, lines=0, timeout=self.how.action_timeout)
             except ProxgpuError as exc:
                 return f"; re-running {argv[0]} failed ({describe(exc)}): run it by hand"
         return f"; re-ran {len(self.actions_run)} post-actions" if self.actions_run else ""

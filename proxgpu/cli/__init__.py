@@ -1,8 +1,8 @@
 """The ``proxgpu`` command: parse options, call the library, map its errors to exit codes.
 
-Each error's exit code comes from its class in :mod:`proxgpu.errors` (README lists them);
-``--detailed-exitcode`` follows Terraform instead: 0 nothing to change, 2 changes pending, 1 any
-error. With ``--json`` a failure also prints ``{"error": {...}}`` on stdout.
+Each error's exit code comes from its class in :mod:`proxgpu.errors` (docs/exit-codes.md lists
+them); ``--detailed-exitcode`` follows Terraform instead: 0 nothing to change, 2 changes pending,
+1 any error. With ``--json`` a failure also prints ``{"error": {...}}`` on stdout.
 
 Only the parser is imported before the options are read, so that ``--help`` and a mistyped
 option cost little more than starting Python; :mod:`~proxgpu.cli.dispatch` runs the command.

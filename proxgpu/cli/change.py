@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import NamedTuple
 
-from proxgpu.apply import ApplyOptions, ApplyResult
+from proxgpu.apply import ApplyOptions, ApplyResult, apply_changes
 from proxgpu.apply.transaction import NO_CHANGES
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.options import given, next_command
@@ -180,7 +180,8 @@ def apply_options(args: argparse.Namespace) -> ApplyOptions:
 
 def _apply(args: argparse.Namespace, host: Host, proposed: Proposed, say: Say) -> ApplyResult:
     changes, plan, inventory = proposed.changes, proposed.plan, proposed.inventory
-    return apply_options(args).apply(host, changes, plan=plan, inventory=inventory, progress=say)
+    options = apply_options(args)
+    return apply_changes(host, changes, options, plan=plan, inventory=inventory, progress=say)
 
 
 def _result_text(result: ApplyResult, changes: ChangeSet) -> str:

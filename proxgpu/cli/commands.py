@@ -10,6 +10,7 @@ import sys
 
 from proxgpu.apply.journal import read_journal
 from proxgpu.apply.layout import Layout
+from proxgpu.apply.rollback import rollback
 from proxgpu.apply.signing import load_key
 from proxgpu.apply.trust import problems as trust_problems
 from proxgpu.apply.verify import applied_entry, verify
@@ -72,7 +73,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def host_rollback(args: argparse.Namespace, host: Host, say: Say) -> Shown:
     """One host's rollback, without asking (see :func:`cmd_rollback`)."""
-    result = apply_options(args).rollback(host, args.to, progress=say)
+    result = rollback(host, args.to, apply_options(args), progress=say)
     text = _lines(result.messages or [f"restored {len(result.files)} files"])
     if result.preview is not None:
         # A dry run shows each file as the diff from now to what the rollback would leave.

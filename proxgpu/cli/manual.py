@@ -21,7 +21,8 @@ class ExitCode(NamedTuple):
     meaning: str
 
 
-#: Every exit status proxgpu gives (README's table, with the error classes behind each).
+#: Every exit status proxgpu gives (the table of docs/exit-codes.md, with the error classes
+#: behind each).
 EXIT_CODES = (
     ExitCode(0, "success", "success (plan --detailed-exitcode: nothing would change)"),
     ExitCode(1, "other error", "another error; every error with --detailed-exitcode"),

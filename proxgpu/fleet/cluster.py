@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxgpu.apply import ApplyOptions, ApplyResult
+from proxgpu.apply import ApplyOptions, ApplyResult, apply_changes
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import read_files
 from proxgpu.errors import ClusterNotPlannedError, ProxgpuError, SysfsError, UsageError
@@ -219,23 +219,21 @@ def apply_cluster(
     *,
     connect: Connect | None = None,
     parallel: int = 1,
-    dry_run: bool = False,
     options: ApplyOptions | None = None,
     on_event: Listener | None = None,
 ) -> Rollout[ApplyResult]:
-    """Apply a cluster plan node by node (the lead first and alone), with ``options`` (or, with
-    ``dry_run``, only check), stopping at the first node that fails: the nodes before it stay
+    """Apply a cluster plan node by node (the lead first and alone), as ``options`` say (a dry
+    run only checks), stopping at the first node that fails: the nodes before it stay
     applied (``rollback`` undoes them), the rest untouched. Each node's file texts are compared
     with what its plan read, so a node changed since the plan is refused.
 
     :raises ClusterNotPlannedError: when a node could not be planned (nothing is applied).
     """
     proposals = planned.to_apply()
-    how = options or ApplyOptions(dry_run=dry_run)
 
     def one(host: Host, say: Say) -> ApplyResult:
         proposal = proposals[say.name]
-        return how.apply(host, proposal.changes, plan=proposal.plan, progress=say)
+        return apply_changes(host, proposal.changes, options, plan=proposal.plan, progress=say)
 
     targets = {n: planned.nodes.targets[n] for n in proposals}
     return roll_out(

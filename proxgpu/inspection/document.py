@@ -1,4 +1,4 @@
-"""The inventory as ``proxgpu inspect --json`` prints it: the README's JSON contract.
+"""The inventory as ``proxgpu inspect --json`` prints it: the JSON contract of docs/inspecting.md.
 
 >>> from proxgpu.host import DirectoryHost
 >>> from proxgpu.inspection import inspect

@@ -1,10 +1,11 @@
 """The inventory: what one host's inspection found, as a stable, JSON-serialisable model.
 
-The field names documented in the README's JSON contract keep their names and meaning across
-releases; new fields may be added. Everything here is plain data: building an inventory is the job
-of :mod:`proxgpu.inspection`, using it is the job of the planner and renderers. The classes are
-frozen dataclasses with pydantic's model methods (:class:`~proxgpu.record.Record`), so that reading
-and printing a host's inventory never loads pydantic.
+The field names documented in the JSON contract of docs/inspecting.md keep their names and
+meaning across releases; new fields may be added. Everything here is plain data: building an
+inventory is the job of :mod:`proxgpu.inspection`, using it is the job of the planner and
+renderers. The classes are frozen dataclasses with pydantic's model methods
+(:class:`~proxgpu.record.Record`), so that reading and printing a host's inventory never loads
+pydantic.
 
 >>> node = NumaNode(id=0, cpus="0-31", memory_kib=263678136)
 >>> node.cpu_ids()[:3]

@@ -10,7 +10,7 @@ front end prints), :mod:`~proxgpu.pipeline.saved` (the saved-plan file of ``plan
 >>> from proxgpu.host import DirectoryHost
 >>> from proxgpu.planning import SplitPolicy
 >>> result = split_host(DirectoryHost("examples/hosts/ct200"),
-...                     SplitPolicy(lxc=200, vms=[(300, None)]), check=True)
+...                     SplitPolicy(lxc=200, vms=[(300, None)]))
 >>> result.changed, len(result.diff)
 (True, 10)
 """
@@ -20,7 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from proxgpu.apply import ApplyOptions, ApplyResult, Progress, read_journal, verify
+from proxgpu.apply import (
+    CHECK_ONLY,
+    ApplyOptions,
+    ApplyResult,
+    Progress,
+    apply_changes,
+    read_journal,
+    verify,
+)
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.pipeline.documents import apply_document, plan_document, shown
@@ -124,30 +132,31 @@ def split_host(
     policy: SplitPolicy | None = None,
     options: RenderOptions | None = None,
     *,
-    check: bool = True,
-    live: bool = False,
+    how: ApplyOptions = CHECK_ONLY,
     gpu_filter: GpuFilter | None = None,
-    skip_guest_check: bool = False,
     progress: Progress | None = None,
-    how: ApplyOptions | None = None,
 ) -> SplitResult:
-    """Inspect ``host``, plan the split, render it and apply it, or with ``check`` only say what
-    would change (the default: nothing is written unless asked). ``how`` says how the apply runs
-    (the one type the command line and Ansible pass too); given, it replaces ``check``,
-    ``live`` and ``skip_guest_check``, which are its shorthand.
+    """Inspect ``host``, plan the split, render it and apply it as ``how`` says (the one type
+    the command line and Ansible pass too). By default only a dry run: it says what would
+    change and writes nothing; ``how=ApplyOptions()`` applies.
 
     >>> from proxgpu.host import DirectoryHost
     >>> tree = DirectoryHost("examples/hosts/ct200")
-    >>> split_host(tree, SplitPolicy(lxc=200), how=ApplyOptions(dry_run=True)).changed
-    True
+    >>> checked = split_host(tree, SplitPolicy(lxc=200))
+    >>> checked.changed, checked.applied.dry_run
+    (True, True)
 
     :raises ProxgpuError: when the host cannot be read, the plan is refused, or applying fails
         (everything written is then restored).
     """
     proposal = propose(host, policy, options, gpu_filter)
-    how = how or ApplyOptions(dry_run=check, live=live, skip_guest_check=skip_guest_check)
-    applied = how.apply(
-        host, proposal.changes, plan=proposal.plan, inventory=proposal.inventory, progress=progress
+    applied = apply_changes(
+        host,
+        proposal.changes,
+        how,
+        plan=proposal.plan,
+        inventory=proposal.inventory,
+        progress=progress,
     )
     return SplitResult(proposal.inventory, proposal.plan, proposal.changes, applied)
 
@@ -161,7 +170,7 @@ def reboot_awaited(host: Host, result: SplitResult) -> bool:
 
     >>> from proxgpu.host import DirectoryHost
     >>> tree = DirectoryHost("examples/hosts/ct200")
-    >>> reboot_awaited(tree, split_host(tree, SplitPolicy(lxc=200), check=True))
+    >>> reboot_awaited(tree, split_host(tree, SplitPolicy(lxc=200), ))
     True
     """
     if result.changed:

@@ -41,14 +41,14 @@ def shown(changes: ChangeSet) -> ChangeSet:
 def plan_document(
     plan: Plan, changes: ChangeSet, inventory: Inventory | None = None
 ) -> dict[str, Any]:
-    """The plan and its changes as ``plan --json`` prints it (see the README's contract); with
+    """The plan and its changes as ``plan --json`` prints it (see docs/planning.md); with
     the ``inventory`` the plan was made from, ``reboot_pending`` too (:func:`reboot_pending`).
 
     >>> from proxgpu.host import DirectoryHost
     >>> from proxgpu.pipeline import split_host
     >>> from proxgpu.planning import SplitPolicy
     >>> tree = DirectoryHost("examples/hosts/ct200")
-    >>> result = split_host(tree, SplitPolicy(lxc=200), check=True)
+    >>> result = split_host(tree, SplitPolicy(lxc=200))
     >>> document = plan_document(result.plan, result.changes, result.inventory)
     >>> document["changes"]["changed"], document["reboot_pending"]
     (True, [])

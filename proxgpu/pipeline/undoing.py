@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from proxgpu.apply import ApplyOptions, JournalEntry, Progress, RollbackResult, read_journal
+from proxgpu.apply import (
+    ApplyOptions,
+    JournalEntry,
+    Progress,
+    RollbackResult,
+    read_journal,
+    rollback,
+)
 from proxgpu.apply.journal import select_entry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import read_files
@@ -60,12 +67,12 @@ def undo(
     entry = undo_target(host, to)
     if entry is None:
         return Undone(None, ChangeSet(host=host.name))
-    planned = replace(options, dry_run=True).rollback(host, entry.id)
+    planned = rollback(host, entry.id, replace(options, dry_run=True))
     assert planned.preview is not None  # an entry was named
     preview = planned.preview
     if options.dry_run:
         return Undone(entry.id, preview)
-    done = options.rollback(host, entry.id, progress=progress)
+    done = rollback(host, entry.id, options, progress=progress)
     after = _read(host, [f.path for f in preview.files])
     files = [
         f.model_copy(update={"after": _text(data)})

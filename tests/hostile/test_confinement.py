@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from pytest_mock import MockerFixture
 
-from proxgpu.apply import apply_changes, read_journal, rollback
+from proxgpu.apply import ApplyOptions, apply_changes, read_journal, rollback
 from proxgpu.apply import transaction as transaction_module
 from proxgpu.errors import (
     ApplyError,
@@ -207,7 +207,7 @@ def test_a_backup_name_that_is_not_one_plain_name_makes_the_entry_unreadable(
             f"Value error, not a plain file name: {backup!r}"
         }
         with pytest.raises(JournalError, match="not a plain file name"):
-            rollback(host, to=journal_id, force=True, trust_unsigned=True)
+            rollback(host, options=ApplyOptions(force=True, trust_unsigned=True), to=journal_id)
     assert (hostile.tree / "etc/pve/lxc/200.conf").read_bytes() == lxc
     hostile.assert_outside_unchanged()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.journal import history
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
@@ -66,15 +67,15 @@ def test_an_apply_whose_step_the_host_did_not_run_never_succeeds(
     original = snapshot(root)
     liar.lie_about(step, answer)
     with pytest.raises((ApplyError, HostUnreachableError)) as failed:
-        apply_changes(connect(), changes, skip_guest_check=True)
+        apply_changes(connect(), changes, options=ApplyOptions(skip_guest_check=True))
     assert f"the host did not finish the {step} step" in str(failed.value)
     liar.lie_about(None)
     host = connect()
     if history(host):
-        rollback(host, run_actions=False)
+        rollback(host, options=ApplyOptions(run_actions=False))
     log.unlink(missing_ok=True)
     assert snapshot(root) == original, "every byte back"
-    assert apply_changes(host, changes, skip_guest_check=True).changed
+    assert apply_changes(host, changes, options=ApplyOptions(skip_guest_check=True)).changed
 
 
 @pytest.mark.parametrize("step", ["journal", "restore"])
@@ -83,7 +84,7 @@ def test_a_rollback_the_host_did_not_run_is_not_reported_done(
 ) -> None:
     changes = changeset(root)
     original = snapshot(root)
-    applied = apply_changes(connect(), changes, skip_guest_check=True)
+    applied = apply_changes(connect(), changes, options=ApplyOptions(skip_guest_check=True))
     after = snapshot(root)
     liar.lie_about(step, "")
     with pytest.raises(StepNotFinishedError, match=f"did not finish the {step} step"):

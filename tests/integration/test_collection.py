@@ -1,6 +1,6 @@
-"""The proxgpu.pve collection as users get it: ``ansible-doc`` documents exactly the options
-the action plugins take, and ``ansible-galaxy collection build`` makes a tarball that, once
-installed, runs over Ansible's local connection."""
+"""The proxgpu.pve collection as users get it: ``ansible-doc`` renders each module, and
+``ansible-galaxy collection build`` makes a tarball that, once installed, runs over Ansible's
+local connection."""
 
 from __future__ import annotations
 
@@ -17,20 +17,8 @@ from tests.support.trees import copy_example
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_ansible_doc_documents_every_option_as_the_plugin_validates_it(
-    module: str, tmp_path: Path
-) -> None:
-    completed = ansible("ansible-doc", tmp_path, "--json", f"proxgpu.pve.{module}")
-    assert completed.returncode == 0, completed.stderr
-    doc = json.loads(completed.stdout)[f"proxgpu.pve.{module}"]["doc"]
-    arguments, _ = MODULES[module]
-    assert set(doc["options"]) == set(arguments)
-    for name, spec in arguments.items():
-        documented = doc["options"][name]
-        for key in ("type", "elements", "choices"):
-            assert documented.get(key) == spec.get(key), (name, key)
-        assert documented.get("default") == spec.get("default"), name
-    # And as people read it.
+def test_ansible_doc_renders_each_module_as_people_read_it(module: str, tmp_path: Path) -> None:
+    # Its options equal the argument spec: tests/local/test_ansible_docs.py.
     text = ansible("ansible-doc", tmp_path, f"proxgpu.pve.{module}")
     assert text.returncode == 0 and "OPTIONS" in text.stdout and "root" in text.stdout
 

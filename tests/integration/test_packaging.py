@@ -88,7 +88,8 @@ def test_python_dash_m_runs_the_cli() -> None:
 
 def test_sdist_carries_the_tests_examples_man_page_and_licence(tmp_path: Path) -> None:
     """The sdist is what distributions build and test from: the whole tests/ tree with the
-    example hosts it reads, the man page, the licence (declared as SPDX) and the changelog."""
+    example hosts and the documentation (docs/) it reads, the man page, the licence (declared as
+    SPDX) and the changelog."""
     subprocess.run(
         [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path), "."],
         check=True,
@@ -123,7 +124,7 @@ def test_sdist_carries_the_tests_examples_man_page_and_licence(tmp_path: Path) -
             if p.is_file() and not p.is_symlink() and not p.name.endswith(".pyc")
         }
 
-    missing = (files("tests") | files("examples/hosts")) - names
+    missing = (files("tests") | files("examples/hosts") | files("docs")) - names
     assert not missing, sorted(missing)[:10]
     # sysfs's driver and iommu_group links: without them the example GPUs have no driver.
     on_disk = {

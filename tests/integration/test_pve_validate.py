@@ -18,6 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.errors import PlanRefusedError, RenderError
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
@@ -87,7 +88,7 @@ def test_an_apply_on_each_example_host_leaves_configs_proxmox_accepts(
 ) -> None:
     root = tmp_path / host
     shutil.copytree(EXAMPLES / host, root, symlinks=True)
-    result = split_host(DirectoryHost(str(root)), policy, options, check=False)
+    result = split_host(DirectoryHost(str(root)), policy, options, how=ApplyOptions())
     # qemu-start's lspci answers from the host's own sysfs: which functions offer vGPU types.
     verdicts = validate_tree(root, result.inventory.node_name, pci_root=root)
     written = {
@@ -159,7 +160,7 @@ def test_guests_proxgpu_wrote_start_on_proxmox(
     root = tmp_path / "ct200"
     shutil.copytree(EXAMPLES / "ct200", root, symlinks=True)
     edit(root)
-    result = split_host(DirectoryHost(str(root)), policy, options, check=False)
+    result = split_host(DirectoryHost(str(root)), policy, options, how=ApplyOptions())
     assert result.changed
     assert_all_ok(validate_tree(root, result.inventory.node_name))
 

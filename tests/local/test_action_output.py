@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from proxgpu.ansible.request import change_options
-from proxgpu.apply import ApplyOptions
-from proxgpu.apply.actions import ACTION_TIMEOUT, run_followed
+from proxgpu.apply import ApplyOptions, rollback
+from proxgpu.apply.actions import run_followed
+from proxgpu.apply.options import ACTION_TIMEOUT
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.cli.change import ACTION_OUTPUT, apply_options
 from proxgpu.cli.parser import build_parser
@@ -86,7 +87,10 @@ def test_an_apply_with_action_output_says_the_lines_as_output_steps(
 ) -> None:
     heard = Heard()
     result = apply_changes(
-        live_host, changeset(root, actions=[SLOW]), progress=heard, action_output=5
+        live_host,
+        changeset(root, actions=[SLOW]),
+        options=ApplyOptions(action_output=5),
+        progress=heard,
     )
     assert result.actions_run == [SLOW]
     steps = [step for _, step, _ in heard.said]
@@ -94,7 +98,7 @@ def test_an_apply_with_action_output_says_the_lines_as_output_steps(
     assert heard.lines()[-1] == "update-initramfs: kernel 5"
     # Rolled back with the same options, the action runs again and is followed again.
     again = Heard()
-    ApplyOptions(action_output=5).rollback(live_host, progress=again)
+    rollback(live_host, options=ApplyOptions(action_output=5), progress=again)
     assert again.lines() == heard.lines()
 
 
@@ -105,7 +109,7 @@ def test_a_rollback_without_run_actions_restores_the_files_and_lists_the_actions
     touch = ["sh", "-c", f"echo again >> {marker}"]
     apply_changes(live_host, changeset(root, actions=[touch]), plan=NO_PLAN)
     assert marker.read_text() == "again\n"
-    result = ApplyOptions(run_actions=False).rollback(live_host)
+    result = rollback(live_host, options=ApplyOptions(run_actions=False))
     assert result.files and result.actions_run == []
     assert marker.read_text() == "again\n", "the action did not run again"
     assert f"listed, not run: sh -c echo again >> {marker}" in result.messages
@@ -120,11 +124,11 @@ def test_ansible_change_options_carry_trust_unsigned_and_the_action_timeout(
     unsigned.pop("signature")
     entry.write_text(json.dumps(unsigned))
     with pytest.raises(JournalError, match="not signed"):
-        change_options({}, check=False).rollback(live_host)
+        rollback(live_host, options=change_options({}, check=False))
     # Trusted, the rollback gets as far as the action, which the 0.5 s timeout then stops.
     how = change_options({"trust_unsigned": True, "action_timeout": 0.5}, check=False)
     with pytest.raises(CommandTimeoutError, match=r"within 0\.5 s"):
-        how.rollback(live_host)
+        rollback(live_host, options=how)
     assert change_options({"action_timeout": None}, check=False).action_timeout == ACTION_TIMEOUT
 
 
@@ -142,7 +146,7 @@ def test_a_fleet_hears_each_hosts_lines_as_events_prefixed_with_the_host(
 
     def work(host: Host, say: Say) -> list[list[str]]:
         changes = changeset(root, actions=[SLOW])
-        return how.apply(host, changes, plan=NO_PLAN, progress=say).actions_run
+        return apply_changes(host, changes, how, plan=NO_PLAN, progress=say).actions_run
 
     def connect(target: Target) -> Host:
         return LocalHost(str(root))

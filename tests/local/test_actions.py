@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.journal import history
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
@@ -44,4 +45,4 @@ def test_post_actions_run_on_a_live_host_and_again_on_rollback(
     assert rollback(live_host).actions_run == [cs.actions[0].argv]
     assert log.read_text() == "ran\nran\n" and snapshot(root) == original
     apply_changes(live_host, cs)
-    assert rollback(live_host, run_actions=False).actions_run == []
+    assert rollback(live_host, options=ApplyOptions(run_actions=False)).actions_run == []

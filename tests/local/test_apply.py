@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.journal import history
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
@@ -64,7 +65,7 @@ def test_a_second_apply_of_the_same_changeset_changes_nothing(root: Path) -> Non
     before = host.commands_run
     assert not apply_changes(host, fresh).changed
     assert host.commands_run == before, "an empty change set needs no command at all"
-    live = apply_changes(host, cs, plan=ct200_plan(root), live=True)
+    live = apply_changes(host, cs, options=ApplyOptions(live=True), plan=ct200_plan(root))
     assert "nothing was rebound" in live.messages[-1]
 
 
@@ -72,7 +73,7 @@ def test_dry_run_writes_nothing(root: Path) -> None:
     host = DirectoryHost(str(root))
     original = snapshot(root)
     cs = changeset(root, actions=[["update-initramfs", "-u"]])
-    result = apply_changes(host, cs, dry_run=True)
+    result = apply_changes(host, cs, options=ApplyOptions(dry_run=True))
     assert (result.changed, result.dry_run, result.journal_id) == (True, True, None)
     assert result.files == [f.path for f in cs.files]
     assert [a.argv for a in result.actions] == [["update-initramfs", "-u"]]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pytest_mock import MockerFixture
 
-from proxgpu.apply import signing
+from proxgpu.apply import ApplyOptions, signing
 from proxgpu.apply.journal import history, new_journal_id, read_journal
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.rollback import rollback
@@ -69,7 +69,7 @@ def test_an_apply_from_a_clock_behind_the_journal_s_newest_entry_comes_after_it(
     lock = root / "run/lock/proxgpu"
     lock.mkdir(parents=True)
     (lock / "owner").write_text(f"id={entries[1].lock}\nop=apply\nclient=elsewhere\npid=1\n")
-    broken = rollback(host, break_lock=True)
+    broken = rollback(host, options=ApplyOptions(break_lock=True))
     assert "had finished, so nothing was rolled back" in broken.messages[-1], broken.messages
     assert rollback(host).journal_id == second.journal_id
     assert snapshot(root) == original

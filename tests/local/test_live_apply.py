@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.journal import history
 from proxgpu.apply.rebind import vfio_functions
 from proxgpu.apply.rollback import rollback
@@ -32,13 +33,13 @@ def test_live_apply_rebinds_verifies_and_rolls_back(
     host = LocalHost(str(root))
     plan = ct200_plan(root)
     original = snapshot(root, KERNEL)
-    result = apply_changes(host, changeset(root), plan=plan, live=True)
+    result = apply_changes(host, changeset(root), options=ApplyOptions(live=True), plan=plan)
     assert [b.address for b in result.live] == vfio_functions(plan) == list(NODE1)
     assert {driver(root, a) for a in NODE1} == {"vfio-pci"}
     [entry] = history(host)
     assert entry.live == result.live
     assert not verify(host, entry).drifted, "files and drivers match the plan now"
-    rollback(host, live=True)
+    rollback(host, options=ApplyOptions(live=True))
     assert {a: driver(root, a) for a in NODE1} == NODE1
     assert snapshot(root, KERNEL) == original
 
@@ -49,7 +50,7 @@ def test_live_apply_refuses_a_busy_gpu_before_writing(
     host = LocalHost(str(root))
     original = snapshot(root, KERNEL)
     with held_open(root / "dev/nvidia4"), pytest.raises(DeviceBusyError, match=GPU):
-        apply_changes(host, changeset(root), plan=ct200_plan(root), live=True)
+        apply_changes(host, changeset(root), options=ApplyOptions(live=True), plan=ct200_plan(root))
     assert snapshot(root, KERNEL) == original and history(host) == []
     assert kernel.probed == []
 
@@ -67,7 +68,7 @@ def test_live_apply_refuses_a_gpu_with_a_mediated_device_made_since_the_plan(
     (made / uuid).symlink_to(f"../../../{uuid}")
     original = snapshot(root, KERNEL)
     with pytest.raises(DeviceBusyError) as err:
-        apply_changes(host, changeset(root), plan=plan, live=True)
+        apply_changes(host, changeset(root), options=ApplyOptions(live=True), plan=plan)
     assert f"mediated device {uuid} (nvidia-1155) exists" in str(err.value)
     assert snapshot(root, KERNEL) == original and history(host) == []
     assert kernel.probed == []
@@ -90,8 +91,8 @@ def test_a_gpu_opened_while_the_post_actions_ran_stops_the_live_rebind(
             apply_changes(
                 host,
                 changeset(root, actions=[["true"]]),
+                options=ApplyOptions(live=True),
                 plan=ct200_plan(root),
-                live=True,
                 progress=open_a_gpu,
             )
     assert isinstance(err.value.__cause__, DeviceBusyError)
@@ -110,14 +111,17 @@ def test_a_failed_live_rebind_restores_the_files(
     original = snapshot(root, KERNEL)
     kernel.inert = True
     with pytest.raises(ApplyError, match="every file was restored") as err:
-        apply_changes(host, changeset(root), plan=ct200_plan(root), live=True)
+        apply_changes(host, changeset(root), options=ApplyOptions(live=True), plan=ct200_plan(root))
     assert "bound to nvidia after the rebind" in str(err.value)
     assert snapshot(root, KERNEL) == original
 
 
 def test_live_steps_on_a_directory_tree_are_listed(root: Path) -> None:
     result = apply_changes(
-        DirectoryHost(str(root)), changeset(root), plan=ct200_plan(root), live=True
+        DirectoryHost(str(root)),
+        changeset(root),
+        options=ApplyOptions(live=True),
+        plan=ct200_plan(root),
     )
     assert result.live == []
     assert result.messages[-1].startswith("listed, not run (a directory tree): rebind 0000:81:00.0")

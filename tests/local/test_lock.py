@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.errors import ConcurrentApplyError, ProxgpuError
@@ -59,7 +60,7 @@ def test_a_lock_held_by_another_client_is_reported_and_only_broken_on_request(ro
         apply_changes(host, changeset(root))
     with pytest.raises(ConcurrentApplyError, match="elsewhere pid 4242"):
         rollback(host)
-    messages = rollback(host, break_lock=True).messages
+    messages = rollback(host, options=ApplyOptions(break_lock=True)).messages
     assert "took over" in messages[0] and "ops@elsewhere" in messages[0]
     assert "written nothing" in messages[1]
     assert not lock.exists()
@@ -79,12 +80,12 @@ def test_breaking_a_lock_never_rolls_back_a_finished_apply(root: Path) -> None:
     done = apply_changes(host, changeset(root))
     applied = snapshot(root)
     # The lock was released before this rollback came (the other apply finished meanwhile) ...
-    free = rollback(host, break_lock=True)
+    free = rollback(host, options=ApplyOptions(break_lock=True))
     assert free.journal_id is None and "was free" in free.messages[0]
     assert f"apply {done.journal_id} had finished" in free.messages[0]
     # ... or that apply finished but could not release it.
     lock = hold_lock(root, f"id={done.journal_id}\nop=apply")
-    left = rollback(host, break_lock=True)
+    left = rollback(host, options=ApplyOptions(break_lock=True))
     assert left.journal_id is None and "took over" in left.messages[0]
     assert "had finished, so nothing was rolled back" in left.messages[1]
     assert snapshot(root) == applied and not lock.exists()
@@ -97,7 +98,7 @@ def test_breaking_the_lock_of_an_interrupted_rollback_completes_it(root: Path) -
     original = snapshot(root)
     done = apply_changes(host, changeset(root))
     hold_lock(root, f"id={OTHER_ID}\nop=rollback")
-    finished = rollback(host, break_lock=True)
+    finished = rollback(host, options=ApplyOptions(break_lock=True))
     assert finished.journal_id == done.journal_id and "took over" in finished.messages[-1]
     assert snapshot(root) == original
 

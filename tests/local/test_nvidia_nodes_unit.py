@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu.apply import rollback
+from proxgpu.apply import ApplyOptions, rollback
 from proxgpu.host.local import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
@@ -403,7 +403,7 @@ def test_rollback_removes_what_an_apply_wrote(tmp_path: Path) -> None:
     root = tmp_path / "ct200"
     shutil.copytree(EXAMPLES / "ct200", root, symlinks=True)
     host = DirectoryHost(str(root))
-    split_host(host, SplitPolicy(lxc=200), WITH_UNIT, check=False)
+    split_host(host, SplitPolicy(lxc=200), WITH_UNIT, how=ApplyOptions())
     files = [root / path.lstrip("/") for path in UNIT_FILES]
     assert all(f.is_file() for f in files)
     assert (root / NODES_SCRIPT.lstrip("/")).stat().st_mode & 0o777 == 0o755

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import proxgpu
+from proxgpu.apply import ApplyOptions
 from proxgpu.pipeline import split_host
 from proxgpu.planning.model import SplitPolicy
 from proxgpu.version import version
@@ -19,7 +20,7 @@ def test_check_reports_changes_and_writes_nothing(tmp_path: Path) -> None:
     root = copy_example(tmp_path)
     before = tree_bytes(root)
     with proxgpu.connect(root=str(root)) as host:
-        result = split_host(host, POLICY, check=True)
+        result = split_host(host, POLICY)
     assert result.changed and result.applied.dry_run
     assert {d["after_header"] for d in result.diff} >= {
         "/etc/pve/lxc/200.conf",
@@ -32,8 +33,8 @@ def test_check_reports_changes_and_writes_nothing(tmp_path: Path) -> None:
 def test_apply_then_again_changes_nothing(tmp_path: Path) -> None:
     root = copy_example(tmp_path)
     with proxgpu.connect(root=str(root)) as host:
-        first = split_host(host, POLICY, check=False)
-        second = split_host(host, POLICY, check=False)
+        first = split_host(host, POLICY, how=ApplyOptions())
+        second = split_host(host, POLICY, how=ApplyOptions())
     assert first.changed and first.applied.journal_id
     assert "dev0: /dev/nvidia0" in (root / "etc/pve/lxc/200.conf").read_text()
     assert not second.changed and second.diff == []
@@ -43,7 +44,9 @@ def test_the_whole_job_from_the_one_import_surface(tmp_path: Path) -> None:
     """What a script author guesses: every step by its ``proxgpu.`` name, no subpackage."""
     root = copy_example(tmp_path)
     with proxgpu.connect(root=str(root)) as host:
-        applied = proxgpu.split_host(host, proxgpu.SplitPolicy(lxc=200, vms=[300]), check=False)
+        applied = proxgpu.split_host(
+            host, proxgpu.SplitPolicy(lxc=200, vms=[300]), how=proxgpu.ApplyOptions()
+        )
         assert not proxgpu.verify(host).drifted, "verify compares with the last apply"
         assert [e.id for e in proxgpu.history(host)] == [applied.applied.journal_id]
         assert proxgpu.undo(host).changed and not proxgpu.undo(host).changed
@@ -61,10 +64,12 @@ def test_a_progress_of_the_wrong_shape_is_refused_at_the_call_before_anything_ru
     before = tree_bytes(root)
     host = proxgpu.connect(root=str(root))
     with pytest.raises(TypeError, match=r"progress must be callable as progress\(step, message\)"):
-        split_host(host, SplitPolicy(lxc=200), check=False, progress=lambda message: None)  # type: ignore[arg-type,misc]
+        split_host(host, SplitPolicy(lxc=200), how=ApplyOptions(), progress=lambda message: None)  # type: ignore[arg-type,misc]
     assert tree_bytes(root) == before
     said: list[tuple[str, str]] = []
-    split_host(host, SplitPolicy(lxc=200), check=False, progress=lambda *step: said.append(step))
+    split_host(
+        host, SplitPolicy(lxc=200), how=ApplyOptions(), progress=lambda *step: said.append(step)
+    )
     assert said and tree_bytes(root) != before
 
 

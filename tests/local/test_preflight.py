@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.journal import history
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.errors import FileChangedError, NotRootError, PreflightError
@@ -70,7 +71,7 @@ def test_without_pvesh_guests_cannot_be_checked_so_apply_refuses_unless_told(
     with pytest.raises(PreflightError, match="pvesh is not on this host"):
         apply_changes(host, changeset(root), inventory=without)
     assert history(host) == []
-    assert apply_changes(host, changeset(root), skip_guest_check=True).changed
+    assert apply_changes(host, changeset(root), options=ApplyOptions(skip_guest_check=True)).changed
 
 
 def test_a_live_host_needs_root(root: Path, bin_dir: Path, live_host: LocalHost) -> None:

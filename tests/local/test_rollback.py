@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.journal import history
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
@@ -69,7 +70,7 @@ def test_rollback_refuses_a_file_changed_since_the_apply_unless_forced(root: Pat
     with pytest.raises(FileChangedError, match="changed since apply") as err:
         rollback(host)
     assert err.value.path == LXC
-    rollback(host, force=True)
+    rollback(host, options=ApplyOptions(force=True))
     assert snapshot(root) == original
 
 
@@ -80,7 +81,7 @@ def test_a_dry_run_predicts_the_rollback_file_by_file_and_writes_nothing(root: P
     texts = {f.path: text(root, f.path) for f in cs.files}
     applied = apply_changes(host, cs)
     after_apply = snapshot(root)
-    planned = rollback(host, dry_run=True)
+    planned = rollback(host, options=ApplyOptions(dry_run=True))
     assert snapshot(root) == after_apply, "a dry run writes nothing, its journal neither"
     assert [e.status for e in history(host)] == ["applied"]
     assert planned.journal_id == applied.journal_id and planned.preview is not None
@@ -99,9 +100,9 @@ def test_a_dry_run_refuses_what_the_rollback_refuses(root: Path) -> None:
     apply_changes(host, changeset(root))
     (root / LXC.lstrip("/")).write_text("edited by hand\n")
     with pytest.raises(FileChangedError, match="changed since apply") as err:
-        rollback(host, dry_run=True)
+        rollback(host, options=ApplyOptions(dry_run=True))
     assert err.value.path == LXC
-    forced = rollback(host, dry_run=True, force=True)
+    forced = rollback(host, options=ApplyOptions(dry_run=True, force=True))
     assert forced.preview is not None
     (lxc,) = [f for f in forced.preview.files if f.path == LXC]
     assert lxc.before == "edited by hand\n" and lxc.after != lxc.before

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from proxgpu.ansible.request import split_request
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.verify import verify
 from proxgpu.cli import main
@@ -358,7 +359,7 @@ def two_containers_applied(tmp_path: Path) -> tuple[Path, DirectoryHost]:
     (root / "etc/pve/lxc/201.conf").write_text(gpuless(201))
     host = DirectoryHost(str(root))
     policy = SplitPolicy(lxc_nodes=[(200, 0, None), (201, 1, None)], **BOTH_NODES_KEPT)
-    assert split_host(host, policy, check=False).changed
+    assert split_host(host, policy, how=ApplyOptions()).changed
     return root, host
 
 

@@ -28,7 +28,7 @@ def applied(tmp_path: Path) -> tuple[Path, DirectoryHost, str]:
     """A copy of ct200 with the split applied: its root, the host, the journal id."""
     root = copy_example(tmp_path)
     host = DirectoryHost(str(root))
-    journal_id = split_host(host, POLICY, check=False).applied.journal_id
+    journal_id = split_host(host, POLICY, how=ApplyOptions()).applied.journal_id
     assert journal_id is not None
     return root, host, journal_id
 
@@ -56,7 +56,7 @@ def test_a_dry_run_says_exactly_what_the_undo_then_restores(tmp_path: Path) -> N
 
 def test_a_second_undo_leaves_the_apply_before_alone(tmp_path: Path) -> None:
     root, host, first = applied(tmp_path)
-    second = split_host(host, SplitPolicy(lxc=200, vms=[(300, 2)]), check=False)
+    second = split_host(host, SplitPolicy(lxc=200, vms=[(300, 2)]), how=ApplyOptions())
     assert second.applied.journal_id is not None
     assert undo(host).journal_id == second.applied.journal_id
     kept = snapshot(root)
@@ -109,12 +109,12 @@ def test_the_split_result_holds_the_plan_document_plan_json_prints(
 ) -> None:
     root = copy_example(tmp_path)
     host = DirectoryHost(str(root))
-    checked = split_host(host, POLICY, check=True).plan_document()
+    checked = split_host(host, POLICY).plan_document()
     assert without_host(checked) == without_host(plan_json(capsys, root))
     assert checked["reboot_pending"] == [] and checked["changes"]["changed"] is True
-    split_host(host, POLICY, check=False)
+    split_host(host, POLICY, how=ApplyOptions())
     # Applied, the tree's drivers are still the old ones: a reboot is pending, said the same.
-    again = split_host(host, POLICY, check=True).plan_document()
+    again = split_host(host, POLICY).plan_document()
     assert again["reboot_pending"] and again["changes"]["changed"] is False
     assert without_host(again) == without_host(plan_json(capsys, root))
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.apply.journal import history
 from proxgpu.apply.rollback import rollback
 from proxgpu.apply.transaction import apply_changes
@@ -101,7 +102,7 @@ def test_what_pvesh_warns_about_is_shown_once(
         "pvesh warned: trying to acquire lock..."
     ]
     rollback(live_host)
-    dry = apply_changes(live_host, changeset(root), dry_run=True)
+    dry = apply_changes(live_host, changeset(root), options=ApplyOptions(dry_run=True))
     assert dry.messages[-1] == "pvesh warned: trying to acquire lock..."
 
 
@@ -117,7 +118,7 @@ def test_without_pvesh_a_vm_config_is_written_as_a_file(root: Path) -> None:
     assert shutil.which("pvesh") is None
     host = LocalHost(str(root))
     cs = changeset(root)
-    apply_changes(host, cs, skip_guest_check=True)
+    apply_changes(host, cs, options=ApplyOptions(skip_guest_check=True))
     assert text(root, VM) == cs.files[1].after
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu.apply import apply_changes, history, read_journal, rollback, verify
+from proxgpu.apply import ApplyOptions, apply_changes, history, read_journal, rollback, verify
 from proxgpu.errors import (
     ConcurrentApplyError,
     FileChangedError,
@@ -125,7 +125,7 @@ def test_a_journal_path_with_dot_dot_is_unreadable_not_followed(tmp_path: Path) 
         journal = read_journal(host)
         assert journal.entries == [] and "not a plain absolute path" in str(journal.unreadable)
         with pytest.raises(JournalError, match="not a plain absolute path"):
-            rollback(host, to=journal_id, force=True)
+            rollback(host, options=ApplyOptions(force=True), to=journal_id)
         # Nor is it passed over for "nothing to roll back": it is the newest entry.
         with pytest.raises(JournalError, match="it is the journal's newest entry"):
             rollback(host)
@@ -203,7 +203,7 @@ def test_an_ownerless_lock_is_broken_with_a_message(tmp_path: Path) -> None:
         _, plan, changes = propose(host, POLICY)
         with pytest.raises(ConcurrentApplyError, match=r"no owner file.*--break-lock"):
             apply_changes(host, changes, plan=plan)
-        result = apply_changes(host, changes, plan=plan, break_lock=True)
+        result = apply_changes(host, changes, options=ApplyOptions(break_lock=True), plan=plan)
     assert result.changed and any("took over" in m for m in result.messages)
     assert not (root / LOCK).exists()
 

@@ -42,11 +42,11 @@ def test_apply_verify_rollback_over_ssh(
     log = root / "actions.log"
     cs = changeset(root, actions=[["sh", "-c", 'echo ran >> "$1"', "sh", str(log)]])
     original = snapshot(root)
-    result = apply_changes(host, cs, skip_guest_check=True)
+    result = apply_changes(host, cs, options=ApplyOptions(skip_guest_check=True))
     assert host.commands_run == 5, "lock+read, stage, commit, one post-action, finish"
     assert [now for now, _, _ in contents(root, cs)] == [f.after for f in cs.files]
     assert log.read_text() == "ran\n"
-    assert not apply_changes(host, cs, skip_guest_check=True).changed
+    assert not apply_changes(host, cs, options=ApplyOptions(skip_guest_check=True)).changed
     [entry] = history(host)
     assert entry.id == result.journal_id and not verify(host, entry).drifted
     assert len(rollback(host).files) == len(cs.files)
@@ -64,7 +64,7 @@ def test_a_dropped_ssh_connection_leaves_whole_files_and_rollback_recovers(
     host = ssh_host()
     drop_after(monkeypatch, host, commands)
     with pytest.raises((ApplyError, HostUnreachableError), match="connection lost") as err:
-        apply_changes(host, cs, skip_guest_check=True)
+        apply_changes(host, cs, options=ApplyOptions(skip_guest_check=True))
     if isinstance(err.value, ApplyError):
         assert "run `proxgpu rollback`" in str(err.value)
     for now, before, after in contents(root, cs):
@@ -72,10 +72,10 @@ def test_a_dropped_ssh_connection_leaves_whole_files_and_rollback_recovers(
     fresh = ssh_host()
     if commands > 1:  # a journal entry in progress blocks every apply until a rollback
         with pytest.raises(PreflightError, match="rollback"):
-            apply_changes(fresh, cs, skip_guest_check=True)
+            apply_changes(fresh, cs, options=ApplyOptions(skip_guest_check=True))
     rollback(fresh)
     assert snapshot(root) == original
-    assert apply_changes(fresh, cs, skip_guest_check=True).changed
+    assert apply_changes(fresh, cs, options=ApplyOptions(skip_guest_check=True)).changed
 
 
 def test_a_connection_dropped_during_a_post_action_is_recovered(
@@ -92,11 +92,11 @@ def test_a_connection_dropped_during_a_post_action_is_recovered(
             threading.Timer(0.5, transport.close).start()
 
     with pytest.raises(ApplyError, match="connection lost"):
-        apply_changes(host, cs, skip_guest_check=True, progress=drop_soon)
+        apply_changes(host, cs, options=ApplyOptions(skip_guest_check=True), progress=drop_soon)
     assert [now for now, _, _ in contents(root, cs)] == [f.after for f in cs.files]
     fresh = ssh_host()
     assert [e.status for e in history(fresh)] == ["in-progress"]
-    rollback(fresh, run_actions=False)
+    rollback(fresh, options=ApplyOptions(run_actions=False))
     assert snapshot(root) == original
 
 
@@ -111,7 +111,7 @@ def test_concurrent_applies_over_ssh_never_both_write(
     def apply(host: SSHHost) -> None:
         start.wait(10)
         try:
-            outcomes.append(apply_changes(host, cs, skip_guest_check=True))
+            outcomes.append(apply_changes(host, cs, options=ApplyOptions(skip_guest_check=True)))
         except ProxgpuError as exc:
             outcomes.append(exc)
 
@@ -139,7 +139,7 @@ def test_a_slow_post_actions_lines_come_over_ssh_as_the_hosts_events(
     events: list[Event] = []
 
     def work(host: Host, say: Say) -> list[list[str]]:
-        return how.apply(host, cs, plan=NO_PLAN, progress=say).actions_run
+        return apply_changes(host, cs, how, plan=NO_PLAN, progress=say).actions_run
 
     outcomes = each_host(
         {"pve2": Target("ssh")}, work, connect=lambda _: ssh_host(), on_event=events.append

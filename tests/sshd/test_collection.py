@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from proxgpu.apply import ApplyOptions
 from proxgpu.host import DirectoryHost
 from proxgpu.inspection import inspect
 from proxgpu.pipeline import split_host
@@ -176,7 +177,7 @@ def test_a_play_reviews_applies_and_then_leaves_every_host_alone(
     for name, member in FLEET.items():
         # The same split applied here, by proxgpu itself, to another copy of the tree.
         reference = copy_example(tmp_path / "reference", member.example, dest=name)
-        split_host(DirectoryHost(str(reference)), member.policy, check=False)
+        split_host(DirectoryHost(str(reference)), member.policy, how=ApplyOptions())
         assert snapshot(fleet.roots[name]) == snapshot(reference), name
 
     again = fleet.run("--forks", "4", str(PLAYBOOK))

@@ -1,4 +1,5 @@
-"""README's exit-code table is the error classes' own ``exit_code``: the two cannot drift."""
+"""The exit-code table of docs/exit-codes.md is the error classes' own ``exit_code``: the two
+cannot drift."""
 
 from __future__ import annotations
 
@@ -10,18 +11,18 @@ import pytest
 
 from proxgpu import errors
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TABLE = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 ROW = re.compile(r"^\| (\d+) \| [^|]+ \|([^|]*)\|$")
 
 
-def readme_codes() -> dict[str, int]:
-    """Error class name -> the exit code README's table gives it."""
+def documented_codes() -> dict[str, int]:
+    """Error class name -> the exit code the table gives it."""
     codes: dict[str, int] = {}
-    for line in README.read_text(encoding="utf-8").splitlines():
+    for line in TABLE.read_text(encoding="utf-8").splitlines():
         match = ROW.match(line)
         if match:
             for name in re.findall(r"`(\w+)`", match[2]):
-                assert name not in codes, f"{name} is in README's exit-code table twice"
+                assert name not in codes, f"{name} is in the exit-code table twice"
                 codes[name] = int(match[1])
     return codes
 
@@ -35,18 +36,18 @@ def error_classes() -> dict[str, type[errors.ProxgpuError]]:
 
 
 def test_every_error_class_is_in_the_table_with_its_own_exit_code() -> None:
-    documented = readme_codes()
+    documented = documented_codes()
     classes = error_classes()
-    assert set(documented) == set(classes), "README's table and proxgpu.errors differ"
+    assert set(documented) == set(classes), f"{TABLE.name}'s table and proxgpu.errors differ"
     for name, cls in classes.items():
-        assert cls.exit_code == documented[name], f"{name}: README says {documented[name]}"
+        assert cls.exit_code == documented[name], f"{name}: {TABLE.name} says {documented[name]}"
 
 
-def test_help_and_the_man_page_list_the_codes_readme_lists() -> None:
+def test_help_and_the_man_page_list_the_codes_the_table_lists() -> None:
     from proxgpu.cli.manual import EXIT_CODES  # noqa: PLC0415 - the thing under comparison
 
     table = re.compile(r"^\| (\d+) \|", re.MULTILINE)
-    listed = [int(c) for c in table.findall(README.read_text(encoding="utf-8"))]
+    listed = [int(c) for c in table.findall(TABLE.read_text(encoding="utf-8"))]
     assert [e.code for e in EXIT_CODES] == listed
     assert {cls.exit_code for cls in error_classes().values()} <= set(listed)
 
