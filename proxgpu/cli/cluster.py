@@ -17,13 +17,13 @@ from proxgpu.cli.fleet import (
     Header,
     Listener,
     exit_code,
-    host_work,
     print_all,
     require_yes,
     run_fleet,
 )
 from proxgpu.cli.hosts import connector
 from proxgpu.cli.proposing import render_options, split_policy
+from proxgpu.cli.registry import Command
 from proxgpu.cli.setup import gpu_filter
 from proxgpu.cli.shown import Shown
 from proxgpu.errors import ProxgpuError, UsageError
@@ -32,30 +32,28 @@ from proxgpu.fleet.cluster import apply_cluster, plan_cluster
 from proxgpu.pipeline import Proposal
 from proxgpu.rendering.changes import FileChange, unified_diff
 
-#: The commands that plan every node first, so that the mapping is pooled and nothing changes
-#: unless every node can be planned.
-PLANNED = ("change:cmd_plan", "change:cmd_apply")
 
-
-def run_cluster(args: argparse.Namespace, hosts: list[str], detailed: bool) -> int:
+def run_cluster(
+    args: argparse.Namespace, command: Command, hosts: list[str], detailed: bool
+) -> int:
     """Run the command on every online node of the cluster; the worst node's exit code."""
     if len(hosts) > 1:
         raise UsageError("--cluster takes one --host of the cluster (or --root of a snapshot)")
     nodes = cluster_nodes(args, hosts[0] if hosts else None)
-    if args.handler == "commands:cmd_snapshot":
+    if command.name == "snapshot":
         from proxgpu.cli.snapshot import snapshot_cluster  # noqa: PLC0415 - this command only
 
         return snapshot_cluster(args, nodes)
-    if args.handler == "report:cmd_report":  # one file, a section per node
+    if command.name == "report":  # one file, a section per node
         from proxgpu.cli.report import write_report  # noqa: PLC0415 - this command only
 
         for name, why in nodes.skipped.items():
             print(f"{name}: {why}", file=sys.stderr)
         return write_report(args, nodes.targets, cluster=nodes)
     header = Header(nodes.summary() + "\n\n", nodes.document(), nodes.skipped)
-    if args.handler in PLANNED:
-        return _planned(args, nodes, header, detailed)
-    return run_fleet(args, nodes.targets, host_work(args.handler), header, detailed=detailed)
+    if command.plans_first:
+        return _planned(args, command, nodes, header, detailed)
+    return run_fleet(args, command, nodes.targets, header, detailed=detailed)
 
 
 def cluster_nodes(args: argparse.Namespace, host: str | None) -> ClusterNodes:
@@ -66,11 +64,13 @@ def cluster_nodes(args: argparse.Namespace, host: str | None) -> ClusterNodes:
     return find_nodes(Target(host, args.root), connect=connector(args))
 
 
-def _planned(args: argparse.Namespace, nodes: ClusterNodes, header: Header, detailed: bool) -> int:
+def _planned(
+    args: argparse.Namespace, command: Command, nodes: ClusterNodes, header: Header, detailed: bool
+) -> int:
     """Plan every node first; show the mapping once; apply only when every node was planned."""
     if getattr(args, "out", None) or getattr(args, "plan", None):
         raise UsageError("--cluster plans every node afresh: leave out --out and --plan")
-    applying = args.handler == "change:cmd_apply"
+    applying = command.fleet == "rolling"
     if applying:
         require_yes(args)
     planned = plan_cluster(
@@ -97,7 +97,7 @@ def _planned(args: argparse.Namespace, nodes: ClusterNodes, header: Header, deta
             code = max(code, 1)
         outcomes = {n: _shown_plan(args, n, p) for n, p in planned.proposals.items()}
     shown_header = Header(text, document, header.skipped, code)
-    print_all(args, names, outcomes, shown_header, listen.ended)
+    print_all(args, command, names, outcomes, shown_header, ended=listen.ended)
     return max([*(exit_code(o, detailed) for o in outcomes.values()), code])
 
 

@@ -17,6 +17,7 @@ from importlib import import_module
 
 from proxgpu.cli.console import report_error, setup_logging, wants_color
 from proxgpu.cli.hosts import close_unused, open_early
+from proxgpu.cli.registry import COMMANDS, Command
 from proxgpu.cli.roots import check_not_a_cluster_snapshot
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.redact import redact_secrets
@@ -52,12 +53,13 @@ def run(args: argparse.Namespace, detailed: bool) -> int:
     args.json = getattr(args, "json", False)
     hosts = _expand(getattr(args, "host", None))
     args.hosts, args.host = hosts, hosts[0] if hosts else None
+    command = COMMANDS[args.command]
     if getattr(args, "cluster", False):
         # Every online node of the cluster, as a fleet keyed by node name (see .cluster).
-        return _guarded(args, detailed, lambda: _cluster(args, hosts, detailed))
-    if len(hosts) > 1 and getattr(args, "fleet", "read") != "self":
-        return _guarded(args, detailed, lambda: _fleet(args, hosts, detailed))
-    return _run(args, detailed)
+        return _guarded(args, detailed, lambda: _cluster(args, command, hosts, detailed))
+    if len(hosts) > 1 and command.fleet != "self":
+        return _guarded(args, detailed, lambda: _fleet(args, command, hosts, detailed))
+    return _run(args, command, detailed)
 
 
 def _expand(values: list[str] | None) -> list[str]:
@@ -67,19 +69,18 @@ def _expand(values: list[str] | None) -> list[str]:
     return list(import_module("proxgpu.fleet.engine").expand_hosts(values))
 
 
-def _fleet(args: argparse.Namespace, hosts: list[str], detailed: bool) -> int:
+def _fleet(args: argparse.Namespace, command: Command, hosts: list[str], detailed: bool) -> int:
     fleet = import_module("proxgpu.cli.fleet")
     fleet.check_several(args)
     targets = {h: fleet.Target(h, args.root) for h in hosts}
-    work = fleet.host_work(args.handler)
-    return int(fleet.run_fleet(args, targets, work, detailed=detailed))
+    return int(fleet.run_fleet(args, command, targets, detailed=detailed))
 
 
-def _cluster(args: argparse.Namespace, hosts: list[str], detailed: bool) -> int:
-    return int(import_module("proxgpu.cli.cluster").run_cluster(args, hosts, detailed))
+def _cluster(args: argparse.Namespace, command: Command, hosts: list[str], detailed: bool) -> int:
+    return int(import_module("proxgpu.cli.cluster").run_cluster(args, command, hosts, detailed))
 
 
-def _run(args: argparse.Namespace, detailed: bool) -> int:
+def _run(args: argparse.Namespace, command: Command, detailed: bool) -> int:
     """Run the command for one host (or none): its exit code, every failure on one line."""
 
     def one() -> int:
@@ -88,9 +89,8 @@ def _run(args: argparse.Namespace, detailed: bool) -> int:
             check_not_a_cluster_snapshot(root)
         # The SSH handshake then overlaps the command's imports (see .hosts).
         open_early(args)
-        # Imported once a command runs: it brings pydantic, paramiko and jinja2 along.
-        module, _, handler = args.handler.partition(":")
-        return int(getattr(import_module(f"proxgpu.cli.{module}"), handler)(args))
+        # Its module is imported once it runs: it brings pydantic, paramiko and jinja2 along.
+        return command.run(args)
 
     start = time.monotonic()
     try:

@@ -22,10 +22,10 @@ from typing import Any
 
 from proxgpu.cli.console import error_document, write_output
 from proxgpu.cli.hosts import connector
-from proxgpu.cli.shown import HostWork, Shown
+from proxgpu.cli.registry import Command
+from proxgpu.cli.shown import Shown
 from proxgpu.errors import UsageError
-from proxgpu.fleet import Event, Outcome, Say, Target, each_host, roll_out
-from proxgpu.host.base import Host
+from proxgpu.fleet import Event, Outcome, Target, each_host, roll_out
 
 
 @dataclass(frozen=True)
@@ -41,21 +41,21 @@ class Header:
 
 def run_fleet(
     args: argparse.Namespace,
+    command: Command,
     targets: dict[str, Target],
-    work: HostWork,
     header: Header | None = None,
     *,
     lead: str | None = None,
     detailed: bool = False,
 ) -> int:
-    """Run ``work`` on every host (a rollout for the commands that change hosts), print the
-    results in order; the worst exit code."""
+    """Run ``command``'s work on every host (a rollout for the commands that change hosts),
+    print the results in order; the worst exit code."""
     header = header or Header()
-    rolling = args.fleet == "rolling"
+    rolling = command.fleet == "rolling"
     if rolling:
         require_yes(args)
     listen = Listener(verbose=rolling)
-    one = partial(work, args)
+    one = partial(command.host_work(), args)
     if rolling:
         rollout = roll_out(
             targets,
@@ -70,7 +70,7 @@ def run_fleet(
         outcomes = each_host(
             targets, one, connect=connector(args), forks=args.forks, on_event=listen
         )
-    print_all(args, list(targets), outcomes, header, listen.ended)
+    print_all(args, command, list(targets), outcomes, header, ended=listen.ended)
     codes = [exit_code(o, detailed) for o in outcomes.values()]
     return max([*codes, header.code], default=0)
 
@@ -85,44 +85,6 @@ def require_yes(args: argparse.Namespace) -> None:
             "several hosts cannot be asked one by one: review them with "
             "`proxgpu plan --host ...`, then pass --yes"
         )
-
-
-#: Each command's work on one host of several, by the command's handler: ``module:function``
-#: under :mod:`proxgpu.cli`, imported when a run needs it (``--help`` loads no command module).
-#: ``report``, ``run`` and ``completion`` are not here: they handle several hosts themselves.
-HOST_WORK = {
-    "inspecting:cmd_inspect": "inspecting:host_inspect",
-    "commands:cmd_snapshot": "commands:host_snapshot",
-    "change:cmd_plan": "change:host_plan",
-    "change:cmd_apply": "change:host_apply",
-    "commands:cmd_verify": "commands:host_verify",
-    "commands:cmd_rollback": "commands:host_rollback",
-    "commands:cmd_history": "commands:host_history",
-    "commands:cmd_check_gpus": "commands:host_check_gpus",
-}
-
-
-def host_work(handler: str) -> HostWork:
-    """The per-host work of the command ``handler`` names (see :data:`HOST_WORK`), its module
-    imported when the first host is open: the connections' handshakes then overlap the import
-    (the inspection, the planner), not follow it.
-
-    >>> host_work("change:cmd_plan").__name__
-    'host_plan'
-
-    :raises UsageError: for a command that does not run host by host.
-    """
-    if handler not in HOST_WORK:
-        command = handler.partition(":cmd_")[2].replace("_", "-")
-        raise UsageError(f"proxgpu {command} does not run on several hosts: give one --host")
-    module, _, name = HOST_WORK[handler].partition(":")
-
-    def work(args: argparse.Namespace, host: Host, say: Say) -> Shown:
-        done: HostWork = getattr(import_module(f"proxgpu.cli.{module}"), name)
-        return done(args, host, say)
-
-    work.__name__ = name
-    return work
 
 
 def exit_code(outcome: Outcome[Shown], detailed: bool = False) -> int:
@@ -151,9 +113,11 @@ class Listener:
 
 def print_all(
     args: argparse.Namespace,
+    command: Command,
     hosts: list[str],
     outcomes: dict[str, Outcome[Shown]],
     header: Header,
+    *,
     ended: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     """Every host's result in the order given, then what stderr says of each host (how it
@@ -174,11 +138,15 @@ def print_all(
             )
     for name, why in header.skipped.items():
         print(f"{name}: {why}", file=sys.stderr)
-    write_all(args, hosts, outcomes, header)
+    write_all(args, command, hosts, outcomes, header)
 
 
 def write_all(
-    args: argparse.Namespace, hosts: list[str], outcomes: dict[str, Outcome[Shown]], header: Header
+    args: argparse.Namespace,
+    command: Command,
+    hosts: list[str],
+    outcomes: dict[str, Outcome[Shown]],
+    header: Header,
 ) -> None:
     """stdout, or ``-o FILE``: one document holding every host (JSON: the fleet document;
     text: a section per host), written whole (see :func:`~.console.write_output`)."""
@@ -198,7 +166,7 @@ def write_all(
             if outcome is not None and outcome.result is not None:
                 body = outcome.result.text
                 text += f"== {name} ==\n{body}" + ("" if body.endswith("\n") else "\n")
-    output = getattr(args, "output", None) if _combined(args) else None
+    output = getattr(args, "output", None) if command.output_is_result else None
     if output is not None and _per_host(output):
         _folder_for(output)
         suffix = ".json" if args.json else ".svg" if svg else ".txt"
@@ -254,11 +222,6 @@ def check_several(args: argparse.Namespace) -> None:
 
 def _svg_or_error(outcome: Outcome[Shown] | None) -> str | None:
     return outcome.result.text if outcome and outcome.result else None
-
-
-def _combined(args: argparse.Namespace) -> bool:
-    """Whether ``-o`` is the command's output (``snapshot -o DIR`` is where it writes trees)."""
-    return bool(args.handler == "inspecting:cmd_inspect")
 
 
 def _document(outcome: Outcome[Shown]) -> object:

@@ -33,7 +33,7 @@ BY_PROXGPU = "sched_setaffinity and set_mempolicy"
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Choose the GPUs, CPUs and memory node, then exec the command bound to them."""
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.job[1:] if args.job[:1] == ["--"] else args.job
     if not command:
         raise UsageError("name the command to run: proxgpu run --tp N -- COMMAND...")
     inventory = read_inventory(args)

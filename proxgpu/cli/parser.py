@@ -1,11 +1,11 @@
 """The argument parser: every subcommand and its options.
 
-Handlers are named, not imported: :func:`proxgpu.cli.main` imports
-:mod:`~proxgpu.cli.commands` (and with it pydantic, paramiko, jinja2) only once a command runs,
-so that ``--help`` and a usage error cost little more than starting Python.
+What each command runs is :mod:`~proxgpu.cli.registry`'s, imported only once a command runs
+(and with it pydantic, paramiko, jinja2), so that ``--help`` and a usage error cost little more
+than starting Python.
 
->>> build_parser().parse_args(["inspect", "--json"]).handler
-'inspecting:cmd_inspect'
+>>> build_parser().parse_args(["inspect", "--json"]).command
+'inspect'
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def parser_for(arguments: list[str]) -> argparse.ArgumentParser:
     """The parser for ``arguments``: the command's alone where they start with its name (see
     :func:`build_parser`), else the whole one (``--help``, ``--version``, a mistyped name).
 
-    >>> parser_for(["inspect", "--json"]).parse_args(["inspect", "--json"]).handler
-    'inspecting:cmd_inspect'
+    >>> parser_for(["inspect", "--json"]).parse_args(["inspect", "--json"]).json
+    True
     """
     named = arguments[0] if arguments and arguments[0] in _COMMANDS else None
     return build_parser(named)
@@ -102,7 +102,6 @@ def _completion(sub: Commands) -> None:
         "`proxgpu completion fish > ~/.config/fish/completions/proxgpu.fish`.",
     )
     completion.add_argument("shell", choices=["bash", "zsh", "fish"])
-    completion.set_defaults(handler="completion:cmd_completion")
 
 
 def _command(
@@ -110,7 +109,6 @@ def _command(
     name: str,
     summary: str,
     json_help: str,
-    module: str = "commands",
     *,
     rolling: bool = False,
     gpus: bool = True,
@@ -120,9 +118,6 @@ def _command(
     forwarded = ForwardedOption.of(host_options(command, rolling=rolling, gpus=gpus))
     command.set_defaults(host_options=forwarded)
     common_options(command, json_help=json_help)
-    # How several --host run: "read" concurrently, "rolling" one at a time (apply, rollback),
-    # "self" by the command itself.
-    command.set_defaults(handler=f"{module}:cmd_{name.replace('-', '_')}", fleet="read")
     return command
 
 
@@ -132,7 +127,6 @@ def _inspect(sub: Commands) -> None:
         "inspect",
         "show GPUs, NUMA nodes, IOMMU groups and drivers",
         "the inventory",
-        module="inspecting",
     )
     inspect.add_argument(
         "--format",
@@ -160,10 +154,9 @@ def _report(sub: Commands) -> None:
         "report",
         "write the split as one self-contained HTML file: picture, warnings, diff, actions",
         "what was written",
-        "report",
     )
     # One file with a section per host, each naming the commands that apply its plan.
-    report.set_defaults(fleet="self", split_options=ForwardedOption.of(plan_options(report)))
+    report.set_defaults(split_options=ForwardedOption.of(plan_options(report)))
     report.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="the HTML file (-: stdout)"
     )
@@ -194,7 +187,7 @@ def _detailed_exitcode(command: argparse.ArgumentParser) -> None:
 
 def _plan(sub: Commands) -> None:
     plan = _command(
-        sub, "plan", "show the split and the file changes it needs (dry run)", "the plan", "change"
+        sub, "plan", "show the split and the file changes it needs (dry run)", "the plan"
     )
     plan.set_defaults(split_options=ForwardedOption.of(plan_options(plan)))
     _detailed_exitcode(plan)
@@ -211,11 +204,10 @@ def _apply(sub: Commands) -> None:
         "apply",
         "apply the split: preflight, backup, atomic writes, actions",
         "the result",
-        "change",
         rolling=True,
     )
     # A saved plan is the whole request: a split option beside --plan is refused, not ignored.
-    apply.set_defaults(fleet="rolling", split_options=ForwardedOption.of(plan_options(apply)))
+    apply.set_defaults(split_options=ForwardedOption.of(plan_options(apply)))
     apply.add_argument(
         "--plan",
         metavar="FILE",
@@ -261,7 +253,6 @@ def _rollback(sub: Commands) -> None:
         rolling=True,
         gpus=False,
     )
-    back.set_defaults(fleet="rolling")
     back.add_argument("--to", metavar="ID", help="journal entry (default: the last apply)")
     back.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     back.add_argument(
@@ -342,13 +333,13 @@ def _run(sub: Commands) -> None:
     gpu_options(run)
     common_options(run, json_help="the choice and the environment (with --dry-run)")
     run.add_argument(
-        "command",
+        "job",  # not "command", the subcommand's own name
         nargs=argparse.REMAINDER,
         metavar="-- COMMAND...",
         help="the command and its arguments, after --",
     )
     # It runs here: never on another host, one at a time.
-    run.set_defaults(handler="launch:cmd_run", fleet="self", host=None, cluster=False)
+    run.set_defaults(host=None, cluster=False)
 
 
 #: Each command's name and what adds it, in the order --help lists them.

@@ -6,6 +6,7 @@ run the same engine over real connections)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shutil
 import subprocess
@@ -17,8 +18,9 @@ from pathlib import Path
 import pytest
 
 import proxgpu
-from proxgpu.cli import fleet, main
+from proxgpu.cli import main
 from proxgpu.cli.parser import build_parser
+from proxgpu.cli.registry import COMMANDS
 from proxgpu.errors import ClusterNotPlannedError, SysfsError, UsageError
 from proxgpu.fleet import Event, Target, each_host, roll_out
 from proxgpu.host import DirectoryHost, Host
@@ -185,15 +187,14 @@ def test_one_json_file_holds_every_node_and_per_host_files_on_request(tmp_path: 
     assert ET.parse(tmp_path / "each/--format=svg/pve1.svg").getroot().tag.endswith("svg")
 
 
-def test_every_command_run_host_by_host_has_its_work_in_the_table() -> None:
+def test_every_command_has_its_entry_and_its_work_where_the_entry_says() -> None:
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    host_by_host = {
-        sub.get_default("handler")
-        for sub in commands.choices.values()
-        if sub.get_default("fleet") in ("read", "rolling")
-    }
-    assert host_by_host == set(fleet.HOST_WORK)
-    assert all(callable(fleet.host_work(handler)) for handler in host_by_host)
+    assert set(commands.choices) == set(COMMANDS)
+    for command in COMMANDS.values():
+        module = importlib.import_module(f"proxgpu.cli.{command.module}")
+        assert callable(getattr(module, f"cmd_{command.name.replace('-', '_')}")), command
+        if command.per_host:
+            assert command.host_work().__name__ in vars(module), command
     with pytest.raises(UsageError, match="proxgpu report does not run on several hosts"):
-        fleet.host_work("report:cmd_report")
+        COMMANDS["report"].host_work()
