@@ -16,7 +16,9 @@ server share the CPUs, the wall time follows the sum of the two.
 
 Host shapes: this machine ("/"), the ct200 example (8 GPUs) and a synthetic 64-GPU tree, so that
 the round-trip count can be seen not to grow with the number of GPUs. Last, the whole command
-``proxgpu inspect --host ... --json`` as a child process against the same floor, per transport.
+``proxgpu inspect --host ... --json`` as a child process against the same floor, per transport,
+run as a user runs it: the command of a plain install (:mod:`bench.plain`), not the checkout's
+editable one.
 
 Run: python bench/bench_inspect.py
 """
@@ -34,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.plain import plain_install  # noqa: E402
 from bench.timing import Sample, byte_compiled, interleaved  # noqa: E402
 from proxgpu.host.base import Host  # noqa: E402
 from proxgpu.host.openssh import OpenSSHHost  # noqa: E402
@@ -98,7 +101,11 @@ def synthetic_64_gpu_tree(base: Path) -> Path:
 
 def main() -> None:
     byte_compiled(REPO / "proxgpu")
-    with tempfile.TemporaryDirectory() as tmp, running_sshd(Path(tmp)) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_sshd(Path(tmp)) as server,
+        plain_install() as bin_dir,
+    ):
         config = Path(tmp) / "empty_ssh_config"
         config.touch()
         shapes = {
@@ -115,11 +122,12 @@ def main() -> None:
                 label = f"{client:8} {name:22}"
                 actions[label] = partial(proxgpu_inspect, server, root, config, client)
                 said[label] = f"round trips {proxgpu_inspect(server, root, config, client)}"
-        # The whole command, as a user runs it: interpreter start, imports, connect, inspect.
+        # The whole command, as a user runs it from a plain install (bench.plain): interpreter
+        # start, imports, connect, inspect.
         ct200 = str(REPO / "examples/hosts/ct200")
         for client in TRANSPORTS:
             label = f"{client:8} {'proxgpu inspect --json':22}"
-            actions[label] = partial(cli_inspect, server, ct200, config, client)
+            actions[label] = partial(cli_inspect, bin_dir, server, ct200, config, client)
             said[label] = "whole process"
         taken = interleaved(actions, RUNS, server=server.served_cpu_seconds)
         floor = taken.pop(FLOOR)
@@ -142,13 +150,12 @@ def compared(taken: Sample, floor: Sample) -> str:
     )
 
 
-def cli_inspect(server: Sshd, root: str, config: Path, client: str) -> None:
-    """``proxgpu inspect --host ... --json`` as a child process, with the same key and hosts."""
+def cli_inspect(bin_dir: Path, server: Sshd, root: str, config: Path, client: str) -> None:
+    """``proxgpu inspect --host ... --json`` as a child process of the installed command in
+    ``bin_dir``, outside the checkout, with the same key and hosts."""
     subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "proxgpu",
+            str(bin_dir / "proxgpu"),
             "inspect",
             "--host",
             server.target,
@@ -166,6 +173,7 @@ def cli_inspect(server: Sshd, root: str, config: Path, client: str) -> None:
         ],
         check=True,
         capture_output=True,
+        cwd="/",
     )
 
 

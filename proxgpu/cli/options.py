@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -137,42 +136,38 @@ def gpu_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return gpus._group_actions
 
 
-@dataclass(frozen=True)
-class ForwardedOption:
-    """An option forwarded to another command as it was given: its destination, its flag, its
-    default, and whether it is a flag alone (``store_true``)."""
-
-    dest: str
-    flag: str
-    default: object
-    alone: bool
-
-    @classmethod
-    def of(cls, actions: list[argparse.Action]) -> tuple[ForwardedOption, ...]:
-        """The options ``actions`` added, compared by value (a parser's own actions are not)."""
-        return tuple(cls(a.dest, a.option_strings[-1], a.default, a.nargs == 0) for a in actions)
+#: An option forwarded to another command as it was given: its destination, its flag, its
+#: default, and whether it is a flag alone (``store_true``). A plain tuple: the parser makes
+#: these for every run, ``--help`` too, which a dataclass would make import ``dataclasses``
+#: (and ``inspect`` with it), some 5 ms.
+Forwarded = tuple[str, str, object, bool]
 
 
-def given(args: argparse.Namespace, options: Sequence[ForwardedOption]) -> list[str]:
+def forwarded(actions: list[argparse.Action]) -> tuple[Forwarded, ...]:
+    """The options ``actions`` added, compared by value (a parser's own actions are not)."""
+    return tuple((a.dest, a.option_strings[-1], a.default, a.nargs == 0) for a in actions)
+
+
+def given(args: argparse.Namespace, options: Sequence[Forwarded]) -> list[str]:
     """The command-line words that give ``options`` the values ``args`` has, where those are
     not the defaults: what another command needs to act on the same host or split.
 
     >>> parser = argparse.ArgumentParser()
-    >>> options = ForwardedOption.of([parser.add_argument("--lxc", action="append", default=[]),
-    ...                     parser.add_argument("--live", action="store_true")])
+    >>> options = forwarded([parser.add_argument("--lxc", action="append", default=[]),
+    ...                      parser.add_argument("--live", action="store_true")])
     >>> given(parser.parse_args(["--lxc", "200", "--lxc", "201:2", "--live"]), options)
     ['--lxc', '200', '--lxc', '201:2', '--live']
     """
     words: list[str] = []
-    for option in options:
-        value = getattr(args, option.dest, option.default)
-        if value == option.default or value is None:
+    for dest, flag, default, alone in options:
+        value = getattr(args, dest, default)
+        if value == default or value is None:
             continue
-        if option.alone:
-            words.append(option.flag)
+        if alone:
+            words.append(flag)
             continue
         for one in value if isinstance(value, list) else [value]:
-            words += [option.flag, str(one)]
+            words += [flag, str(one)]
     return words
 
 
@@ -181,15 +176,14 @@ def same_host(args: argparse.Namespace, target: Target | None = None) -> list[st
     (one of the several they reach), as words.
 
     >>> from proxgpu.fleet import Target
-    >>> options = (ForwardedOption("host", "--host", None, False),
-    ...            ForwardedOption("port", "--port", None, False))
+    >>> options = (("host", "--host", None, False), ("port", "--port", None, False))
     >>> args = argparse.Namespace(host=["pve1", "pve2"], port=2222, host_options=options)
     >>> same_host(args), same_host(args, Target(host="pve2"))
     (['--host', 'pve1', '--host', 'pve2', '--port', '2222'], ['--host', 'pve2', '--port', '2222'])
     """
     if target is None:
         return given(args, args.host_options)
-    rest = [o for o in args.host_options if o.dest not in ("host", "root", "cluster")]
+    rest = [o for o in args.host_options if o[0] not in ("host", "root", "cluster")]
     named = ["--host", target.host] if target.host else []
     tree = ["--root", target.root] if target.root else []
     return [*named, *tree, *given(args, rest)]
@@ -201,7 +195,7 @@ def next_command(
     """The command line of ``proxgpu VERB`` on the host ``args`` reach (or ``target``), with
     ``words`` after the host options: what a plan or a report tells the admin to run next.
 
-    >>> options = (ForwardedOption("root", "--root", None, False),)
+    >>> options = (("root", "--root", None, False),)
     >>> next_command(argparse.Namespace(root="/srv/snap", host_options=options), "verify")
     'proxgpu verify --root /srv/snap'
     """

@@ -17,10 +17,10 @@ from typing import Any, NoReturn, TypeAlias
 
 from proxgpu.cli.manual import help_epilog
 from proxgpu.cli.options import (
-    ForwardedOption,
     Once,
     VersionAction,
     common_options,
+    forwarded,
     gpu_options,
     host_options,
     plan_options,
@@ -115,8 +115,7 @@ def _command(
 ) -> argparse.ArgumentParser:
     command = sub.add_parser(name, help=summary, description=summary)
     # The host options, for the commands a command says to run next on the same host.
-    forwarded = ForwardedOption.of(host_options(command, rolling=rolling, gpus=gpus))
-    command.set_defaults(host_options=forwarded)
+    command.set_defaults(host_options=forwarded(host_options(command, rolling=rolling, gpus=gpus)))
     common_options(command, json_help=json_help)
     return command
 
@@ -156,7 +155,7 @@ def _report(sub: Commands) -> None:
         "what was written",
     )
     # One file with a section per host, each naming the commands that apply its plan.
-    report.set_defaults(split_options=ForwardedOption.of(plan_options(report)))
+    report.set_defaults(split_options=forwarded(plan_options(report)))
     report.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="the HTML file (-: stdout)"
     )
@@ -189,7 +188,7 @@ def _plan(sub: Commands) -> None:
     plan = _command(
         sub, "plan", "show the split and the file changes it needs (dry run)", "the plan"
     )
-    plan.set_defaults(split_options=ForwardedOption.of(plan_options(plan)))
+    plan.set_defaults(split_options=forwarded(plan_options(plan)))
     _detailed_exitcode(plan)
     plan.add_argument(
         "--out",
@@ -207,7 +206,7 @@ def _apply(sub: Commands) -> None:
         rolling=True,
     )
     # A saved plan is the whole request: a split option beside --plan is refused, not ignored.
-    apply.set_defaults(split_options=ForwardedOption.of(plan_options(apply)))
+    apply.set_defaults(split_options=forwarded(plan_options(apply)))
     apply.add_argument(
         "--plan",
         metavar="FILE",
