@@ -14,10 +14,10 @@ import hashlib
 from collections.abc import Collection
 
 from proxgpu.apply.journal import JournalEntry
-from proxgpu.apply.layout import Layout
-from proxgpu.apply.remote import describe, read_files
+from proxgpu.apply.remote import describe
 from proxgpu.errors import FileChangedError, MappingChangedError, ProxgpuError
 from proxgpu.host.base import Host
+from proxgpu.host.scripts import read_files
 from proxgpu.paths import PCI_MAPPING
 from proxgpu.pve.cluster import write_mapping
 from proxgpu.pve.mapping import changed_ids, mapping_lines
@@ -34,9 +34,7 @@ def through_api(entry: JournalEntry) -> bool:
     return any(f.path == PCI_MAPPING and f.via == "api" for f in entry.files)
 
 
-def put_back(
-    host: Host, layout: Layout, entry: JournalEntry, target: str, expect: Collection[str] | None
-) -> bool:
+def put_back(host: Host, entry: JournalEntry, target: str, expect: Collection[str] | None) -> bool:
     """Give the mapping id ``entry`` changed the lines it has in ``target`` (a whole ``pci.cfg``
     text), through the Proxmox API of ``host``; say whether anything had to be written.
 
@@ -48,7 +46,7 @@ def put_back(
     :raises PveApiError: when Proxmox refused the write otherwise.
     """
     change = next(c for c in entry.changeset.files if c.path == PCI_MAPPING)
-    (data,) = read_files(host, [layout.on_host(PCI_MAPPING)])
+    (data,) = read_files(host, [PCI_MAPPING])
     if data is None or (expect is not None and hashlib.sha256(data).hexdigest() not in expect):
         raise _changed(host, entry, "it is not as the apply left it")
     now = data.decode("utf-8", "replace")
@@ -65,14 +63,14 @@ def put_back(
     return wanted
 
 
-def undo_mapping(host: Host, layout: Layout, entry: JournalEntry) -> list[str]:
+def undo_mapping(host: Host, entry: JournalEntry) -> list[str]:
     """Put the mapping a failed apply wrote through the API back as it was before, if the file is
     still what the apply left (or what it found, when the write did not land); the problems.
     """
     f = next(f for f in entry.files if f.path == PCI_MAPPING)
     before = next(c.before for c in entry.changeset.files if c.path == PCI_MAPPING)
     try:
-        put_back(host, layout, entry, before or "", [f.sha256_after or "", f.sha256_before or ""])
+        put_back(host, entry, before or "", [f.sha256_after or "", f.sha256_before or ""])
     except ProxgpuError as exc:
         return [f"putting {PCI_MAPPING} back through the Proxmox API failed: {describe(exc)}"]
     return []

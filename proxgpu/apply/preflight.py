@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from proxgpu.apply.layout import Layout
-from proxgpu.apply.remote import FileState, read_files, sha
+from proxgpu.apply.remote import FileState, sha
 from proxgpu.errors import (
     NOT_UTF8_FIX,
     NOT_UTF8_WHY,
@@ -27,6 +26,7 @@ from proxgpu.errors import (
     not_utf8,
 )
 from proxgpu.host.base import Host
+from proxgpu.host.scripts import read_files
 from proxgpu.paths import guest_of, is_vm_config
 from proxgpu.planning.model import Plan
 from proxgpu.pve.api import PveResource, guest_status, same_config
@@ -119,8 +119,7 @@ def files_to_write(
             continue
         todo.append(index)
     if unsure:
-        layout = Layout.of(host)
-        found = read_files(host, [layout.on_host(changes[i].path) for i in unsure])
+        found = read_files(host, [changes[i].path for i in unsure])
         for index, data in zip(unsure, found, strict=True):
             _check_unsure(host, changes[index], data)
     return todo
@@ -147,7 +146,7 @@ def cas_failed(host: Host, path: str) -> FileChangedError:
     )
 
 
-def check_mig_instances(host: Host, layout: Layout, plan: Plan) -> None:
+def check_mig_instances(host: Host, plan: Plan) -> None:
     """Refuse when a MIG instance the plan gives a container is gone from the host, or was made
     again with other capability minors (the container's ``devN`` entries would then name
     another instance's nodes or none): each instance's /proc ``access`` files, read now, must
@@ -158,7 +157,7 @@ def check_mig_instances(host: Host, layout: Layout, plan: Plan) -> None:
     uses = [use for group in plan.groups for use in group.mig]
     if not uses:
         return
-    found = read_files(host, [layout.on_host(path) for use in uses for path in use.proc_files])
+    found = read_files(host, [path for use in uses for path in use.proc_files])
     for i, use in enumerate(uses):
         texts = found[2 * i : 2 * i + 2]
         minors = [_cap_minor(text) for text in texts]

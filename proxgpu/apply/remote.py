@@ -30,7 +30,7 @@ from proxgpu.apply.layout import Layout, Where, mode_and_umask
 from proxgpu.callback import require_callable
 from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import Record, ScriptArgs, run_script
+from proxgpu.host.scripts import Record, ScriptArgs, read_files, run_script
 from proxgpu.paths import BACKUP_DIR, PCI_MAPPING
 from proxgpu.pve.api import same_config
 from proxgpu.pve.mapping import same_mapping
@@ -221,15 +221,6 @@ def lock_and_probe(
     return found, owner
 
 
-def read_files(host: Host, paths: Sequence[str]) -> list[bytes | None]:
-    """The bytes of each file (``None``: absent or not a regular file), in one command."""
-    found: list[bytes | None] = [None] * len(paths)
-    for record in run_script(host, "read", *paths).of("text"):
-        if record[1] != "-":
-            found[int(record[0])] = base64.b64decode(record[1])
-    return found
-
-
 def finish(
     host: Host, layout: Layout, lock_id: str, entry: JournalEntry | None, release: bool
 ) -> str | None:
@@ -278,16 +269,14 @@ def with_hashes(entry: JournalEntry, hashes: Mapping[str, str]) -> JournalEntry:
     return entry.model_copy(update={"files": files})
 
 
-def recognise(
-    host: Host, layout: Layout, entry: JournalEntry, paths: Iterable[str]
-) -> JournalEntry:
+def recognise(host: Host, entry: JournalEntry, paths: Iterable[str]) -> JournalEntry:
     """Read the files written through the API in ``paths`` (VM configs, the PCI mapping; one
     command) and take as ``entry``'s result each one that says what the change set's ``after``
     says, in whatever order Proxmox wrote it."""
     wanted = sorted(set(paths))
     planned = {f.path: f.after for f in entry.changeset.files}
     hashes = {}
-    found = read_files(host, [layout.on_host(p) for p in wanted])
+    found = read_files(host, wanted)
     for path, data in zip(wanted, found, strict=True):
         after = planned.get(path)
         if data is None or after is None:

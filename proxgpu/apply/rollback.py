@@ -33,7 +33,6 @@ from proxgpu.apply.remote import (
     lock_and_probe,
     now,
     progress_of,
-    read_files,
     recognise,
     release_quietly,
 )
@@ -41,6 +40,7 @@ from proxgpu.apply.restore import Merged, restore
 from proxgpu.apply.trust import check_trusted
 from proxgpu.errors import FileChangedError, RollbackError
 from proxgpu.host.base import Host
+from proxgpu.host.scripts import read_files
 from proxgpu.model import FrozenModel
 from proxgpu.paths import PCI_MAPPING, guest_label, with_guest
 from proxgpu.rendering.changes import ChangeSet, FileChange
@@ -123,9 +123,7 @@ def _refuse_finished(host: Host, entry: JournalEntry) -> None:
         )
 
 
-def _recognise_api_writes(
-    host: Host, layout: Layout, entry: JournalEntry, states: list[FileState]
-) -> JournalEntry:
+def _recognise_api_writes(host: Host, entry: JournalEntry, states: list[FileState]) -> JournalEntry:
     """Recognise the VM configs an unfinished apply wrote through the API but never read back."""
     paths = [
         f.path
@@ -134,12 +132,10 @@ def _recognise_api_writes(
         and state.kind == "file"
         and state.sha256 not in (f.sha256_after, f.sha256_before)
     ]
-    return recognise(host, layout, entry, paths) if paths else entry
+    return recognise(host, entry, paths) if paths else entry
 
 
-def _merge_changed(
-    host: Host, layout: Layout, entry: JournalEntry, states: list[FileState]
-) -> dict[str, Merged]:
+def _merge_changed(host: Host, entry: JournalEntry, states: list[FileState]) -> dict[str, Merged]:
     """The files changed since the apply, with only the apply's entries undone in each.
 
     A file proxgpu shares (guest config, ``pci.cfg``, kernel command line) that changed since
@@ -157,7 +153,7 @@ def _merge_changed(
         if state.kind != "file" or not partly_ours(f.path) or change is None or not change.after:
             raise _changed_since(host, entry, f.path, "")
         shared.append((f, state, change))
-    texts = read_files(host, [layout.on_host(f.path) for f, _, _ in shared]) if shared else []
+    texts = read_files(host, [f.path for f, _, _ in shared]) if shared else []
     merged = {}
     for (f, state, change), data in zip(shared, texts, strict=True):
         assert change.after is not None and state.sha256 is not None  # checked above
@@ -223,13 +219,12 @@ def _preview(host: Host, entry: JournalEntry | None, *, force: bool) -> Rollback
     if entry is None:
         note = "nothing to roll back: no applied or unfinished journal entry"
         return RollbackResult(host=host.name, journal_id=None, messages=[note])
-    layout = Layout.of(host)
-    now = read_files(host, [layout.on_host(f.path) for f in entry.files])
+    now = read_files(host, [f.path for f in entry.files])
     states = [_state(data) for data in now]
     merged: dict[str, Merged] = {}
     if not force:
-        entry = _recognise_api_writes(host, layout, entry, states)
-        merged = _merge_changed(host, layout, entry, states)
+        entry = _recognise_api_writes(host, entry, states)
+        merged = _merge_changed(host, entry, states)
     wrote = {c.path: c for c in entry.changeset.files}
     files = []
     for f, data in zip(entry.files, now, strict=True):
@@ -307,8 +302,8 @@ class _Rollback:
                 notes.append(_kept_note(layout.lock, entry, stale))
                 return RollbackResult(host=host.name, journal_id=None, messages=notes)
             if not self.options.force:
-                entry = _recognise_api_writes(host, layout, entry, found.files)
-                self.merged = _merge_changed(host, layout, entry, found.files)
+                entry = _recognise_api_writes(host, entry, found.files)
+                self.merged = _merge_changed(host, entry, found.files)
             self.entry = entry
             result, done = self.run(self.options.run_actions, self.options.live, self.options.force)
             problem = finish(host, layout, self.lock_id, done, release=True)
@@ -382,7 +377,7 @@ class _Rollback:
         elif merged is not None:
             target, expect = (merged.content or b"").decode(), [merged.sha256_now]
         self.say("api", "putting the PCI mapping back through the Proxmox API")
-        wrote = put_back(self.host, self.layout, entry, target, expect)
+        wrote = put_back(self.host, entry, target, expect)
         return frozenset({PCI_MAPPING}), [PCI_MAPPING] if wrote else []
 
     def _actions(self, run_actions: bool, messages: list[str]) -> list[list[str]]:

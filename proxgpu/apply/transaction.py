@@ -211,7 +211,7 @@ class _Apply:
             )
         todo = files_to_write(self.host, self.changes, probe.files)
         if self.plan is not None:
-            check_mig_instances(self.host, self.layout, self.plan)
+            check_mig_instances(self.host, self.plan)
         # inventory, when given, must agree that pvesh is there (a tree may lack it).
         has_pvesh = probe.pvesh and (inventory is None or "pvesh" in inventory.commands)
         if todo and self.host.is_live:
@@ -527,11 +527,11 @@ class _Apply:
                 # Written through the API, but the file Proxmox wrote was never read back:
                 # recognise it by its content, so that it is restored and another's edit is not.
                 unconfirmed = self.vm_api.unconfirmed
-                self.entry = recognise(self.host, self.layout, self.entry, unconfirmed)
+                self.entry = recognise(self.host, self.entry, unconfirmed)
             keep = self.not_written
             if self.vm_api.covers(PCI_MAPPING) and PCI_MAPPING not in keep:
                 keep |= {PCI_MAPPING}  # written through the API: put back through it
-                problems += undo_mapping(self.host, self.layout, self.entry)
+                problems += undo_mapping(self.host, self.entry)
             problems += restore(self.host, self.layout, self.entry, force=False, keep=keep)[1]
         except ProxgpuError as exc:
             return [*problems, f"restoring the files failed: {describe(exc)}"]

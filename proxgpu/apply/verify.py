@@ -12,11 +12,12 @@ from pydantic import Field
 from proxgpu.apply.entries import entry_drift, partly_ours
 from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
 from proxgpu.apply.layout import Layout
-from proxgpu.apply.remote import probe, read_files
+from proxgpu.apply.remote import probe
 from proxgpu.apply.trust import check_trusted
 from proxgpu.apply.why import why_not_vfio
 from proxgpu.errors import UsageError
 from proxgpu.host.base import Host
+from proxgpu.host.scripts import read_files
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.model import FrozenModel
@@ -179,7 +180,7 @@ def _file_drift(host: Host, entry: JournalEntry) -> tuple[list[str], str | None]
         else:
             lines[n].append(f"{name}: differs from what {who} left there")
     if compare:
-        texts = read_files(host, [paths[n] for n in compare])
+        texts = read_files(host, [entry.files[n].path for n in compare])
         for (n, (left, other)), data in zip(compare.items(), texts, strict=True):
             path = with_guest(entry.files[n].path)
             if data is None:  # replaced by something else than a file since the probe

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proxgpu.apply import ApplyOptions, ApplyResult, apply_changes
-from proxgpu.apply.layout import Layout
-from proxgpu.apply.remote import read_files
 from proxgpu.errors import ClusterNotPlannedError, ProxgpuError, SysfsError, UsageError
 from proxgpu.fleet.engine import (
     FORKS,
@@ -37,6 +35,7 @@ from proxgpu.fleet.engine import (
     roll_out,
 )
 from proxgpu.host import Host, connect
+from proxgpu.host.scripts import read_files
 from proxgpu.host.sshcommon import parse_target
 from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
@@ -313,7 +312,7 @@ def members_file(host: Host) -> bytes:
 
     :raises SysfsError: when it is missing.
     """
-    (data,) = read_files(host, [Layout.of(host).on_host(MEMBERS)])
+    (data,) = read_files(host, [MEMBERS])
     if data is None:
         raise SysfsError(
             host.name,

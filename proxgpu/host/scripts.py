@@ -19,10 +19,12 @@ fields=())]
 
 from __future__ import annotations
 
+import base64
 import logging
 import secrets
 import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
@@ -197,3 +199,21 @@ def _unfinished(output: ScriptOutput, token: str) -> str | None:
     if last[1] != str(status):
         return f"the step ended with status {last[1]}, but the host reported exit {status}"
     return None
+
+
+def read_files(host: Host, paths: Sequence[str]) -> list[bytes | None]:
+    """The bytes of each of ``paths`` (as the host's own system names them: under ``host``'s
+    root, a directory tree's or an image's, on its side), ``None`` where one is absent or not a
+    regular file; all in one command, bounded as every command is.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> tree = DirectoryHost("examples/hosts/ct200")
+    >>> [len(data or b"") > 0 for data in read_files(tree, ["/etc/pve/lxc/200.conf", "/nope"])]
+    [True, False]
+    """
+    prefix = host.root.rstrip("/")
+    found: list[bytes | None] = [None] * len(paths)
+    for record in run_script(host, "read", *(prefix + path for path in paths)).of("text"):
+        if record[1] != "-":
+            found[int(record[0])] = base64.b64decode(record[1])
+    return found

@@ -14,9 +14,8 @@ from proxgpu.apply import (
     rollback,
 )
 from proxgpu.apply.journal import select_entry
-from proxgpu.apply.layout import Layout
-from proxgpu.apply.remote import read_files
 from proxgpu.host import Host
+from proxgpu.host.scripts import read_files
 from proxgpu.pipeline.documents import shown
 from proxgpu.rendering.changes import ChangeSet
 
@@ -98,8 +97,7 @@ def undo_target(host: Host, to: str | None = None) -> JournalEntry | None:
 
 def _read(host: Host, paths: list[str]) -> list[bytes | None]:
     """The files' bytes on ``host`` (``None``: absent), in one command."""
-    layout = Layout.of(host)
-    return read_files(host, [layout.on_host(path) for path in paths]) if paths else []
+    return read_files(host, paths) if paths else []
 
 
 def _text(data: bytes | None) -> str | None:
