@@ -29,7 +29,7 @@ from proxgpu.apply.options import ACTION_TIMEOUT
 from proxgpu.apply.remote import Progress, quiet
 from proxgpu.errors import CommandError, ProxgpuError
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import Record, run_script
+from proxgpu.host.scripts import ScriptRecord, run_script
 from proxgpu.paths import OUTPUT_DIR
 from proxgpu.rendering.changes import Action
 
@@ -123,7 +123,7 @@ class _Tail:
         """The most bytes one read asks for: the last ``lines`` lines, as cut for showing."""
         return self.lines * (LINE + 1)
 
-    def said(self, records: list[Record], *, ended: bool = False) -> None:
+    def said(self, records: list[ScriptRecord], *, ended: bool = False) -> None:
         """Say the whole lines of one read that were not said yet (only its last ``lines``);
         a last line still being written waits for its newline, or for the action's end."""
         chunk = next((r for r in records if r.kind == "chunk"), None)

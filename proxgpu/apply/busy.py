@@ -15,7 +15,7 @@ from pydantic import Field
 
 from proxgpu.errors import DeviceBusyError, HostUnreachableError
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import Record, run_script
+from proxgpu.host.scripts import ScriptRecord, run_script
 from proxgpu.model import FrozenModel
 from proxgpu.pci import normalize_pci_address
 
@@ -56,7 +56,7 @@ def find_busy(host: Host, addresses: Sequence[str], timeout: float = 60.0) -> li
     return _busy_from(output.records, addresses)
 
 
-def _busy_from(records: Sequence[Record], addresses: Sequence[str]) -> list[BusyDevice]:
+def _busy_from(records: Sequence[ScriptRecord], addresses: Sequence[str]) -> list[BusyDevice]:
     drivers: dict[str, str | None] = {}
     reasons: dict[str, list[str]] = {a: [] for a in addresses}
     removals: dict[str, list[str]] = {a: [] for a in addresses}
@@ -121,7 +121,7 @@ class _KernelClients:
     nvidia_drm: tuple[str, str] | None
 
     @classmethod
-    def of(cls, records: Sequence[Record]) -> _KernelClients:
+    def of(cls, records: Sequence[ScriptRecord]) -> _KernelClients:
         framebuffers: dict[str, list[str]] = {}
         for record in records:
             if record.kind == "fb":

@@ -35,7 +35,7 @@ from proxgpu.apply.layout import Layout
 from proxgpu.apply.rebind import Binding
 from proxgpu.errors import JournalError, UsageError
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import Record, run_script
+from proxgpu.host.scripts import ScriptRecord, run_script
 from proxgpu.model import FrozenModel
 from proxgpu.paths import check_host_path
 from proxgpu.planning import Plan
@@ -307,13 +307,13 @@ class _Reading:
         return Journal(entries, self.unreadable, self.documents, tuple(listed), pruned, machine)
 
 
-def machine_of(record: Record | None) -> str | None:
+def machine_of(record: ScriptRecord | None) -> str | None:
     """The host's identity from a ``machine`` record (the prelude's ``rec_machine``): its
     hostname and /etc/machine-id, ``None`` without a machine-id (a tree of files).
 
-    >>> machine_of(Record("machine", ("4c4c4544", "pve1")))
+    >>> machine_of(ScriptRecord("machine", ("4c4c4544", "pve1")))
     'pve1 (machine-id 4c4c4544)'
-    >>> machine_of(Record("machine", ("-", "tree"))) is None
+    >>> machine_of(ScriptRecord("machine", ("-", "tree"))) is None
     True
     """
     if record is None or len(record.fields) != 2 or record[0] == "-":
@@ -321,7 +321,7 @@ def machine_of(record: Record | None) -> str | None:
     return f"{record[1]} (machine-id {record[0]})"
 
 
-def _listing(records: Sequence[Record]) -> list[Listed]:
+def _listing(records: Sequence[ScriptRecord]) -> list[Listed]:
     """The listing's entries; a record that is not one (a hostile host's) is left out."""
     listed = []
     for record in records:

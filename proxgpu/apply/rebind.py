@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from proxgpu.errors import LiveRebindError
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import Record, run_script
+from proxgpu.host.scripts import ScriptRecord, run_script
 from proxgpu.model import FrozenModel
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning import Plan
@@ -120,7 +120,7 @@ def _rebind(
     return bindings, failure
 
 
-def _parse_rebind(records: Sequence[Record]) -> tuple[list[Binding], tuple[str, str] | None]:
+def _parse_rebind(records: Sequence[ScriptRecord]) -> tuple[list[Binding], tuple[str, str] | None]:
     before: dict[str, str | None] = {}
     bindings: list[Binding] = []
     failure: tuple[str, str] | None = None

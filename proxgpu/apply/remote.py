@@ -30,7 +30,7 @@ from proxgpu.apply.layout import Layout, Where, mode_and_umask
 from proxgpu.callback import require_callable
 from proxgpu.errors import NotRootError, PreflightError, ProxgpuError
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import Record, ScriptArgs, read_files, run_script
+from proxgpu.host.scripts import ScriptArgs, ScriptRecord, read_files, run_script
 from proxgpu.paths import BACKUP_DIR, PCI_MAPPING
 from proxgpu.pve.api import same_config
 from proxgpu.pve.mapping import same_mapping
@@ -184,11 +184,11 @@ def probe(
     )
 
 
-def _last_entry(record: Record | None) -> tuple[str, bytes] | None:
+def _last_entry(record: ScriptRecord | None) -> tuple[str, bytes] | None:
     return (record[0], base64.b64decode(record[1])) if record is not None else None
 
 
-def _boot_id(record: Record | None) -> str | None:
+def _boot_id(record: ScriptRecord | None) -> str | None:
     return record[0] if record is not None and record.fields and record[0] != "-" else None
 
 

@@ -75,7 +75,7 @@ from proxgpu.errors import (
     UsageError,
 )
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import Record, run_script
+from proxgpu.host.scripts import ScriptRecord, run_script
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.paths import PCI_MAPPING
 from proxgpu.planning.model import Plan
@@ -335,7 +335,7 @@ class _Apply:
         )
         self._refuse_changed(output.records, [self.changes[i].path for i in todo], "changed")
 
-    def _refuse_changed(self, records: Sequence[Record], paths: list[str], kind: str) -> None:
+    def _refuse_changed(self, records: Sequence[ScriptRecord], paths: list[str], kind: str) -> None:
         for record in records:
             if record.kind == kind:
                 raise FileChangedError(

@@ -25,7 +25,8 @@ from proxgpu.paths import MODPROBE_CONF, with_guest
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning.mig import mig_drift
 from proxgpu.planning.model import Plan
-from proxgpu.rendering.binding import binding_conflicts, softdep_drift
+from proxgpu.rendering.binding import softdep_drift
+from proxgpu.rendering.conflicts import binding_conflicts
 
 
 class VerifyReport(FrozenModel):

@@ -21,12 +21,8 @@ from __future__ import annotations
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.kmod import module_of, normalize
 from proxgpu.paths import BIND_SCRIPT, MODPROBE_CONF
-from proxgpu.rendering.binding import (
-    before_ours,
-    initramfs_lacks_binding,
-    ours_in_effect,
-    theirs,
-)
+from proxgpu.rendering.binding import initramfs_lacks_binding, ours_in_effect
+from proxgpu.rendering.conflicts import before_ours, theirs
 
 
 def why_not_vfio(inventory: Inventory, function: PciFunction) -> str:

@@ -16,7 +16,7 @@ from proxgpu.cli.hosts import open_host
 from proxgpu.cli.options import given, next_command
 from proxgpu.cli.plan_text import render_changes, render_plan
 from proxgpu.cli.proposing import proposal
-from proxgpu.cli.shown import Progress, Shown, emit, run_one
+from proxgpu.cli.shown import Shown, StepPrinter, emit, run_one
 from proxgpu.errors import UsageError
 from proxgpu.fleet import Say
 from proxgpu.host.base import Host
@@ -124,7 +124,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             print("Nothing changed.", file=sys.stderr)
             return 1
         result = _apply(
-            args, host, Proposed(inventory, plan, changes), Progress(host.name, quiet=quiet)
+            args, host, Proposed(inventory, plan, changes), StepPrinter(host.name, quiet=quiet)
         )
     if args.json:
         emit(args, Shown(document=apply_document(plan, result, changes)))

@@ -14,8 +14,8 @@ from typing import Any
 
 from proxgpu.cli.change import Proposed, applied_shown, apply_options, plan_shown
 from proxgpu.cli.fleet import (
+    EventPrinter,
     Header,
-    Listener,
     exit_code,
     print_all,
     require_yes,
@@ -88,7 +88,7 @@ def _planned(
         text += _mapping_text(args, planned, planned.mapping, applying and not planned.failed)
         document["mapping"] = _mapping_document(args.mapping, planned.mapping)
     names = list(planned.proposals)
-    listen = Listener(verbose=True)
+    listen = EventPrinter(verbose=True)
     if applying and not planned.failed:
         outcomes = _applied(args, planned, listen)
     else:
@@ -110,7 +110,7 @@ def _shown_plan(
 
 
 def _applied(
-    args: argparse.Namespace, planned: ClusterPlan, listen: Listener
+    args: argparse.Namespace, planned: ClusterPlan, listen: EventPrinter
 ) -> dict[str, Outcome[Shown]]:
     """The library's rollout, each node shown as ``apply`` shows one host."""
     proposals = planned.to_apply()

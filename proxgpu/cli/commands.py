@@ -18,7 +18,7 @@ from proxgpu.cli.change import apply_options, confirm
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes
 from proxgpu.cli.setup import gpu_filter
-from proxgpu.cli.shown import Progress, Shown, emit, run_one
+from proxgpu.cli.shown import Shown, StepPrinter, emit, run_one
 from proxgpu.cli.text import table
 from proxgpu.errors import DriftError
 from proxgpu.fleet import Say
@@ -65,7 +65,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         if not (args.yes or args.dry_run) and not confirm(question, "roll back"):
             print("Nothing changed.", file=sys.stderr)
             return 1
-        shown = host_rollback(args, host, Progress(host.name, quiet=args.json or args.quiet))
+        shown = host_rollback(args, host, StepPrinter(host.name, quiet=args.json or args.quiet))
     # -q: only what went wrong (the notes), not what was restored.
     emit(args, shown if args.json or not args.quiet else Shown(notes=shown.notes))
     return shown.code
@@ -121,7 +121,7 @@ def cmd_check_gpus(args: argparse.Namespace) -> int:
     """Exit 0 when a GPU set is NUMA-local, 18 when it straddles nodes, 19 when a GPU's node is
     unknown; the explanation says which GPU is where."""
     with open_host(args) as host:
-        shown = host_check_gpus(args, host, Progress(host.name, quiet=True))
+        shown = host_check_gpus(args, host, StepPrinter(host.name, quiet=True))
     if not args.json and shown.code:
         print(shown.text, end="", file=sys.stderr)
     else:

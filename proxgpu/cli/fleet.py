@@ -54,7 +54,7 @@ def run_fleet(
     rolling = command.fleet == "rolling"
     if rolling:
         require_yes(args)
-    listen = Listener(verbose=rolling)
+    listen = EventPrinter(verbose=rolling)
     one = partial(command.host_work(), args)
     if rolling:
         rollout = roll_out(
@@ -94,7 +94,7 @@ def exit_code(outcome: Outcome[Shown], detailed: bool = False) -> int:
     return outcome.code
 
 
-class Listener:
+class EventPrinter:
     """Each host's events on stderr as they happen: steps (for changes), heartbeats, ends."""
 
     def __init__(self, *, verbose: bool) -> None:

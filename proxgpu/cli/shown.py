@@ -42,7 +42,7 @@ class Shown:
 HostWork = Callable[[argparse.Namespace, Host, "Say"], Shown]
 
 
-class Progress:
+class StepPrinter:
     """Steps on stderr (so that ``--json`` stays one document on stdout), with elapsed time:
     rebuilding the initramfs for every kernel takes minutes. Silent when ``quiet``."""
 
@@ -65,7 +65,7 @@ def run_one(args: argparse.Namespace, work: HostWork, output: str | None = None)
     """Run ``work`` on the host ``args`` name and print what it shows (to ``output`` when
     given); the exit code."""
     with open_host(args) as host:
-        shown = work(args, host, Progress(host.name, quiet=args.json))
+        shown = work(args, host, StepPrinter(host.name, quiet=args.json))
     emit(args, shown, output)
     return shown.code
 

@@ -47,13 +47,14 @@ from proxgpu.errors import (
     HostUnreachableError,
     UsageError,
 )
-from proxgpu.host.base import CommandResult, Host, command_line
+from proxgpu.host.base import CommandResult, command_line
 from proxgpu.host.knownhosts import read_known_hosts
 from proxgpu.host.local import process_running
 from proxgpu.host.sshcommon import (
     SIGNALLED,
     Opening,
     SSHOptions,
+    SSHTarget,
     known_hosts_files,
     known_hosts_name,
     no_banner,
@@ -109,10 +110,10 @@ class _Starting:
     user: str
 
 
-class OpenSSHHost(Host):
+class OpenSSHHost(SSHTarget):
     """A remote host reached with the system's ``ssh``; see the module docstring.
 
-    ``root`` and ``live`` mean what they mean for :class:`~proxgpu.host.ssh.SSHHost`.
+    ``root`` and ``live``: see :class:`~proxgpu.host.sshcommon.SSHTarget`.
     """
 
     def __init__(
@@ -122,12 +123,7 @@ class OpenSSHHost(Host):
         root: str = "/",
         live: bool | None = None,
     ) -> None:
-        super().__init__()
-        self.target = target
-        self.options = options or SSHOptions()
-        self.root = root
-        self.is_live = root == "/" if live is None else live
-        self.name = target
+        super().__init__(target, options, root, live)
         self._user, self._alias, self._port = parse_target(target)
         self._folder: str | None = None
         self._opening: Opening | None = None

@@ -12,9 +12,8 @@ the status is the one the transport reported. A cut-short answer, a killed scrip
 (or a wrapper on it, an ``authorized_keys`` ``command=``) that answers "exit 0" without running
 the script is then :class:`~proxgpu.errors.StepNotFinishedError`, never a step done.
 
->>> parse_records("#done\\t0\\nnoise\\n#api\\t1\\tab12\\n#end\\n")
-[Record(kind='done', fields=('0',)), Record(kind='api', fields=('1', 'ab12')), Record(kind='end', \
-fields=())]
+>>> [(r.kind, r.fields) for r in parse_records("#done\\t0\\nnoise\\n#api\\t1\\tab12\\n#end\\n")]
+[('done', ('0',)), ('api', ('1', 'ab12')), ('end', ())]
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ SCRIPT_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
-class Record:
+class ScriptRecord:
     """One ``#KIND<TAB>FIELD...`` line of a script's answer."""
 
     kind: str
@@ -53,16 +52,16 @@ class Record:
 class ScriptOutput:
     """A script's records, exit status and stderr (a non-zero exit is data here)."""
 
-    records: list[Record]
+    records: list[ScriptRecord]
     returncode: int
     stdout: bytes
     stderr: str
 
-    def of(self, kind: str) -> list[Record]:
+    def of(self, kind: str) -> list[ScriptRecord]:
         """Every record of ``kind``, in order."""
         return [r for r in self.records if r.kind == kind]
 
-    def first(self, kind: str) -> Record | None:
+    def first(self, kind: str) -> ScriptRecord | None:
         """The first record of ``kind``, if any."""
         return next((r for r in self.records if r.kind == kind), None)
 
@@ -84,13 +83,13 @@ class ScriptArgs:
         return ["-" if v is None else str(v) for v in values]
 
 
-def parse_records(text: str) -> list[Record]:
+def parse_records(text: str) -> list[ScriptRecord]:
     """The records in a script's output (see the module docstring)."""
     records = []
     for line in text.splitlines():
         if line.startswith("#"):
             kind, *rest = line[1:].split("\t")
-            records.append(Record(kind, tuple(rest)))
+            records.append(ScriptRecord(kind, tuple(rest)))
     return records
 
 
@@ -180,7 +179,8 @@ def run_script(
 def _unfinished(output: ScriptOutput, token: str) -> str | None:
     """Why ``output`` is no proof that its script ran to its end (None: it is).
 
-    >>> ended = ScriptOutput([Record("done", ("0",)), Record("end", ("5eed", "0"))], 0, b"", "")
+    >>> records = [ScriptRecord("done", ("0",)), ScriptRecord("end", ("5eed", "0"))]
+    >>> ended = ScriptOutput(records, 0, b"", "")
     >>> _unfinished(ended, "5eed") is None
     True
     >>> _unfinished(ScriptOutput([], 0, b"", ""), "5eed")

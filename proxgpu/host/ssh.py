@@ -31,7 +31,7 @@ from proxgpu.errors import (
     HostKeyChangedError,
     HostUnreachableError,
 )
-from proxgpu.host.base import CommandResult, Host, command_line
+from proxgpu.host.base import CommandResult, command_line
 from proxgpu.host.knownhosts import KnownHosts, read_known_hosts
 from proxgpu.host.paramikoconf import (
     Config,
@@ -49,6 +49,7 @@ from proxgpu.host.sshcommon import (
     SIGNALLED,
     Opening,
     SSHOptions,
+    SSHTarget,
     known_hosts_name,
     no_banner,
     no_key,
@@ -61,13 +62,11 @@ from proxgpu.host.sshcommon import (
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-class SSHHost(Host):
-    """A remote host reached over SSH.
+class SSHHost(SSHTarget):
+    """A remote host reached over SSH through paramiko, in this process.
 
-    The connection opens on first use and is reused for every command. With a ``root`` other than
-    ``/`` the host is a directory tree on the remote machine (an image): files are written there,
-    but actions and live steps are listed, not run, since they would act on the machine itself;
-    ``live=True`` overrides that (the tests use it to drive a live apply into a scratch tree).
+    The connection opens on first use and is reused for every command. ``root`` and ``live``:
+    see :class:`~proxgpu.host.sshcommon.SSHTarget`.
 
     >>> host = SSHHost("root@pve1", SSHOptions(port=2222), root="/srv/image")
     >>> host.name, host.is_live
@@ -81,12 +80,7 @@ class SSHHost(Host):
         root: str = "/",
         live: bool | None = None,
     ) -> None:
-        super().__init__()
-        self.target = target
-        self.options = options or SSHOptions()
-        self.root = root
-        self.is_live = root == "/" if live is None else live
-        self.name = target
+        super().__init__(target, options, root, live)
         self._clients: list[paramiko.SSHClient] = []
         self._timeout = self.options.connect_timeout or 10.0
         self._opening: Opening | None = None

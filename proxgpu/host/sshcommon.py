@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxgpu.errors import UsageError
+from proxgpu.host.base import Host
 
 #: The transports ``--ssh-client`` names: ``auto`` picks one per host.
 CLIENTS = ("auto", "openssh", "paramiko")
@@ -189,3 +190,28 @@ def client_choice(option: str | None) -> str:
         source = "--ssh-client" if option else CLIENT_VARIABLE
         raise UsageError(f"{source}: {chosen!r} is not one of {', '.join(CLIENTS)}")
     return chosen
+
+
+class SSHTarget(Host):
+    """A host reached over SSH, by either transport: its target (``[USER@]HOST[:PORT]``), the
+    SSH options, and where on it proxgpu works.
+
+    With a ``root`` other than ``/`` the host is a directory tree on the remote machine (an
+    image): files are written there, but actions and live steps are listed, not run, since they
+    would act on the machine itself; ``live=True`` overrides that (the tests use it to drive a
+    live apply into a scratch tree).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        options: SSHOptions | None = None,
+        root: str = "/",
+        live: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.target = target
+        self.options = options or SSHOptions()
+        self.root = root
+        self.is_live = root == "/" if live is None else live
+        self.name = target

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from proxgpu.errors import CommandError, SysfsError, UsageError
 from proxgpu.host.base import Host
 from proxgpu.host.local import LocalHost
-from proxgpu.host.scripts import Record, run_script
+from proxgpu.host.scripts import ScriptRecord, run_script
 from proxgpu.inspection.archived import ARCHIVE_MARKER, Archived
 from proxgpu.inspection.smi import has_compute_instances, read_smi
 from proxgpu.kmod import MODULES_BUILTIN_MODINFO
@@ -198,7 +198,7 @@ def _apply_checks(capture: Capture, stdout: bytes) -> None:
                 capture.modes[name] = int(mode, 8) & 0o777
 
 
-def _status(record: Record) -> int:
+def _status(record: ScriptRecord) -> int:
     return int(record[1]) if len(record.fields) > 1 and record[1].isdigit() else 1
 
 

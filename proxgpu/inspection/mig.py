@@ -134,3 +134,34 @@ def in_mig_mode(caps: list[NvidiaCap], gpu_minor: int | None) -> bool:
         (match := _ACCESS.fullmatch(cap.proc_path)) is not None and int(match[1]) == gpu_minor
         for cap in caps
     )
+
+
+def cap_node(minor: int) -> str:
+    """The ``/dev`` node of the capability with ``minor``.
+
+    >>> cap_node(21)
+    '/dev/nvidia-caps/nvidia-cap21'
+    """
+    return f"/dev/nvidia-caps/nvidia-cap{minor}"
+
+
+def cap_minor(path: str) -> int | None:
+    """M of ``/dev/nvidia-caps/nvidia-capM``; ``None`` for any other path.
+
+    >>> cap_minor("/dev/nvidia-caps/nvidia-cap21"), cap_minor("/dev/nvidia0")
+    (21, None)
+    """
+    match = re.fullmatch(r"/dev/nvidia-caps/nvidia-cap(\d+)", path)
+    return int(match[1]) if match else None
+
+
+def cap_gpu(cap: NvidiaCap) -> int | None:
+    """The nvidia minor of the GPU whose MIG instance ``cap`` is; None for MIG's config and
+    monitor.
+
+    >>> cap_gpu(NvidiaCap(proc_path="/proc/driver/nvidia/capabilities/gpu3/mig/gi1/access",
+    ...                   minor=399, mode=0o444))
+    3
+    """
+    where = instance_of(cap)
+    return None if where is None else where[0]

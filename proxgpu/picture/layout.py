@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from proxgpu.inspection.inventory import Gpu, Inventory, PciFunction
 from proxgpu.picture.legend import header_shapes, legend_items
-from proxgpu.picture.shapes import SANS_PX, Line, Rect, Text, text_width, wrap, wrap_parts
+from proxgpu.picture.shapes import SANS_PX, Rect, Text, Wire, text_width, wrap, wrap_parts
 from proxgpu.picture.topology import Assignment, Column, TreeNode, build_topology, shared_groups
 
 MARGIN = 16
@@ -48,7 +48,7 @@ class Picture:
     title: str
     rects: list[Rect] = field(default_factory=list)
     texts: list[Text] = field(default_factory=list)
-    lines: list[Line] = field(default_factory=list)
+    lines: list[Wire] = field(default_factory=list)
     gpu_boxes: dict[str, Rect] = field(default_factory=dict)
     node_boxes: dict[str, Rect] = field(default_factory=dict)
 
@@ -188,7 +188,7 @@ def _node(drawing: _Drawing, cursor: _Cursor, node: TreeNode, depth: int) -> Non
     for child in node.children:
         child_y = cursor.y + (FRAME_LABEL if id(child) in drawing.firsts else 0)
         wire = f"M {x + 6} {box.bottom} V {child_y + 9} H {x + INDENT}"
-        drawing.picture.lines.append(Line(wire, "pg-wire"))
+        drawing.picture.lines.append(Wire(wire, "pg-wire"))
         _node(drawing, cursor, child, depth + 1)
 
 

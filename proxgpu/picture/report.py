@@ -37,10 +37,10 @@ from proxgpu.version import version
 
 
 @dataclass(frozen=True)
-class Refusal:
+class ReportedRefusal:
     """One reason a plan was refused, in plain words, with what to do about it.
 
-    >>> Refusal(what="IOMMU is off", fix="turn it on").fix
+    >>> ReportedRefusal(what="IOMMU is off", fix="turn it on").fix
     'turn it on'
     """
 
@@ -56,7 +56,7 @@ class HostReport:
     inventory: Inventory
     plan: Plan | None = None
     changes: ChangeSet | None = None
-    refusals: list[Refusal] = field(default_factory=list)
+    refusals: list[ReportedRefusal] = field(default_factory=list)
     error: str | None = None
     #: The error ``error`` says, as ``plan`` reports it (its exit code, path and fix).
     failure: RenderError | None = None
@@ -82,7 +82,9 @@ def plan_report(
     try:
         plan, changes = plan_inventory(inventory, policy, options)
     except PlanRefusedError as refused:
-        return HostReport(inventory, refusals=[Refusal(p.what, p.fix) for p in refused.problems])
+        return HostReport(
+            inventory, refusals=[ReportedRefusal(p.what, p.fix) for p in refused.problems]
+        )
     except RenderError as error:
         return HostReport(inventory, error=str(error), failure=error)
     return HostReport(inventory, plan, changes)
@@ -120,7 +122,7 @@ def render_report(
     >>> from proxgpu.host import DirectoryHost
     >>> from proxgpu.inspection import inspect
     >>> report = HostReport(inspect(DirectoryHost("examples/hosts/ct200")),
-    ...                     refusals=[Refusal(what="<no IOMMU>", fix="turn it on")])
+    ...                     refusals=[ReportedRefusal(what="<no IOMMU>", fix="turn it on")])
     >>> "&lt;no IOMMU&gt;" in render_report([report])
     True
     """
@@ -163,7 +165,9 @@ def _section(host: HostReport) -> dict[str, Any]:
         "columns": [Markup(render_svg(column, standalone=False)) for column in columns],
         "planned": host.plan is not None,
         "summary": [_group_sentence(g) for g in host.plan.groups] if host.plan else [],
-        "refusals": [Refusal(redact_secrets(r.what), redact_secrets(r.fix)) for r in host.refusals],
+        "refusals": [
+            ReportedRefusal(redact_secrets(r.what), redact_secrets(r.fix)) for r in host.refusals
+        ],
         "error": None if host.error is None else redact_secrets(host.error),
         "warnings": list(dict.fromkeys(redact_secrets(w) for w in warnings)),
         "notes": list(dict.fromkeys(redact_secrets(n) for n in notes)),

@@ -79,7 +79,7 @@ class Text:
 
 
 @dataclass(frozen=True)
-class Line:
+class Wire:
     """A connector: an SVG path (``M x y V y H x``)."""
 
     d: str

@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from proxgpu.errors import UsageError
+from proxgpu.inspection.mig import cap_node
 from proxgpu.model import FrozenModel
 from proxgpu.planning.requests import MigSpec, parse_lxc_specs, parse_vm_specs
 from proxgpu.planning.runtimes import RUNTIMES
@@ -333,7 +334,7 @@ class MigUse(FrozenModel):
     def cap_nodes(self) -> list[str]:
         """The instance's two capability nodes: its GPU instance's, then its compute
         instance's."""
-        return [f"/dev/nvidia-caps/nvidia-cap{m}" for m in (self.gi_minor, self.ci_minor)]
+        return [cap_node(m) for m in (self.gi_minor, self.ci_minor)]
 
     @property
     def proc_files(self) -> list[str]:

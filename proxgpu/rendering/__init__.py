@@ -22,9 +22,10 @@ from proxgpu.inspection.inventory import Inventory
 from proxgpu.paths import GuestKind, guest_config
 from proxgpu.planning.model import Plan, PlanGroup
 from proxgpu.rendering.actions import with_actions
-from proxgpu.rendering.binding import refuse_conflicting_binding, render_binding
+from proxgpu.rendering.binding import render_binding
 from proxgpu.rendering.changes import ChangeSet
 from proxgpu.rendering.cmdline import render_kernel_cmdline
+from proxgpu.rendering.conflicts import refuse_conflicting_binding
 from proxgpu.rendering.context import RenderContext, RenderOptions
 from proxgpu.rendering.lxc import render_lxc
 from proxgpu.rendering.vm import render_mapping, render_vgpu, render_vm

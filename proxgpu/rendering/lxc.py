@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Gpu, Inventory, NvidiaCap
-from proxgpu.inspection.mig import instance_cap, instance_of
+from proxgpu.inspection.mig import cap_gpu, cap_minor, cap_node, instance_cap, instance_of
 from proxgpu.planning.minors import boot_minors
 from proxgpu.planning.model import MigUse, PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
@@ -106,7 +106,8 @@ def _capability_nodes(
     never another GPU's (not its, and those of a GPU leaving for vfio-pci are gone after the
     reboot)."""
     major = ctx.inventory.char_majors.get("nvidia-caps")
-    paths = sorted((path for path in present if _cap_minor(path) >= 0), key=_cap_minor)
+    minors = {path: minor for path in present if (minor := cap_minor(path)) is not None}
+    paths = sorted(minors, key=minors.__getitem__)
     caps = {path: capability(ctx.inventory, path) for path in paths}
     caps = _renumbered(ctx, _of_gpus(caps, gpus), gpus, vmid)
     unknown = [path for path, cap in caps.items() if cap is None]
@@ -130,7 +131,7 @@ def _of_gpus(caps: dict[str, NvidiaCap | None], gpus: list[Gpu]) -> dict[str, Nv
     """Of ``caps``, those a container with ``gpus`` gets (see :func:`_capability_nodes`); those
     the capture does not describe stay, to be said."""
     mine = {gpu.nvidia_minor for gpu in gpus} | {None}
-    return {path: cap for path, cap in caps.items() if cap is None or _cap_gpu(cap) in mine}
+    return {path: cap for path, cap in caps.items() if cap is None or cap_gpu(cap) in mine}
 
 
 def _renumbered(
@@ -150,36 +151,14 @@ def _renumbered(
             result[path] = cap
             continue
         now = instance_cap(new[where[0]], where[1], where[2])
-        result[_cap_path(now.minor)] = now
-        moved.append(f"{path} becomes {_cap_path(now.minor)}")
+        result[cap_node(now.minor)] = now
+        moved.append(f"{path} becomes {cap_node(now.minor)}")
     if moved:
         ctx.notes.append(
             f"CT {vmid}: its GPU gets another nvidia minor at the next boot, and its MIG "
             f"instances other capability nodes with it: {', '.join(moved)}"
         )
     return result
-
-
-def _cap_path(minor: int) -> str:
-    return f"/dev/nvidia-caps/nvidia-cap{minor}"
-
-
-def _cap_gpu(cap: NvidiaCap) -> int | None:
-    """The nvidia minor of the GPU whose MIG instance ``cap`` is; None for MIG's config and
-    monitor.
-
-    >>> _cap_gpu(NvidiaCap(proc_path="/proc/driver/nvidia/capabilities/gpu3/mig/gi1/access",
-    ...                    minor=399, mode=0o444))
-    3
-    """
-    where = instance_of(cap)
-    return None if where is None else where[0]
-
-
-def _cap_minor(path: str) -> int:
-    """N of ``/dev/nvidia-caps/nvidia-capN``; -1 for any other path."""
-    match = re.fullmatch(r"/dev/nvidia-caps/nvidia-cap(\d+)", path)
-    return int(match[1]) if match else -1
 
 
 def _at_boot(path: str, dev_mode: bool) -> bool:
@@ -254,9 +233,9 @@ def _mig_nodes(ctx: RenderContext, use: MigUse, vmid: int) -> list[DeviceNode]:
         ctx.notes.append(
             f"CT {vmid}: {gpu.address} becomes /dev/nvidia{boot} at the next boot, and MIG GI "
             f"{use.gi} CI {use.ci}'s capability nodes with it: {', '.join(paths)} become "
-            f"{', '.join(_cap_path(minor) for minor in minors)}"
+            f"{', '.join(cap_node(minor) for minor in minors)}"
         )
-        paths = [_cap_path(minor) for minor in minors]
+        paths = [cap_node(minor) for minor in minors]
     present = set(ctx.inventory.device_nodes)
     missing = [p for p in paths if present and p not in present]
     if missing and not ctx.options.nvidia_nodes_unit:

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 
 from proxgpu.inspection.inventory import Inventory, NvidiaCap
-from proxgpu.inspection.mig import instance_of, table_cap
+from proxgpu.inspection.mig import cap_minor, instance_of, table_cap
 from proxgpu.paths import GUEST_CONFIG
 from proxgpu.pve.config import GuestConfig, parse_property_string
 from proxgpu.rendering.context import RenderContext, containers_named
@@ -55,7 +55,6 @@ RULES_DIR = "/run/proxgpu"
 SHARED_RULES = f"{RULES_DIR}/nvidia-devices.conf"
 NVIDIA_MODPROBE = "/usr/bin/nvidia-modprobe"
 
-_CAP_NODE = re.compile(r"/dev/nvidia-caps/nvidia-cap(\d+)")
 #: The nodes the unit makes that belong to no one GPU.
 _CONTROL_NODES = frozenset(
     {"/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
@@ -118,20 +117,20 @@ def capability(inventory: Inventory, path: str) -> NvidiaCap | None:
     >>> capability(Inventory(source="s", hostname="h"), "/dev/nvidia-caps/nvidia-cap2").mode
     292
     """
-    match = _CAP_NODE.fullmatch(path)
-    if match is None:
+    minor = cap_minor(path)
+    if minor is None:
         return None
     known = {cap.minor: cap for cap in inventory.nvidia_caps}
-    table = table_cap(int(match[1]))
-    return known.get(int(match[1])) or (table if table and instance_of(table) is None else None)
+    table = table_cap(minor)
+    return known.get(minor) or (table if table and instance_of(table) is None else None)
 
 
 def _boot_capability(inventory: Inventory, path: str) -> NvidiaCap | None:
     """What the unit makes node ``path`` from: its :func:`capability`, else NVIDIA's table (the
     instance of a GPU that the next boot numbers anew, at the minor it gets then)."""
-    match = _CAP_NODE.fullmatch(path)
+    minor = cap_minor(path)
     cap = capability(inventory, path)
-    return cap if cap is not None or match is None else table_cap(int(match[1]))
+    return cap if cap is not None or minor is None else table_cap(minor)
 
 
 def unit_nodes(inventory: Inventory) -> list[str]:
@@ -260,7 +259,7 @@ def _makeable(inventory: Inventory, path: str, gpu_minors: set[int]) -> bool:
     gpu = re.fullmatch(r"/dev/nvidia(\d+)", path)
     if gpu is not None:
         return int(gpu[1]) in gpu_minors
-    if _CAP_NODE.fullmatch(path):
+    if cap_minor(path) is not None:
         return capability(inventory, path) is not None
     return path in _CONTROL_NODES
 

@@ -17,7 +17,7 @@ from proxgpu.apply.options import ACTION_TIMEOUT
 from proxgpu.apply.transaction import apply_changes
 from proxgpu.cli.change import ACTION_OUTPUT, apply_options
 from proxgpu.cli.parser import build_parser
-from proxgpu.cli.shown import Progress
+from proxgpu.cli.shown import StepPrinter
 from proxgpu.errors import CommandError, CommandTimeoutError, JournalError
 from proxgpu.fleet import Event, Say, Target, each_host
 from proxgpu.host import Host
@@ -172,7 +172,7 @@ def test_the_command_line_follows_with_v_and_rollback_takes_the_same_options() -
 def test_one_hosts_progress_shows_the_lines_under_the_step(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    say = Progress("pve1")
+    say = StepPrinter("pve1")
     say("action", "update-initramfs -u -k all")
     say("output", "update-initramfs: Generating /boot/initrd.img-6.8.12-4-pve")
     lines = capsys.readouterr().err.splitlines()

@@ -19,7 +19,7 @@ import pytest
 from proxgpu.errors import CommandError, CommandTimeoutError, StepNotFinishedError
 from proxgpu.host import scripts as host_scripts
 from proxgpu.host.local import LocalHost
-from proxgpu.host.scripts import Record, ScriptOutput, run_script
+from proxgpu.host.scripts import ScriptOutput, ScriptRecord, run_script
 
 PRELUDE = resources.files("proxgpu").joinpath("scripts/prelude.sh").read_text(encoding="utf-8")
 BLOCKS = resources.files("proxgpu").joinpath("scripts/blocks.sh").read_text(encoding="utf-8")
@@ -33,7 +33,7 @@ def scripts(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return bodies
 
 
-def said(answer: ScriptOutput, status: int = 0) -> list[Record]:
+def said(answer: ScriptOutput, status: int = 0) -> list[ScriptRecord]:
     """The records a script wrote, once its last is the end record the prelude writes on exit
     (a token, and the exit status)."""
     *records, end = answer.records
@@ -47,7 +47,10 @@ def test_a_script_answers_in_records_and_its_other_output_is_ignored(
     scripts["probe"] = 'echo "starting up"\nrec uid "$(id -u)"\nrec args "$#" "$1"\n'
     host = LocalHost()
     answer = run_script(host, "probe", "first", "second")
-    assert said(answer) == [Record("uid", (str(os.getuid()),)), Record("args", ("2", "first"))]
+    assert said(answer) == [
+        ScriptRecord("uid", (str(os.getuid()),)),
+        ScriptRecord("args", ("2", "first")),
+    ]
     assert answer.returncode == 0 and answer.stderr == ""
     assert answer.stdout.startswith(b"starting up\n")
     assert host.commands_run == 1, "one script, one round trip"
@@ -59,15 +62,15 @@ def test_rec_writes_every_field_as_given(scripts: dict[str, str]) -> None:
     fields = ["a b", "", "100%s %d", "back\\slash \\n \\t", "-n", "--", "$HOME", "'\"", "*", "ü"]
     answer = run_script(LocalHost(), "echo", *fields, "  ends with spaces  ")
     assert said(answer) == [
-        Record("fields", (*fields, "  ends with spaces  ")),
-        Record("none", ()),
+        ScriptRecord("fields", (*fields, "  ends with spaces  ")),
+        ScriptRecord("none", ()),
     ]
 
 
 def test_the_payload_reaches_the_script_on_stdin(scripts: dict[str, str]) -> None:
     scripts["read"] = 'rec size "$(wc -c)"\n'
     answer = run_script(LocalHost(), "read", payload=b"x" * 100_000)
-    assert said(answer) == [Record("size", ("100000",))]
+    assert said(answer) == [ScriptRecord("size", ("100000",))]
 
 
 def test_a_failing_script_names_its_step_when_checked(scripts: dict[str, str]) -> None:
@@ -79,7 +82,7 @@ def test_a_failing_script_names_its_step_when_checked(scripts: dict[str, str]) -
     assert (err.value.argv, err.value.returncode) == (["the stage step"], 3)
     answer = run_script(host, "stage", check=False)
     assert (answer.returncode, answer.stderr) == (3, "cannot stage: disk full\n")
-    assert said(answer, status=3) == [Record("started", ())]
+    assert said(answer, status=3) == [ScriptRecord("started", ())]
 
 
 def test_the_prelude_makes_an_unset_variable_an_error(scripts: dict[str, str]) -> None:
@@ -102,9 +105,9 @@ def test_the_prelude_resolves_the_root_and_leaves_the_script_where_it_started(
     monkeypatch.chdir(start)
     scripts["where"] = 'rec at "$PWD" "$(pwd -P)" "$proxgpu_real"\n'
     answer = run_script(LocalHost(str(tmp_path / "link")), "where")
-    assert said(answer) == [Record("at", (str(start), str(start), str(real)))]
+    assert said(answer) == [ScriptRecord("at", (str(start), str(start), str(real)))]
     answer = run_script(LocalHost(str(tmp_path / "gone")), "where")
-    assert said(answer) == [Record("at", (str(start), str(start), "//missing"))]
+    assert said(answer) == [ScriptRecord("at", (str(start), str(start), "//missing"))]
 
 
 def test_a_script_that_runs_too_long_is_a_timeout(scripts: dict[str, str]) -> None:
@@ -117,7 +120,7 @@ def test_a_bulk_script_keeps_its_answer_status_stderr_and_stdin(scripts: dict[st
     scripts["probe"] = 'cat; rec args "$#" "$2"; echo oops >&2; exit 5\n'
     answer = run_script(LocalHost(), "probe", "a", "b c", payload=b"in\n", check=False, bulk=True)
     assert answer.stdout.startswith(b"in\n#args\t2\tb c\n#end\t")
-    assert said(answer, status=5) == [Record("args", ("2", "b c"))]
+    assert said(answer, status=5) == [ScriptRecord("args", ("2", "b c"))]
     assert (answer.returncode, answer.stderr) == (5, "oops\n")
     with pytest.raises(CommandError, match="the probe step"):
         run_script(LocalHost(), "probe", "a", "b", bulk=True)

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxgpu.host.scripts import Record, ScriptArgs, ScriptOutput, parse_records
+from proxgpu.host.scripts import ScriptArgs, ScriptOutput, ScriptRecord, parse_records
 
 
 def test_records_are_the_lines_that_start_with_a_hash() -> None:
     text = "#uid\t0\nplain output\n  #indented\n#file\t0\tfile\tab12\t644\n\n#end\n"
     assert parse_records(text) == [
-        Record("uid", ("0",)),
-        Record("file", ("0", "file", "ab12", "644")),
-        Record("end", ()),
+        ScriptRecord("uid", ("0",)),
+        ScriptRecord("file", ("0", "file", "ab12", "644")),
+        ScriptRecord("end", ()),
     ]
 
 
@@ -28,7 +28,7 @@ def test_fields_are_split_on_tabs_only_and_may_be_empty() -> None:
 
 
 def test_carriage_returns_and_other_line_breaks_end_a_record() -> None:
-    assert parse_records("#a\t1\r\n#b\t2") == [Record("a", ("1",)), Record("b", ("2",))]
+    assert parse_records("#a\t1\r\n#b\t2") == [ScriptRecord("a", ("1",)), ScriptRecord("b", ("2",))]
     assert parse_records("") == []
 
 
@@ -39,7 +39,7 @@ def output(text: str, returncode: int = 0) -> ScriptOutput:
 def test_records_are_found_by_kind_in_order() -> None:
     answer = output("#file\t0\n#uid\t0\n#file\t1\n#end\n")
     assert [r[0] for r in answer.of("file")] == ["0", "1"]
-    assert answer.first("file") == Record("file", ("0",))
+    assert answer.first("file") == ScriptRecord("file", ("0",))
     assert answer.first("lock") is None
     assert answer.has("uid") and not answer.has("lock")
 
