@@ -12,6 +12,7 @@ own options say, and ``BatchMode`` so that nothing ever waits for a password.
 Names reach ssh as argument-list entries after ``--``, never through a shell, and only the names
 :func:`~proxgpu.host.sshcommon.parse_target` accepts.
 
+>>> from proxgpu.host.sshcommon import SSHOptions
 >>> host = OpenSSHHost("root@pve1:2222", SSHOptions(identity_file="/k"))
 >>> host.ssh_argv()[-4:]
 ['-p', '2222', '--', 'pve1']
@@ -53,7 +54,6 @@ from proxgpu.host.local import process_running
 from proxgpu.host.sshcommon import (
     SIGNALLED,
     Opening,
-    SSHOptions,
     SSHTarget,
     known_hosts_files,
     known_hosts_name,
@@ -116,15 +116,8 @@ class OpenSSHHost(SSHTarget):
     ``root`` and ``live``: see :class:`~proxgpu.host.sshcommon.SSHTarget`.
     """
 
-    def __init__(
-        self,
-        target: str,
-        options: SSHOptions | None = None,
-        root: str = "/",
-        live: bool | None = None,
-    ) -> None:
-        super().__init__(target, options, root, live)
-        self._user, self._alias, self._port = parse_target(target)
+    def _unconnected(self) -> None:
+        self._user, self._alias, self._port = parse_target(self.target)
         self._folder: str | None = None
         self._opening: Opening | None = None
         self._open = False

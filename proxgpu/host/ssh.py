@@ -73,14 +73,7 @@ class SSHHost(SSHTarget):
     ('root@pve1', False)
     """
 
-    def __init__(
-        self,
-        target: str,
-        options: SSHOptions | None = None,
-        root: str = "/",
-        live: bool | None = None,
-    ) -> None:
-        super().__init__(target, options, root, live)
+    def _unconnected(self) -> None:
         self._clients: list[paramiko.SSHClient] = []
         self._timeout = self.options.connect_timeout or 10.0
         self._opening: Opening | None = None

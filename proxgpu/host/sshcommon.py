@@ -215,3 +215,7 @@ class SSHTarget(Host):
         self.root = root
         self.is_live = root == "/" if live is None else live
         self.name = target
+        self._unconnected()
+
+    def _unconnected(self) -> None:
+        """The transport's own state before its first command (no connection yet)."""
