@@ -19,6 +19,9 @@ from proxgpu.paths import (
 from proxgpu.planning.model import Plan
 from proxgpu.rendering.context import RenderContext, functions_by_address, role_functions
 
+#: proxgpu's own modprobe.d files, now and as earlier versions named it.
+OURS = frozenset({MODPROBE_CONF, LEGACY_MODPROBE_CONF})
+
 
 def _conflicts_in_line(words: list[str], ids: set[str], modules: set[str]) -> str | None:
     """Why a modprobe.d line or kernel parameter would take a kept function away, if it does."""
@@ -115,10 +118,6 @@ def refuse_shadowed_hook(ctx: RenderContext, modules: list[str]) -> None:
             "marked for vfio-pci:\n" + "\n".join(problems),
             "remove it or use --bind-method driverctl",
         )
-
-
-#: proxgpu's own modprobe.d files, now and as earlier versions named it.
-OURS = frozenset({MODPROBE_CONF, LEGACY_MODPROBE_CONF})
 
 
 def theirs(inventory: Inventory, kernel: str | None = None) -> KmodConfig:
