@@ -34,11 +34,7 @@ def gpu_filter(params: dict[str, Any]) -> GpuFilter:
     >>> gpu_filter({"gpu_vendor": ["0x10DE"], "gpu_class": None})
     GpuFilter(classes=('03', '12'), vendors=('10de',))
     """
-    vendors = tuple(v.lower().removeprefix("0x") for v in params.get("gpu_vendor") or [])
-    classes = tuple(
-        c.lower().removeprefix("0x") for c in params.get("gpu_class") or GpuFilter.classes
-    )
-    return GpuFilter(classes=classes, vendors=vendors or None)
+    return GpuFilter.of(params.get("gpu_class"), params.get("gpu_vendor"))
 
 
 def split_request(params: dict[str, Any]) -> SplitRequest:

@@ -6,22 +6,20 @@ nothing to change, 2 changes (or a reboot) pending, 1 any error.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import NamedTuple
 
 from proxgpu.apply import ApplyOptions, ApplyResult, apply_changes
 from proxgpu.apply.transaction import NO_CHANGES
+from proxgpu.cli.commandline import CommandLine, next_command
 from proxgpu.cli.hosts import open_host
-from proxgpu.cli.options import given, next_command
 from proxgpu.cli.plan_text import render_changes, render_plan
-from proxgpu.cli.proposing import proposal
 from proxgpu.cli.shown import Shown, StepPrinter, emit, run_one
 from proxgpu.errors import UsageError
 from proxgpu.fleet import Say
 from proxgpu.host.base import Host
 from proxgpu.inspection import Inventory
-from proxgpu.pipeline import Proposal
+from proxgpu.pipeline import Proposal, propose
 from proxgpu.pipeline.documents import apply_document, plan_document, shown
 from proxgpu.pipeline.saved import load_plan, save_plan
 from proxgpu.planning import Plan
@@ -31,42 +29,38 @@ from proxgpu.rendering.changes import ChangeSet
 PENDING = 2
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def cmd_plan(line: CommandLine) -> int:
     """Show the split and the exact file changes it needs, without changing anything."""
-    return run_one(args, host_plan)
+    return run_one(line, host_plan)
 
 
-def host_plan(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+def host_plan(line: CommandLine, host: Host, say: Say) -> Shown:
     """One host's plan, saved to ``--out`` when given (``{host}`` in it: the host's name)."""
-    return plan_shown(args, host.name, proposal(args, host), say.name)
+    return plan_shown(line, host.name, propose(host, *line.split(), line.gpus))
 
 
-def plan_shown(args: argparse.Namespace, host: str, proposed: Proposal, name: str = "") -> Shown:
+def plan_shown(line: CommandLine, host: str, proposed: Proposal) -> Shown:
     """A proposal as ``plan`` shows it (a cluster's node comes planned already)."""
     inventory, plan, changes = proposed
     document = plan_document(plan, changes, inventory)
     pending: list[str] = document["reboot_pending"]
-    saved = getattr(args, "out", None)  # apply shows a cluster's plans too, and saves none
-    out = saved.replace("{host}", name or host) if saved else None
+    out = line.out.replace("{host}", line.one_of or host) if line.out else None
     if out:
         save_plan(out, host, plan, changes)
-    text = (
-        render_plan(plan, inventory) + "\n\n" + render_changes(shown(changes), color=args.use_color)
-    )
+    text = render_plan(plan, inventory) + "\n\n" + render_changes(shown(changes), color=line.color)
     text += _pending(pending)
     if out:
-        text += f"Saved to {out}: apply exactly this with `{apply_command(args, out)}`.\n"
+        text += f"Saved to {out}: apply exactly this with `{apply_command(line, out)}`.\n"
     elif changes.changed:
-        text += f"Apply it with `{apply_command(args)}`.\n"
-    code = PENDING if args.detailed_exitcode and (changes.changed or pending) else 0
+        text += f"Apply it with `{apply_command(line)}`.\n"
+    code = PENDING if line.detailed and (changes.changed or pending) else 0
     return Shown(text, document, code)
 
 
-def apply_command(args: argparse.Namespace, saved: str | None = None) -> str:
+def apply_command(line: CommandLine, saved: str | None = None) -> str:
     """The command that applies this plan on the same host: ``saved``, the file it was saved
     to, else the same split options."""
-    request = ["--plan", saved] if saved else given(args, args.split_options)
-    return next_command(args, "apply", *request)
+    return next_command(line, "apply", *(["--plan", saved] if saved else line.request))
 
 
 def _pending(pending: list[str]) -> str:
@@ -86,56 +80,51 @@ def confirm(question: str, action: str = "apply") -> bool:
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
-def _what_to_apply(
-    args: argparse.Namespace, host: Host, name: str = ""
-) -> tuple[Inventory | None, Plan, ChangeSet]:
+def _what_to_apply(line: CommandLine, host: Host) -> Proposed:
     """A fresh proposal, or the saved plan ``--plan FILE`` names (``{host}`` in it: the host's
     name; checked to be for this host; its inventory is not saved: the compare-and-swap on
     every file stands in for it)."""
-    if not args.plan:
-        return proposal(args, host)
-    words = given(args, args.split_options)
-    beside = list(dict.fromkeys(word for word in words if word.startswith("--")))
+    if not line.plan:
+        return Proposed(*propose(host, *line.split(), line.gpus))
+    beside = list(dict.fromkeys(word for word in line.request if word.startswith("--")))
     if beside:
         raise UsageError(
-            f"--plan {args.plan} is the whole request, so {', '.join(beside)} "
+            f"--plan {line.plan} is the whole request, so {', '.join(beside)} "
             f"would be ignored: drop {'it' if len(beside) == 1 else 'them'}, or plan again with "
             f"{'it' if len(beside) == 1 else 'them'} (plan --out FILE) and apply that plan"
         )
-    path = args.plan.replace("{host}", name or host.name)
-    saved = load_plan(path, trust_unsigned=args.trust_unsigned)
+    path = line.plan.replace("{host}", line.one_of or host.name)
+    saved = load_plan(path, trust_unsigned=line.trust_unsigned)
     if saved.host != host.name:
         raise UsageError(f"{path}: made for {saved.host}, not {host.name}")
-    return None, saved.plan, saved.changes
+    return Proposed(None, saved.plan, saved.changes)
 
 
-def cmd_apply(args: argparse.Namespace) -> int:
+def cmd_apply(line: CommandLine) -> int:
     """Show the plan and diff, ask, then apply as one transaction (or only check with --dry-run)."""
-    if args.json and not (args.yes or args.dry_run):
+    if line.json and not (line.yes or line.dry_run):
         raise UsageError("--json prints one document and cannot ask: add --yes or --dry-run")
     # -q: only what went wrong, unless there is a question to ask about the diff.
-    quiet = args.json or args.quiet
-    with open_host(args) as host:
-        inventory, plan, changes = _what_to_apply(args, host)
-        proceed = args.dry_run or args.yes or not changes.changed
-        if not (args.json or (args.quiet and proceed)):
-            print(_shown_plan(args, inventory, plan, changes), end="")
+    quiet = line.json or line.quiet
+    with open_host(line) as host:
+        proposed = _what_to_apply(line, host)
+        proceed = line.dry_run or line.yes or not proposed.changes.changed
+        if not (line.json or (line.quiet and proceed)):
+            print(_shown_plan(line, *proposed), end="")
         if not proceed and not confirm(f"Apply these changes to {host.name}?"):
             print("Nothing changed.", file=sys.stderr)
             return 1
-        result = _apply(
-            args, host, Proposed(inventory, plan, changes), StepPrinter(host.name, quiet=quiet)
-        )
-    if args.json:
-        emit(args, Shown(document=apply_document(plan, result, changes)))
-    elif not args.quiet:
-        print(_result_text(result, changes), end="")
-    return PENDING if args.detailed_exitcode and result.changed else 0
+        result = _apply(line, host, proposed, StepPrinter(host.name, quiet=quiet))
+    if line.json:
+        emit(line, Shown(document=apply_document(proposed.plan, result, proposed.changes)))
+    elif not line.quiet:
+        print(_result_text(result, proposed.changes), end="")
+    return PENDING if line.detailed and result.changed else 0
 
 
-def host_apply(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+def host_apply(line: CommandLine, host: Host, say: Say) -> Shown:
     """One host's apply among several: ``--yes`` was given, nothing is asked."""
-    return apply_shown(args, host, Proposed(*_what_to_apply(args, host, say.name)), say)
+    return apply_shown(line, host, _what_to_apply(line, host), say)
 
 
 class Proposed(NamedTuple):
@@ -146,41 +135,27 @@ class Proposed(NamedTuple):
     changes: ChangeSet
 
 
-def apply_shown(args: argparse.Namespace, host: Host, proposed: Proposed, say: Say) -> Shown:
+def apply_shown(line: CommandLine, host: Host, proposed: Proposed, say: Say) -> Shown:
     """Apply a proposal without asking (a cluster's node comes planned already); the plan, its
     diff and what was done."""
-    return applied_shown(args, proposed, _apply(args, host, proposed, say))
+    return applied_shown(line, proposed, _apply(line, host, proposed, say))
 
 
-def applied_shown(args: argparse.Namespace, proposed: Proposed, result: ApplyResult) -> Shown:
+def applied_shown(line: CommandLine, proposed: Proposed, result: ApplyResult) -> Shown:
     """An apply's result as ``apply`` shows it: the plan, its diff, what was done."""
-    text = _shown_plan(args, *proposed) + _result_text(result, proposed.changes)
-    code = PENDING if args.detailed_exitcode and result.changed else 0
+    text = _shown_plan(line, *proposed) + _result_text(result, proposed.changes)
+    code = PENDING if line.detailed and result.changed else 0
     return Shown(text, apply_document(proposed.plan, result, proposed.changes), code)
 
 
-#: With ``-v``, how many of a running follow-up action's last output lines each read shows.
-ACTION_OUTPUT = 5
+def apply_options(line: CommandLine) -> ApplyOptions:
+    """How the apply or rollback ``line`` asks for runs (the defaults, for another command)."""
+    return line.apply or ApplyOptions()
 
 
-def apply_options(args: argparse.Namespace) -> ApplyOptions:
-    """How ``apply`` or ``rollback`` runs, as its options say: ``--dry-run``, ``--live``,
-    ``--skip-guest-check``, ``--break-lock``, ``--force``, ``--trust-unsigned`` (each off where
-    the command has none), and with ``-v`` a running action's last output lines."""
-    return ApplyOptions(
-        dry_run=getattr(args, "dry_run", False),
-        live=args.live,
-        skip_guest_check=getattr(args, "skip_guest_check", False),
-        break_lock=args.break_lock,
-        force=getattr(args, "force", False),
-        trust_unsigned=getattr(args, "trust_unsigned", False),
-        action_output=ACTION_OUTPUT if getattr(args, "verbose", 0) else 0,
-    )
-
-
-def _apply(args: argparse.Namespace, host: Host, proposed: Proposed, say: Say) -> ApplyResult:
+def _apply(line: CommandLine, host: Host, proposed: Proposed, say: Say) -> ApplyResult:
     changes, plan, inventory = proposed.changes, proposed.plan, proposed.inventory
-    options = apply_options(args)
+    options = apply_options(line)
     return apply_changes(host, changes, options, plan=plan, inventory=inventory, progress=say)
 
 
@@ -193,7 +168,7 @@ def _result_text(result: ApplyResult, changes: ChangeSet) -> str:
 
 
 def _shown_plan(
-    args: argparse.Namespace, inventory: Inventory | None, plan: Plan, changes: ChangeSet
+    line: CommandLine, inventory: Inventory | None, plan: Plan, changes: ChangeSet
 ) -> str:
     text = render_plan(plan, inventory) + "\n\n" if inventory is not None else ""
-    return text + render_changes(shown(changes), color=args.use_color)
+    return text + render_changes(shown(changes), color=line.color)

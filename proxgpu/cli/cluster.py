@@ -8,11 +8,11 @@ beside ``"hosts"``).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any
 
 from proxgpu.cli.change import Proposed, applied_shown, apply_options, plan_shown
+from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.fleet import (
     EventPrinter,
     Header,
@@ -22,9 +22,7 @@ from proxgpu.cli.fleet import (
     run_fleet,
 )
 from proxgpu.cli.hosts import connector
-from proxgpu.cli.proposing import render_options, split_policy
 from proxgpu.cli.registry import Command
-from proxgpu.cli.setup import gpu_filter
 from proxgpu.cli.shown import Shown
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.fleet import ClusterNodes, ClusterPlan, Outcome, Target, find_nodes, snapshot_nodes
@@ -33,92 +31,89 @@ from proxgpu.pipeline import Proposal
 from proxgpu.rendering.changes import FileChange, unified_diff
 
 
-def run_cluster(
-    args: argparse.Namespace, command: Command, hosts: list[str], detailed: bool
-) -> int:
+def run_cluster(line: CommandLine, command: Command) -> int:
     """Run the command on every online node of the cluster; the worst node's exit code."""
-    if len(hosts) > 1:
+    if len(line.hosts) > 1:
         raise UsageError("--cluster takes one --host of the cluster (or --root of a snapshot)")
-    nodes = cluster_nodes(args, hosts[0] if hosts else None)
+    nodes = cluster_nodes(line)
     if command.name == "snapshot":
         from proxgpu.cli.snapshot import snapshot_cluster  # noqa: PLC0415 - this command only
 
-        return snapshot_cluster(args, nodes)
+        return snapshot_cluster(line, nodes)
     if command.name == "report":  # one file, a section per node
         from proxgpu.cli.report import write_report  # noqa: PLC0415 - this command only
 
         for name, why in nodes.skipped.items():
             print(f"{name}: {why}", file=sys.stderr)
-        return write_report(args, nodes.targets, cluster=nodes)
+        return write_report(line, nodes.targets, cluster=nodes)
     header = Header(nodes.summary() + "\n\n", nodes.document(), nodes.skipped)
     if command.plans_first:
-        return _planned(args, command, nodes, header, detailed)
-    return run_fleet(args, command, nodes.targets, header, detailed=detailed)
+        return _planned(line, command, nodes, header)
+    return run_fleet(line, command, nodes.targets, header)
 
 
-def cluster_nodes(args: argparse.Namespace, host: str | None) -> ClusterNodes:
+def cluster_nodes(line: CommandLine) -> ClusterNodes:
     """The members of the cluster the given host (or snapshot) belongs to, and how to reach
     each online node."""
-    if host is None and args.root is not None:
-        return snapshot_nodes(args.root)
-    return find_nodes(Target(host, args.root), connect=connector(args))
+    if line.host is None and line.root is not None:
+        return snapshot_nodes(line.root)
+    return find_nodes(Target(line.host, line.root), connect=connector(line))
 
 
-def _planned(
-    args: argparse.Namespace, command: Command, nodes: ClusterNodes, header: Header, detailed: bool
-) -> int:
+def _planned(line: CommandLine, command: Command, nodes: ClusterNodes, header: Header) -> int:
     """Plan every node first; show the mapping once; apply only when every node was planned."""
-    if getattr(args, "out", None) or getattr(args, "plan", None):
+    if line.out or line.plan:
         raise UsageError("--cluster plans every node afresh: leave out --out and --plan")
     applying = command.fleet == "rolling"
     if applying:
-        require_yes(args)
+        require_yes(line)
+    policy, render = line.split()
     planned = plan_cluster(
         nodes,
-        split_policy(args),
-        render_options(args),
-        gpu_filter(args),
-        mapping=args.mapping,
-        connect=connector(args),
-        forks=args.forks,
+        policy,
+        render,
+        line.gpus,
+        mapping=render.mapping,
+        connect=connector(line),
+        forks=line.forks,
     )
     text, document = header.text, {**header.document}
-    code = 2 if planned.mapping and planned.mapping.changed and args.detailed_exitcode else 0
+    code = 2 if planned.mapping and planned.mapping.changed and line.detailed else 0
     if planned.mapping is not None:
-        text += _mapping_text(args, planned, planned.mapping, applying and not planned.failed)
-        document["mapping"] = _mapping_document(args.mapping, planned.mapping)
+        text += _mapping_text(line, planned, planned.mapping, applying and not planned.failed)
+        document["mapping"] = _mapping_document(render.mapping, planned.mapping)
     names = list(planned.proposals)
     listen = EventPrinter(verbose=True)
     if applying and not planned.failed:
-        outcomes = _applied(args, planned, listen)
+        outcomes = _applied(line, planned, listen)
     else:
         if applying:
             text += f"Nothing was applied: {', '.join(planned.failed)} could not be planned.\n\n"
             code = max(code, 1)
-        outcomes = {n: _shown_plan(args, n, p) for n, p in planned.proposals.items()}
+        outcomes = {n: _shown_plan(line, nodes, n, p) for n, p in planned.proposals.items()}
     shown_header = Header(text, document, header.skipped, code)
-    print_all(args, command, names, outcomes, shown_header, ended=listen.ended)
-    return max([*(exit_code(o, detailed) for o in outcomes.values()), code])
+    print_all(line, command, names, outcomes, shown_header, ended=listen.ended)
+    return max([*(exit_code(o, line.detailed) for o in outcomes.values()), code])
 
 
 def _shown_plan(
-    args: argparse.Namespace, name: str, found: Proposal | ProxgpuError
+    line: CommandLine, nodes: ClusterNodes, name: str, found: Proposal | ProxgpuError
 ) -> Outcome[Shown]:
     if isinstance(found, ProxgpuError):
         return Outcome(name, error=found)
-    return Outcome(name, result=plan_shown(args, name, found, name))
+    return Outcome(name, result=plan_shown(line.at(nodes.targets[name], name), name, found))
 
 
 def _applied(
-    args: argparse.Namespace, planned: ClusterPlan, listen: EventPrinter
+    line: CommandLine, planned: ClusterPlan, listen: EventPrinter
 ) -> dict[str, Outcome[Shown]]:
     """The library's rollout, each node shown as ``apply`` shows one host."""
     proposals = planned.to_apply()
     rollout = apply_cluster(
         planned,
-        connect=connector(args),
-        parallel=args.parallel,
-        options=apply_options(args),
+        connect=connector(line),
+        parallel=line.parallel,
+        options=apply_options(line),
         on_event=listen,
     )
     outcomes: dict[str, Outcome[Shown]] = {}
@@ -126,25 +121,25 @@ def _applied(
         if outcome.result is None:
             outcomes[name] = Outcome(name, error=outcome.error, seconds=outcome.seconds)
         else:
-            shown = applied_shown(args, Proposed(*proposals[name]), outcome.result)
+            shown = applied_shown(line, Proposed(*proposals[name]), outcome.result)
             outcomes[name] = Outcome(name, result=shown, seconds=outcome.seconds)
     return outcomes
 
 
 def _mapping_text(
-    args: argparse.Namespace, planned: ClusterPlan, mapping: FileChange, applying: bool
+    line: CommandLine, planned: ClusterPlan, mapping: FileChange, applying: bool
 ) -> str:
     first = planned.nodes.first
     how = f"with {first}'s apply" + (", through the Proxmox API" if planned.nodes.live else "")
-    head = f"PCI mapping {args.mapping} ({mapping.path}), one for the whole cluster"
+    head = f"PCI mapping {planned.mapping_name} ({mapping.path}), one for the whole cluster"
     if not mapping.changed:
         return f"{head}: no change.\n\n"
     verb = "is written" if applying else "would be written"
-    diff = unified_diff(mapping, color=getattr(args, "use_color", False))
+    diff = unified_diff(mapping, color=line.color)
     return f"{head}, {verb} once, {how}:\n{diff}\n"
 
 
-def _mapping_document(name: str, mapping: FileChange) -> dict[str, Any]:
+def _mapping_document(name: str | None, mapping: FileChange) -> dict[str, Any]:
     return {
         "name": name,
         "path": mapping.path,

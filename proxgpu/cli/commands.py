@@ -4,7 +4,6 @@ one JSON document, return the exit code. ``plan`` and ``apply`` are in :mod:`~pr
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -15,12 +14,12 @@ from proxgpu.apply.signing import load_key
 from proxgpu.apply.trust import problems as trust_problems
 from proxgpu.apply.verify import applied_entry, verify
 from proxgpu.cli.change import apply_options, confirm
+from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes
-from proxgpu.cli.setup import gpu_filter
 from proxgpu.cli.shown import Shown, StepPrinter, emit, run_one
 from proxgpu.cli.text import table
-from proxgpu.errors import DriftError
+from proxgpu.errors import DriftError, UsageError
 from proxgpu.fleet import Say
 from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
@@ -35,15 +34,14 @@ STRADDLES = 18
 UNKNOWN_NODE = 19
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def cmd_verify(line: CommandLine) -> int:
     """Compare the host with the last (or the named) apply; exit 17 on drift."""
-    return run_one(args, host_verify)
+    return run_one(line, host_verify)
 
 
-def host_verify(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+def host_verify(line: CommandLine, host: Host, say: Say) -> Shown:
     """One host's verify (see :func:`cmd_verify`)."""
-    trust_unsigned = getattr(args, "trust_unsigned", False)
-    report = verify(host, applied_entry(host, args.to, trust_unsigned=trust_unsigned))
+    report = verify(host, applied_entry(host, line.to, trust_unsigned=line.trust_unsigned))
     if report.drifted:
         lines = [f"{host.name}: drift: {line}" for line in report.drift]
     elif report.pending_reboot:
@@ -58,35 +56,35 @@ def host_verify(args: argparse.Namespace, host: Host, say: Say) -> Shown:
     return Shown(_lines(lines), report.model_dump(mode="json"), code)
 
 
-def cmd_rollback(args: argparse.Namespace) -> int:
+def cmd_rollback(line: CommandLine) -> int:
     """Restore the files of a journal entry byte for byte and re-run the post-actions."""
-    with open_host(args) as host:
-        question = f"Roll {host.name} back to before {args.to or 'the last apply'}?"
-        if not (args.yes or args.dry_run) and not confirm(question, "roll back"):
+    with open_host(line) as host:
+        question = f"Roll {host.name} back to before {line.to or 'the last apply'}?"
+        if not (line.yes or line.dry_run) and not confirm(question, "roll back"):
             print("Nothing changed.", file=sys.stderr)
             return 1
-        shown = host_rollback(args, host, StepPrinter(host.name, quiet=args.json or args.quiet))
+        shown = host_rollback(line, host, StepPrinter(host.name, quiet=line.json or line.quiet))
     # -q: only what went wrong (the notes), not what was restored.
-    emit(args, shown if args.json or not args.quiet else Shown(notes=shown.notes))
+    emit(line, shown if line.json or not line.quiet else Shown(notes=shown.notes))
     return shown.code
 
 
-def host_rollback(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+def host_rollback(line: CommandLine, host: Host, say: Say) -> Shown:
     """One host's rollback, without asking (see :func:`cmd_rollback`)."""
-    result = rollback(host, args.to, apply_options(args), progress=say)
+    result = rollback(host, line.to, apply_options(line), progress=say)
     text = _lines(result.messages or [f"restored {len(result.files)} files"])
     if result.preview is not None:
         # A dry run shows each file as the diff from now to what the rollback would leave.
-        text = render_changes(shown(result.preview), color=args.use_color) + text
+        text = render_changes(shown(result.preview), color=line.color) + text
     return Shown(text, redact_document(result.model_dump(mode="json")))
 
 
-def cmd_history(args: argparse.Namespace) -> int:
+def cmd_history(line: CommandLine) -> int:
     """List the journal, oldest first."""
-    return run_one(args, host_history)
+    return run_one(line, host_history)
 
 
-def host_history(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+def host_history(line: CommandLine, host: Host, say: Say) -> Shown:
     """One host's journal (see :func:`cmd_history`)."""
     journal = read_journal(host)
     notes = [
@@ -117,40 +115,40 @@ def _trusted(untrusted: dict[str, str], entry_id: str) -> str:
     return "NO" if entry_id in untrusted else "yes"
 
 
-def cmd_check_gpus(args: argparse.Namespace) -> int:
+def cmd_check_gpus(line: CommandLine) -> int:
     """Exit 0 when a GPU set is NUMA-local, 18 when it straddles nodes, 19 when a GPU's node is
     unknown; the explanation says which GPU is where."""
-    with open_host(args) as host:
-        shown = host_check_gpus(args, host, StepPrinter(host.name, quiet=True))
-    if not args.json and shown.code:
+    with open_host(line) as host:
+        shown = host_check_gpus(line, host, StepPrinter(host.name, quiet=True))
+    if not line.json and shown.code:
         print(shown.text, end="", file=sys.stderr)
     else:
-        emit(args, shown)
+        emit(line, shown)
     return shown.code
 
 
-def host_check_gpus(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+def host_check_gpus(line: CommandLine, host: Host, say: Say) -> Shown:
     """One host's check (see :func:`cmd_check_gpus`)."""
-    inventory = inspect(host, gpu_filter(args))
-    check = check_gpu_set(inventory, [s.strip() for s in args.gpus.split(",") if s.strip()])
+    check = check_gpu_set(inspect(host, line.gpus), list(line.gpu_set))
     code = 0
     if not check.numa_local:
         code = UNKNOWN_NODE if any(p.numa_node is None for p in check.gpus) else STRADDLES
     return Shown(check.explanation + "\n", check.model_dump(mode="json"), code)
 
 
-def cmd_snapshot(args: argparse.Namespace) -> int:
+def cmd_snapshot(line: CommandLine) -> int:
     """Capture what inspection reads into a directory that ``--root`` reads back."""
-    return run_one(args, host_snapshot)
+    return run_one(line, host_snapshot)
 
 
-def host_snapshot(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+def host_snapshot(line: CommandLine, host: Host, say: Say) -> Shown:
     """One host's snapshot, in ``-o DIR`` (``DIR/HOST`` among several hosts)."""
-    several = len(getattr(args, "hosts", None) or []) > 1
-    output = os.path.join(args.output, say.name) if several else args.output
+    if line.output is None:
+        raise UsageError("snapshot writes a directory: give -o DIR")
+    output = os.path.join(line.output, line.one_of) if line.one_of else line.output
     capture = gather(host, modes=True)
     entries = write_tree(capture, output)
-    inventory = build_inventory(capture, host.name, gpu_filter(args))
+    inventory = build_inventory(capture, host.name, line.gpus)
     document = {"host": host.name, "output": output, "entries": entries}
     document["gpus"] = [g.address for g in inventory.gpus]
     text = (

@@ -18,6 +18,7 @@ import os
 import sys
 from types import ModuleType
 
+from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.manual import TYPICAL, roff_sections
 from proxgpu.errors import ProxgpuError
 
@@ -216,19 +217,19 @@ def man_page(parser: argparse.ArgumentParser | None = None) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def cmd_completion(args: argparse.Namespace) -> int:
+def cmd_completion(line: CommandLine) -> int:
     r"""``proxgpu completion SHELL``: print the completion script.
 
     >>> import contextlib, io
     >>> out = io.StringIO()
     >>> with contextlib.redirect_stdout(out):
-    ...     status = cmd_completion(argparse.Namespace(shell="zsh"))
+    ...     status = cmd_completion(CommandLine(command="completion", shell="zsh"))
     >>> status, out.getvalue()[:16]
     (0, '#compdef proxgpu')
     >>> out.getvalue().endswith("\n")
     True
     """
-    sys.stdout.write(completion_script(args.shell))
+    sys.stdout.write(completion_script(line.shell))
     return 0
 
 

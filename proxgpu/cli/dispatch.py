@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from importlib import import_module
 
-from proxgpu.cli.console import report_error, setup_logging, wants_color
+from proxgpu.cli.commandline import CommandLine, read
+from proxgpu.cli.console import report_error, setup_logging
 from proxgpu.cli.hosts import close_unused, open_early
 from proxgpu.cli.registry import COMMANDS, Command
 from proxgpu.cli.roots import check_not_a_cluster_snapshot
@@ -48,60 +49,40 @@ def run(args: argparse.Namespace, detailed: bool) -> int:
     """Run the command ``args`` name, for one host, many or a cluster; the exit code."""
     # `completion` takes none of the output options the other commands share.
     setup_logging(getattr(args, "verbose", 0), getattr(args, "quiet", False))
-    color = getattr(args, "color", "never")
-    args.use_color = wants_color(color, tty=sys.stdout.isatty(), environ=os.environ)
-    args.json = getattr(args, "json", False)
-    hosts = _expand(getattr(args, "host", None))
-    args.hosts, args.host = hosts, hosts[0] if hosts else None
-    command = COMMANDS[args.command]
-    if getattr(args, "cluster", False):
+    as_json = getattr(args, "json", False)
+    return _guarded(as_json, detailed, lambda: _route(read(args, detailed)))
+
+
+def _route(line: CommandLine) -> int:
+    command = COMMANDS[line.command]
+    if line.cluster:
         # Every online node of the cluster, as a fleet keyed by node name (see .cluster).
-        return _guarded(args, detailed, lambda: _cluster(args, command, hosts, detailed))
-    if len(hosts) > 1 and command.fleet != "self":
-        return _guarded(args, detailed, lambda: _fleet(args, command, hosts, detailed))
-    return _run(args, command, detailed)
+        return int(import_module("proxgpu.cli.cluster").run_cluster(line, command))
+    if len(line.hosts) > 1 and command.fleet != "self":
+        fleet = import_module("proxgpu.cli.fleet")
+        fleet.check_several(line)
+        targets = {h: fleet.Target(h, line.root) for h in line.hosts}
+        return int(fleet.run_fleet(line, command, targets))
+    return _run(line, command)
 
 
-def _expand(values: list[str] | None) -> list[str]:
-    # The fleet engine is imported only for several hosts: it brings the planner along.
-    if not values or (len(values) == 1 and "," not in values[0]):
-        return [v.strip() for v in values or [] if v.strip()]
-    return list(import_module("proxgpu.fleet.engine").expand_hosts(values))
-
-
-def _fleet(args: argparse.Namespace, command: Command, hosts: list[str], detailed: bool) -> int:
-    fleet = import_module("proxgpu.cli.fleet")
-    fleet.check_several(args)
-    targets = {h: fleet.Target(h, args.root) for h in hosts}
-    return int(fleet.run_fleet(args, command, targets, detailed=detailed))
-
-
-def _cluster(args: argparse.Namespace, command: Command, hosts: list[str], detailed: bool) -> int:
-    return int(import_module("proxgpu.cli.cluster").run_cluster(args, command, hosts, detailed))
-
-
-def _run(args: argparse.Namespace, command: Command, detailed: bool) -> int:
-    """Run the command for one host (or none): its exit code, every failure on one line."""
-
-    def one() -> int:
-        root = getattr(args, "root", None)
-        if root and not args.host:
-            check_not_a_cluster_snapshot(root)
-        # The SSH handshake then overlaps the command's imports (see .hosts).
-        open_early(args)
-        # Its module is imported once it runs: it brings pydantic, paramiko and jinja2 along.
-        return command.run(args)
-
+def _run(line: CommandLine, command: Command) -> int:
+    """Run the command for one host (or none); its exit code."""
+    if line.root and not line.host:
+        check_not_a_cluster_snapshot(line.root)
     start = time.monotonic()
+    # The SSH handshake then overlaps the command's imports (see .hosts).
+    open_early(line)
     try:
-        return _guarded(args, detailed, one)
+        # Its module is imported once it runs: it brings pydantic, paramiko and jinja2 along.
+        return command.run(line)
     finally:
-        close_unused(args)
+        close_unused(line)
         # -vv: the whole command's time, beside each exchange's.
-        log.debug("%s took %.3f s", args.command, time.monotonic() - start)
+        log.debug("%s took %.3f s", line.command, time.monotonic() - start)
 
 
-def _guarded(args: argparse.Namespace, detailed: bool, work: Callable[[], int]) -> int:
+def _guarded(as_json: bool, detailed: bool, work: Callable[[], int]) -> int:
     """``work``'s exit code, every failure on one line."""
     try:
         # Saying what failed writes to stdout too (--json), so it is inside the pipe's guard,
@@ -109,7 +90,7 @@ def _guarded(args: argparse.Namespace, detailed: bool, work: Callable[[], int]) 
         try:
             code = work()
         except ProxgpuError as exc:
-            report_error(exc, args.json)
+            report_error(exc, as_json)
             code = 1 if detailed else exc.exit_code
         sys.stdout.flush()
         return code

@@ -10,22 +10,22 @@ The exit code is the worst host's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from functools import partial
 from importlib import import_module
 from typing import Any
 
+from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.console import error_document, write_output
 from proxgpu.cli.hosts import connector
 from proxgpu.cli.registry import Command
 from proxgpu.cli.shown import Shown
 from proxgpu.errors import UsageError
-from proxgpu.fleet import Event, Outcome, Target, each_host, roll_out
+from proxgpu.fleet import Event, Outcome, Say, Target, each_host, roll_out
+from proxgpu.host.base import Host
 
 
 @dataclass(frozen=True)
@@ -40,47 +40,48 @@ class Header:
 
 
 def run_fleet(
-    args: argparse.Namespace,
+    line: CommandLine,
     command: Command,
     targets: dict[str, Target],
     header: Header | None = None,
-    *,
-    lead: str | None = None,
-    detailed: bool = False,
 ) -> int:
     """Run ``command``'s work on every host (a rollout for the commands that change hosts),
     print the results in order; the worst exit code."""
     header = header or Header()
     rolling = command.fleet == "rolling"
     if rolling:
-        require_yes(args)
+        require_yes(line)
     listen = EventPrinter(verbose=rolling)
-    one = partial(command.host_work(), args)
+    work = command.host_work()
+
+    def one(host: Host, say: Say) -> Shown:
+        # Each host's work sees the command line of that host alone.
+        return work(line.at(targets[say.name], say.name), host, say)
+
     if rolling:
         rollout = roll_out(
             targets,
             one,
-            connect=connector(args),
-            parallel=args.parallel,
-            lead=lead,
+            connect=connector(line),
+            parallel=line.parallel,
             on_event=listen,
         )
         outcomes = rollout.outcomes
     else:
         outcomes = each_host(
-            targets, one, connect=connector(args), forks=args.forks, on_event=listen
+            targets, one, connect=connector(line), forks=line.forks, on_event=listen
         )
-    print_all(args, command, list(targets), outcomes, header, ended=listen.ended)
-    codes = [exit_code(o, detailed) for o in outcomes.values()]
+    print_all(line, command, list(targets), outcomes, header, ended=listen.ended)
+    codes = [exit_code(o, line.detailed) for o in outcomes.values()]
     return max([*codes, header.code], default=0)
 
 
-def require_yes(args: argparse.Namespace) -> None:
+def require_yes(line: CommandLine) -> None:
     """Several hosts are changed only with ``--yes`` (or checked with ``--dry-run``).
 
     :raises UsageError: without either.
     """
-    if not (getattr(args, "yes", False) or getattr(args, "dry_run", False)):
+    if not (line.yes or line.dry_run):
         raise UsageError(
             "several hosts cannot be asked one by one: review them with "
             "`proxgpu plan --host ...`, then pass --yes"
@@ -112,7 +113,7 @@ class EventPrinter:
 
 
 def print_all(
-    args: argparse.Namespace,
+    line: CommandLine,
     command: Command,
     hosts: list[str],
     outcomes: dict[str, Outcome[Shown]],
@@ -138,11 +139,11 @@ def print_all(
             )
     for name, why in header.skipped.items():
         print(f"{name}: {why}", file=sys.stderr)
-    write_all(args, command, hosts, outcomes, header)
+    write_all(line, command, hosts, outcomes, header)
 
 
 def write_all(
-    args: argparse.Namespace,
+    line: CommandLine,
     command: Command,
     hosts: list[str],
     outcomes: dict[str, Outcome[Shown]],
@@ -150,8 +151,8 @@ def write_all(
 ) -> None:
     """stdout, or ``-o FILE``: one document holding every host (JSON: the fleet document;
     text: a section per host), written whole (see :func:`~.console.write_output`)."""
-    svg = getattr(args, "format", "text") == "svg" and not getattr(args, "tree", False)
-    if args.json:
+    svg = line.format == "svg" and not line.tree
+    if line.json:
         documents = {n: _document(o) for n, o in outcomes.items()}
         extra = {"cluster": header.document} if header.document else {}
         text = json.dumps({**extra, "hosts": documents}, indent=2) + "\n"
@@ -166,16 +167,16 @@ def write_all(
             if outcome is not None and outcome.result is not None:
                 body = outcome.result.text
                 text += f"== {name} ==\n{body}" + ("" if body.endswith("\n") else "\n")
-    output = getattr(args, "output", None) if command.output_is_result else None
+    output = line.output if command.output_is_result else None
     if output is not None and _per_host(output):
         _folder_for(output)
-        suffix = ".json" if args.json else ".svg" if svg else ".txt"
+        suffix = ".json" if line.json else ".svg" if svg else ".txt"
         for name in hosts:
             outcome = outcomes.get(name)
             if outcome is not None and outcome.result is not None:
                 own = json.dumps(_document(outcome), indent=2) + "\n"
                 path = per_host_path(output, name, suffix)
-                write_output(own if args.json else outcome.result.text, path)
+                write_output(own if line.json else outcome.result.text, path)
         return
     write_output(text, output)
 
@@ -206,13 +207,12 @@ def _per_host(output: str) -> bool:
     return "{host}" in output or output.endswith("/")
 
 
-def check_several(args: argparse.Namespace) -> None:
+def check_several(line: CommandLine) -> None:
     """Refuse what several hosts cannot share: one ``--out``/``--plan`` file for all.
 
     :raises UsageError: naming the option and the way out.
     """
-    for option in ("out", "plan"):
-        value = getattr(args, option, None)
+    for option, value in (("out", line.out), ("plan", line.plan)):
         if value and "{host}" not in value:
             raise UsageError(
                 f"--{option} {value}: several hosts cannot share one plan file; "

@@ -6,11 +6,10 @@ picture, when one is asked for.
 
 from __future__ import annotations
 
-import argparse
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from proxgpu.cli.setup import gpu_filter
+from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.shown import Shown, run_one
 from proxgpu.cli.text import render_inventory
 from proxgpu.errors import UsageError
@@ -23,26 +22,26 @@ if TYPE_CHECKING:
     from proxgpu.fleet import Say
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
+def cmd_inspect(line: CommandLine) -> int:
     """Print the host's inventory."""
-    check_inspect(args)
-    return run_one(args, host_inspect, args.output)
+    check_inspect(line)
+    return run_one(line, host_inspect, line.output)
 
 
-def check_inspect(args: argparse.Namespace) -> None:
+def check_inspect(line: CommandLine) -> None:
     """Refuse options that cannot go together, before any host is read."""
-    if args.json and (args.tree or args.format != "text"):
+    if line.json and (line.tree or line.format != "text"):
         raise UsageError("--json prints the inventory: leave out --tree and --format svg")
 
 
-def host_inspect(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+def host_inspect(line: CommandLine, host: Host, say: Say) -> Shown:
     """One host's inventory: its JSON document with ``--json`` (all that is printed then), else
     as text or a picture."""
-    inventory = inspect(host, gpu_filter(args))
-    if args.json:
+    inventory = inspect(host, line.gpus)
+    if line.json:
         return Shown("", inventory_document(inventory))
-    if args.tree or args.format == "svg":
-        text = import_module("proxgpu.cli.report").picture_of(inventory, tree=args.tree)
+    if line.tree or line.format == "svg":
+        text = import_module("proxgpu.cli.report").picture_of(inventory, tree=line.tree)
     else:
         text = render_inventory(inventory) + "\n"
     return Shown(text)

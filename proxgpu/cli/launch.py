@@ -10,7 +10,6 @@ prints the environment and the command instead of running it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -18,10 +17,12 @@ import shutil
 import sys
 from pathlib import Path
 
+from proxgpu.cli.commandline import CommandLine
+from proxgpu.cli.hosts import open_host
 from proxgpu.cli.numabind import bind_to_node
-from proxgpu.cli.setup import read_inventory
 from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import ProxgpuError, UsageError
+from proxgpu.inspection import inspect
 from proxgpu.planning.jobs import JobPlacement, place_job
 
 #: As env(1) and the shells: the command was not found, or found but could not be run.
@@ -31,34 +32,34 @@ CANNOT_RUN = 126
 BY_PROXGPU = "sched_setaffinity and set_mempolicy"
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(line: CommandLine) -> int:
     """Choose the GPUs, CPUs and memory node, then exec the command bound to them."""
-    command = args.job[1:] if args.job[:1] == ["--"] else args.job
-    if not command:
+    if not line.job:
         raise UsageError("name the command to run: proxgpu run --tp N -- COMMAND...")
-    inventory = read_inventory(args)
+    with open_host(line) as host:
+        inventory = inspect(host, line.gpus)
     # This machine's limits (a container's cpuset shows in the affinity the kernel gives every
     # process in it) apply to this machine only: a --root tree is described as it is.
-    usable = None if args.root is not None else os.sched_getaffinity(0)
-    job = place_job(inventory, args.tp, args.node, usable)
-    if args.root is not None and not args.dry_run and not same_machine(args.root):
+    usable = None if line.root is not None else os.sched_getaffinity(0)
+    job = place_job(inventory, line.tp, line.node, usable)
+    if line.root is not None and not line.dry_run and not same_machine(line.root):
         # The tree describes another machine: its GPUs' indexes and CPUs are not this one's.
         raise UsageError(
-            f"--root {args.root} describes another host, so the command would run here bound to "
+            f"--root {line.root} describes another host, so the command would run here bound to "
             "its GPUs and CPUs: add --dry-run to see what that host would get, or run it there"
         )
     numactl = shutil.which("numactl")
     node = job.numa_node
-    argv = [numactl, f"--cpunodebind={node}", f"--membind={node}", "--", *command]
-    argv = argv if numactl else command
+    bound = [numactl, f"--cpunodebind={node}", f"--membind={node}", "--"] if numactl else []
+    argv = [*bound, *line.job]
     dropped = [name for name in job.unset if name in os.environ]
-    line = summary(inventory.source, job, "numactl" if numactl else BY_PROXGPU, dropped)
-    if not args.quiet:
-        print(f"proxgpu: {line}", file=sys.stderr)
-    if args.dry_run:
-        if args.json:
+    said = summary(inventory.source, job, "numactl" if numactl else BY_PROXGPU, dropped)
+    if not line.quiet:
+        print(f"proxgpu: {said}", file=sys.stderr)
+    if line.dry_run:
+        if line.json:
             document = {"host": inventory.hostname, **job.model_dump(mode="json")}
-            print(json.dumps({**document, "command": argv, "summary": line}, indent=2))
+            print(json.dumps({**document, "command": argv, "summary": said}, indent=2))
         else:
             for key, value in job.environment.items():
                 print(f"{key}={shlex.quote(value)}")

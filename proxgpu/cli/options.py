@@ -1,17 +1,12 @@
 """The options the commands share. Defining them imports nothing but argparse, so that
-``proxgpu --help`` starts as fast as Python does; what they turn into is in
-:mod:`~proxgpu.cli.setup`."""
+``proxgpu --help`` starts as fast as Python does; what they turn into is
+:mod:`~proxgpu.cli.commandline`'s."""
 
 from __future__ import annotations
 
 import argparse
-import shlex
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    # Only named in annotations: --help imports this module, and the fleet engine is not cheap.
-    from proxgpu.fleet import Target
+from typing import Any
 
 
 class Once(argparse.Action):
@@ -169,37 +164,6 @@ def given(args: argparse.Namespace, options: Sequence[Forwarded]) -> list[str]:
         for one in value if isinstance(value, list) else [value]:
             words += [flag, str(one)]
     return words
-
-
-def same_host(args: argparse.Namespace, target: Target | None = None) -> list[str]:
-    """The host options of a command to run next on the host ``args`` reach, or on ``target``
-    (one of the several they reach), as words.
-
-    >>> from proxgpu.fleet import Target
-    >>> options = (("host", "--host", None, False), ("port", "--port", None, False))
-    >>> args = argparse.Namespace(host=["pve1", "pve2"], port=2222, host_options=options)
-    >>> same_host(args), same_host(args, Target(host="pve2"))
-    (['--host', 'pve1', '--host', 'pve2', '--port', '2222'], ['--host', 'pve2', '--port', '2222'])
-    """
-    if target is None:
-        return given(args, args.host_options)
-    rest = [o for o in args.host_options if o[0] not in ("host", "root", "cluster")]
-    named = ["--host", target.host] if target.host else []
-    tree = ["--root", target.root] if target.root else []
-    return [*named, *tree, *given(args, rest)]
-
-
-def next_command(
-    args: argparse.Namespace, verb: str, *words: str, target: Target | None = None
-) -> str:
-    """The command line of ``proxgpu VERB`` on the host ``args`` reach (or ``target``), with
-    ``words`` after the host options: what a plan or a report tells the admin to run next.
-
-    >>> options = (("root", "--root", None, False),)
-    >>> next_command(argparse.Namespace(root="/srv/snap", host_options=options), "verify")
-    'proxgpu verify --root /srv/snap'
-    """
-    return shlex.join(["proxgpu", verb, *same_host(args, target), *words])
 
 
 def plan_options(parser: argparse.ArgumentParser) -> list[argparse.Action]:

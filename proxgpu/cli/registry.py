@@ -2,8 +2,8 @@
 it, whether it plans every node of a cluster first, and whether ``-o`` is its output.
 
 A command's module (``module``, under :mod:`proxgpu.cli`) is imported only when the command
-runs, so that ``--help`` loads none. It holds ``cmd_NAME(args)``, the run for one host, and for
-a command that runs host by host ``host_NAME(args, host, say)``, one host's work among several.
+runs, so that ``--help`` loads none. It holds ``cmd_NAME(line)``, the run for one host, and for
+a command that runs host by host ``host_NAME(line, host, say)``, one host's work among several.
 
 >>> COMMANDS["apply"].fleet, COMMANDS["apply"].plans_first, COMMANDS["report"].per_host
 ('rolling', True, False)
@@ -11,7 +11,6 @@ a command that runs host by host ``host_NAME(args, host, say)``, one host's work
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING, Literal
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from proxgpu.errors import UsageError
 
 if TYPE_CHECKING:
+    from proxgpu.cli.commandline import CommandLine
     from proxgpu.cli.shown import HostWork, Shown
     from proxgpu.fleet import Say
     from proxgpu.host.base import Host
@@ -41,9 +41,9 @@ class Command:
     plans_first: bool = False
     output_is_result: bool = False
 
-    def run(self, args: argparse.Namespace) -> int:
-        """Run it for the one host (or none) ``args`` name; the exit code."""
-        return int(getattr(self._module(), f"cmd_{self._function}")(args))
+    def run(self, line: CommandLine) -> int:
+        """Run it for the one host (or none) ``line`` names; the exit code."""
+        return int(getattr(self._module(), f"cmd_{self._function}")(line))
 
     def host_work(self) -> HostWork:
         """Its work on one host of several, its module imported when the first host is open:
@@ -58,9 +58,9 @@ class Command:
             raise UsageError(f"proxgpu {self.name} does not run on several hosts: give one --host")
         name = f"host_{self._function}"
 
-        def work(args: argparse.Namespace, host: Host, say: Say) -> Shown:
+        def work(line: CommandLine, host: Host, say: Say) -> Shown:
             done: HostWork = getattr(self._module(), name)
-            return done(args, host, say)
+            return done(line, host, say)
 
         work.__name__ = name
         return work

@@ -7,17 +7,14 @@ several ``--host``, it reads them concurrently (``--forks``) into one file, a se
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from proxgpu.cli.commandline import CommandLine, next_command
 from proxgpu.cli.console import STDOUT, write_output
 from proxgpu.cli.hosts import connector
-from proxgpu.cli.options import given, next_command
-from proxgpu.cli.proposing import render_options, split_policy
-from proxgpu.cli.setup import gpu_filter
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
 from proxgpu.fleet import ClusterNodes, Outcome, Target, each_host
 from proxgpu.fleet.cluster import check_guests, node_policy, pool_mapping
@@ -33,48 +30,51 @@ def picture_of(inventory: Inventory, *, tree: bool) -> str:
     return inventory_tree(inventory) if tree else inventory_svg(inventory)
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_report(line: CommandLine) -> int:
     """Write the plan of each host as one self-contained HTML report, a section per host; exit 9
     when a plan was refused (the report says why), the code ``plan`` exits with when one could
     not be made (a guest that is not there: 16), or a host's error code when one could not be
     read (the others are still reported)."""
-    hosts = getattr(args, "hosts", None) or [args.host]
-    return write_report(args, {str(Target(h, args.root)): Target(h, args.root) for h in hosts})
+    targets = [Target(h, line.root) for h in line.hosts or (None,)]
+    return write_report(line, {str(t): t for t in targets})
 
 
 def write_report(
-    args: argparse.Namespace, targets: dict[str, Target], cluster: ClusterNodes | None = None
+    line: CommandLine, targets: dict[str, Target], cluster: ClusterNodes | None = None
 ) -> int:
     """The report of ``targets`` (a cluster's nodes each planned with the guests it holds)."""
-    if args.json and args.output == STDOUT:
+    output = line.output or STDOUT
+    if line.json and output == STDOUT:
         raise UsageError("report -o - writes the HTML to stdout: leave out --json, or give -o FILE")
     read = each_host(
         targets,
-        lambda host, say: inspect(host, gpu_filter(args)),
-        connect=connector(args),
-        forks=getattr(args, "forks", 1),
+        lambda host, say: inspect(host, line.gpus),
+        connect=connector(line),
+        forks=line.forks,
     )
+    policy, render = line.split()
     if cluster is not None:
         # Each node plans only the guests it holds: one on none is refused as plan refuses it.
-        check_guests(split_policy(args), cluster, {n: o.or_error() for n, o in read.items()})
+        check_guests(policy, cluster, {n: o.or_error() for n, o in read.items()})
     results = [
-        _host_report(args, targets[name], outcome, cluster) for name, outcome in read.items()
+        _host_report(line.at(targets[name], name), outcome, cluster)
+        for name, outcome in read.items()
     ]
     sections = [section for _, section, _ in results]
     header = None
     if cluster is not None:
-        sections, mapping = _pooled(dict(zip(read, sections, strict=True)), args.mapping, cluster)
-        header = ClusterHeader(cluster.summary(), mapping, args.mapping)
+        sections, mapping = _pooled(dict(zip(read, sections, strict=True)), render.mapping, cluster)
+        header = ClusterHeader(cluster.summary(), mapping, render.mapping)
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    write_output(render_report(sections, generated=generated, cluster=header), args.output)
+    write_output(render_report(sections, generated=generated, cluster=header), output)
     codes = [code for _, _, code in results]
     # With -o - the HTML is stdout: what was written is said on stderr.
-    said = sys.stderr if args.output == STDOUT else sys.stdout
-    if args.json:
-        print(json.dumps({"output": args.output, "hosts": [r[0] for r in results]}, indent=2))
+    said = sys.stderr if output == STDOUT else sys.stdout
+    if line.json:
+        print(json.dumps({"output": output, "hosts": [r[0] for r in results]}, indent=2))
     else:
         done = sum(isinstance(section, HostReport) for section in sections)
-        where = "stdout" if args.output == STDOUT else args.output
+        where = "stdout" if output == STDOUT else output
         print(f"wrote {where}: {done} of {len(targets)} hosts read", file=said)
     return max(codes)
 
@@ -98,25 +98,22 @@ def _pooled(
 
 
 def _host_report(
-    args: argparse.Namespace,
-    target: Target,
+    line: CommandLine,
     read: Outcome[Inventory],
     cluster: ClusterNodes | None,
 ) -> tuple[dict[str, object], HostReport | UnreadHost, int]:
     """One host's section (why it could not be read, for one that could not), with a line about
-    it for the summary and its exit code."""
-    name = str(target)
+    it for the summary and its exit code; ``line`` is that host's command line."""
+    name = str(Target(line.host, line.root))
     if read.error is not None or read.result is None:
         exc = read.error or ProxgpuError("not read")
         print(f"proxgpu: {exc}", file=sys.stderr)
         return {"host": name, "error": str(exc)}, UnreadHost(name, str(exc)), exc.exit_code
     inventory = read.result
-    policy = split_policy(args)
+    policy, render = line.split()
     if cluster is not None:
         policy = node_policy(policy, inventory)  # a cluster's node: only the guests it holds
-    section = replace(
-        plan_report(inventory, policy, render_options(args)), commands=_commands(args, target)
-    )
+    section = replace(plan_report(inventory, policy, render), commands=_commands(line))
     refused = bool(section.refusals)
     host = inventory.hostname
     summary: dict[str, object] = {
@@ -134,12 +131,11 @@ def _host_report(
     return summary, section, PlanRefusedError.exit_code if refused else 0
 
 
-def _commands(args: argparse.Namespace, target: Target) -> tuple[tuple[str, str], ...]:
-    """The commands a change ticket names for ``target``'s plan: apply it, verify it, roll it
-    back, each with the options that reach that host."""
-    request = given(args, args.split_options)
+def _commands(line: CommandLine) -> tuple[tuple[str, str], ...]:
+    """The commands a change ticket names for the plan of ``line``'s host: apply it, verify
+    it, roll it back, each with the options that reach that host."""
     return (
-        ("apply", next_command(args, "apply", *request, target=target)),
-        ("verify (after the reboot)", next_command(args, "verify", target=target)),
-        ("roll back", next_command(args, "rollback", target=target)),
+        ("apply", next_command(line, "apply", *line.request)),
+        ("verify (after the reboot)", next_command(line, "verify")),
+        ("roll back", next_command(line, "rollback")),
     )

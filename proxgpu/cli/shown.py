@@ -1,6 +1,6 @@
 """One host's result as the command line shows it, for one host or as a section of many.
 
-Each command that runs per host has a ``host_NAME(args, host, say)`` function returning a
+Each command that runs per host has a ``host_NAME(line, host, say)`` function returning a
 :class:`Shown`: the text, the ``--json`` document, the exit code and lines for stderr. A run for
 one host prints it (:func:`run_one`); a fleet prints every host's in order (:mod:`.fleet`).
 
@@ -10,7 +10,6 @@ one host prints it (:func:`run_one`); a fleet prints every host's in order (:mod
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -18,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.console import write_output
 from proxgpu.cli.hosts import open_host
 from proxgpu.host.base import Host
@@ -39,7 +39,7 @@ class Shown:
 
 
 #: A command's work on one opened host.
-HostWork = Callable[[argparse.Namespace, Host, "Say"], Shown]
+HostWork = Callable[[CommandLine, Host, "Say"], Shown]
 
 
 class StepPrinter:
@@ -61,18 +61,18 @@ class StepPrinter:
         print(f"[{elapsed:6.1f}s] {step}: {message}", file=sys.stderr, flush=True)
 
 
-def run_one(args: argparse.Namespace, work: HostWork, output: str | None = None) -> int:
-    """Run ``work`` on the host ``args`` name and print what it shows (to ``output`` when
+def run_one(line: CommandLine, work: HostWork, output: str | None = None) -> int:
+    """Run ``work`` on the host ``line`` names and print what it shows (to ``output`` when
     given); the exit code."""
-    with open_host(args) as host:
-        shown = work(args, host, StepPrinter(host.name, quiet=args.json))
-    emit(args, shown, output)
+    with open_host(line) as host:
+        shown = work(line, host, StepPrinter(host.name, quiet=line.json))
+    emit(line, shown, output)
     return shown.code
 
 
-def emit(args: argparse.Namespace, shown: Shown, output: str | None = None) -> None:
+def emit(line: CommandLine, shown: Shown, output: str | None = None) -> None:
     """Print one host's :class:`Shown`: its notes on stderr, its text or document on stdout."""
     for note in shown.notes:
         print(f"proxgpu: {note}", file=sys.stderr)
-    text = json.dumps(shown.document, indent=2) + "\n" if args.json else shown.text
+    text = json.dumps(shown.document, indent=2) + "\n" if line.json else shown.text
     write_output(text, output)

@@ -6,12 +6,12 @@ own folder), so that ``--root DIR --cluster`` plans the cluster offline.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.hosts import connector
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.fleet import ClusterNodes, Say, each_host
@@ -20,13 +20,13 @@ from proxgpu.host.base import Host
 from proxgpu.inspection.capture import Capture, as_cluster_node, gather, guest_files, write_tree
 
 
-def snapshot_cluster(args: argparse.Namespace, nodes: ClusterNodes) -> int:
+def snapshot_cluster(line: CommandLine, nodes: ClusterNodes) -> int:
     """Capture every online node, then write each one's tree; exit with the worst node's code
     (a node that could not be read has no tree, and says why)."""
-    out = Path(args.output)
+    out = Path(line.output or ".")
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out}: exists and is not empty; choose a new directory")
-    outcomes = each_host(nodes.targets, _read, connect=connector(args), forks=args.forks)
+    outcomes = each_host(nodes.targets, _read, connect=connector(line), forks=line.forks)
     read = {n: o.or_error() for n, o in outcomes.items()}
     captured = {n: r for n, r in read.items() if not isinstance(r, ProxgpuError)}
     guests = {n: guest_files(capture) for n, (capture, _) in captured.items()}
@@ -40,7 +40,7 @@ def snapshot_cluster(args: argparse.Namespace, nodes: ClusterNodes) -> int:
         written[name] = {"error": {"code": exc.exit_code, "message": str(exc)}}
     for name, why in nodes.skipped.items():
         print(f"{name}: {why}", file=sys.stderr)
-    if args.json:
+    if line.json:
         print(json.dumps({"cluster": nodes.members.name, "hosts": written}, indent=2))
     else:
         print(

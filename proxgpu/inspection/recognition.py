@@ -4,6 +4,7 @@ passed over and why (:func:`passed_over`), so that a plan that finds no GPU can 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from proxgpu.inspection.inventory import Gpu, PassedOver, PassedOverReason, PciFunction
@@ -32,6 +33,18 @@ class GpuFilter:
 
     classes: tuple[str, ...] = ("03", "12")
     vendors: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, classes: Iterable[str] | None, vendors: Iterable[str] | None) -> GpuFilter:
+        """The filter ``--gpu-class`` and ``--gpu-vendor`` (and the Ansible modules' options of
+        those names) ask for: hex in any case, with or without ``0x``; none given, the default.
+
+        >>> GpuFilter.of(None, ["0x10DE"])
+        GpuFilter(classes=('03', '12'), vendors=('10de',))
+        """
+        chosen = tuple(c.lower().removeprefix("0x") for c in classes or cls.classes)
+        only = tuple(v.lower().removeprefix("0x") for v in vendors or ())
+        return cls(classes=chosen, vendors=only or None)
 
     def matches(self, function: PciFunction) -> bool:
         """Whether ``function`` is a GPU."""

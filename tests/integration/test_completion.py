@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.completion import (
     SHELLS,
     cmd_completion,
@@ -128,7 +129,7 @@ def test_unknown_shell_is_refused_naming_the_choices() -> None:
 
 def test_completion_handler_prints_the_script(capsys: pytest.CaptureFixture[str]) -> None:
     for shell in SHELLS:
-        assert cmd_completion(argparse.Namespace(shell=shell)) == 0
+        assert cmd_completion(CommandLine(command="completion", shell=shell)) == 0
         assert capsys.readouterr().out == completion_script(shell)
 
 

@@ -15,7 +15,7 @@ from proxgpu.apply import ApplyOptions, rollback
 from proxgpu.apply.actions import run_followed
 from proxgpu.apply.options import ACTION_TIMEOUT
 from proxgpu.apply.transaction import apply_changes
-from proxgpu.cli.change import ACTION_OUTPUT, apply_options
+from proxgpu.cli.commandline import ACTION_OUTPUT, read
 from proxgpu.cli.parser import build_parser
 from proxgpu.cli.shown import StepPrinter
 from proxgpu.errors import CommandError, CommandTimeoutError, JournalError
@@ -163,9 +163,9 @@ def test_a_fleet_hears_each_hosts_lines_as_events_prefixed_with_the_host(
 
 def test_the_command_line_follows_with_v_and_rollback_takes_the_same_options() -> None:
     parser = build_parser()
-    back = apply_options(parser.parse_args(["rollback", "--force", "-v", "--host", "pve1"]))
+    back = read(parser.parse_args(["rollback", "--force", "-v", "--host", "pve1"])).apply
     assert back == ApplyOptions(force=True, action_output=ACTION_OUTPUT)
-    quiet = apply_options(parser.parse_args(["apply", "--dry-run", "--live", "--root", "t"]))
+    quiet = read(parser.parse_args(["apply", "--dry-run", "--live", "--root", "t"])).apply
     assert quiet == ApplyOptions(dry_run=True, live=True)
 
 

@@ -290,7 +290,7 @@ def test_on_this_machine_run_claims_only_the_cpus_it_may_use(
     root, _ = this_machine(tmp_path)
     # The inventory is this machine's (no --root), but its GPUs are ct200's: this one has none.
     tree = inspect(DirectoryHost(str(root)))
-    mocker.patch("proxgpu.cli.launch.read_inventory", return_value=tree)
+    mocker.patch("proxgpu.cli.launch.inspect", return_value=tree)
     assert main(["run", "--tp", "2", "--node", "0", "--dry-run", "--json", "--", "x"]) == 0
     assert json.loads(capsys.readouterr().out)["cpus"] == str(one_cpu)
 

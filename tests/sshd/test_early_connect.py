@@ -3,13 +3,14 @@ early host (proxgpu.cli.hosts), against the real sshd on loopback."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import proxgpu.cli.hosts
 from proxgpu.cli import main
+from proxgpu.cli.commandline import CommandLine, read
 from proxgpu.cli.hosts import close_unused, open_early, open_host
 from proxgpu.cli.parser import build_parser
 from proxgpu.errors import HostUnreachableError
@@ -62,11 +63,9 @@ def cli_args(sshd: Sshd, tmp_path: Path, *extra: str) -> list[str]:
     ]
 
 
-def parsed(sshd: Sshd, tmp_path: Path) -> argparse.Namespace:
-    """``inspect`` options for the server, with the one host as ``main`` leaves it."""
-    args = build_parser().parse_args(["inspect", *cli_args(sshd, tmp_path)])
-    args.host = args.host[0]
-    return args
+def parsed(sshd: Sshd, tmp_path: Path) -> CommandLine:
+    """``inspect`` options for the server, read as ``main`` reads them."""
+    return read(build_parser().parse_args(["inspect", *cli_args(sshd, tmp_path)]))
 
 
 @pytest.fixture
@@ -96,7 +95,7 @@ def test_an_early_host_is_handed_out_once_and_closed_when_unused(
 ) -> None:
     args = parsed(sshd, tmp_path)
     open_early(args)
-    copy = argparse.Namespace(**vars(args))
+    copy = replace(args)
     with open_host(args) as first, open_host(copy) as second:
         assert first is opened[0] and second is opened[1], "a copy must not share the host"
         assert first.check(["echo", "ok"]).ok and second.check(["echo", "ok"]).ok

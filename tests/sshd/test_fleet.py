@@ -76,6 +76,10 @@ def test_text_output_is_one_section_per_host(
     out = capsys.readouterr().out
     assert out.index("== gpu1 ==") < out.index("== gpu2 ==")
     assert out.count("Plan for ct200") == 2
+    # Each section's next step applies that host's plan on that host, and on no other.
+    first, second = out.split("== gpu2 ==")
+    assert "`proxgpu apply --host gpu1 --root" in first and "--host gpu2" not in first
+    assert "`proxgpu apply --host gpu2 --root" in second and "--host gpu1" not in second
 
 
 def test_a_rollout_stops_at_the_first_failure_and_says_who_was_touched(
