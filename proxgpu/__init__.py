@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from proxgpu.inspection import Gpu, GpuFilter, Inventory, NumaNode, PciFunction, inspect
     from proxgpu.pipeline import propose, split_host
     from proxgpu.pipeline.undoing import undo
-    from proxgpu.planning import SplitPolicy
+    from proxgpu.planning import ContainerRequest, MigSpec, SplitPolicy, VgpuRequest, VmRequest
     from proxgpu.rendering import RenderOptions
 
 # Loaded on first use (PEP 562): they bring pydantic, dataclasses and subprocess, which the
@@ -48,7 +48,10 @@ _LAZY = {
     "verify": "proxgpu.apply",
     "connect": "proxgpu.host",
     "SSHOptions": "proxgpu.host.ssh",
-    "SplitPolicy": "proxgpu.planning",
+    **{
+        name: "proxgpu.planning"
+        for name in ("SplitPolicy", "ContainerRequest", "MigSpec", "VmRequest", "VgpuRequest")
+    },
     "RenderOptions": "proxgpu.rendering",
     "propose": "proxgpu.pipeline",
     "split_host": "proxgpu.pipeline",
@@ -88,9 +91,11 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "ApplyOptions",
+    "ContainerRequest",
     "Gpu",
     "GpuFilter",
     "Inventory",
+    "MigSpec",
     "NumaNode",
     "PciFunction",
     "ProxgpuError",
@@ -98,6 +103,8 @@ __all__ = [
     "SSHOptions",
     "SplitPolicy",
     "Target",
+    "VgpuRequest",
+    "VmRequest",
     "apply_cluster",
     "connect",
     "each_host",

@@ -102,6 +102,12 @@ plan:
 actions:
   description: Follow-up commands, run or (check mode, directory trees) listed.
   type: list
+next_steps:
+  description:
+    - What each container given NVIDIA GPUs must hold, one sentence each, as a next step; its
+      NVIDIA user-space libraries of exactly the host's nvidia module version, installed without a
+      kernel module (NVML refuses a mismatch), again after every host driver upgrade.
+  type: list
 notes:
   description:
     - What the split does or assumes, asking nothing of you (an uneven split, an initramfs that

@@ -18,21 +18,24 @@ from proxgpu.pipeline import SplitResult
 def split_result(result: SplitResult, *, diff: bool, reboot: bool) -> dict[str, Any]:
     """gpu_split's result: ``changed``, ``diff`` (in diff mode), ``plan`` (as ``plan --json``
     prints it, with ``changes`` and ``reboot_pending``), ``actions``, ``reboot_required``,
-    ``journal_id``, and ``notes`` (what the split does or assumes, asking nothing; the warnings go
-    to Ansible's own).
+    ``journal_id``, ``notes`` (what the split does or assumes, asking nothing; the warnings go
+    to Ansible's own) and ``next_steps`` (what each container given NVIDIA GPUs must hold: the
+    NVIDIA user space of the host's driver version).
 
     >>> from proxgpu.host import DirectoryHost
     >>> from proxgpu.pipeline import split_host
     >>> from proxgpu.planning import SplitPolicy
     >>> done = split_host(DirectoryHost("examples/hosts/ct200"), SplitPolicy(lxc=200))
-    >>> {"changes", "reboot_pending"} <= set(split_result(done, diff=False, reboot=False)["plan"])
-    True
+    >>> shown = split_result(done, diff=False, reboot=False)
+    >>> {"changes", "reboot_pending"} <= set(shown["plan"]), shown["next_steps"][0][:36]
+    (True, "CT 200 needs NVIDIA's user space (li")
     """
     return {
         "changed": result.changed,
         "diff": result.diff if diff else [],
         # What the split does or assumes, asking nothing: not Ansible warnings.
         "notes": [*result.plan.notes, *result.changes.notes],
+        "next_steps": [need.step() for need in result.plan.userspace],
         "plan": result.plan_document(),
         "actions": result.actions,
         "reboot_required": reboot,

@@ -57,6 +57,7 @@ def render_plan(plan: Plan, inv: Inventory) -> str:
         lines.append("  The kernel command line gets the IOMMU turned on.")
     lines += [f"  warning: {w}" for w in plan.warnings]
     lines += [f"  note: {n}" for n in plan.notes]
+    lines += [f"  next step: {need.step()}" for need in plan.userspace]
     return "\n".join(lines)
 
 

@@ -16,13 +16,12 @@ from proxgpu.cli.commandline import CommandLine, next_command
 from proxgpu.cli.console import STDOUT, write_output
 from proxgpu.cli.hosts import connector
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
-from proxgpu.fleet import ClusterNodes, Outcome, Target, each_host
-from proxgpu.fleet.cluster import check_guests, node_policy, pool_mapping
+from proxgpu.fleet import ClusterNodes, ClusterPlan, Target, each_host
+from proxgpu.fleet.cluster import plan_cluster
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
-from proxgpu.picture.report import ClusterHeader, HostReport, plan_report
+from proxgpu.picture.report import ClusterHeader, HostReport, host_report, plan_report
 from proxgpu.pipeline import Proposal
-from proxgpu.rendering.changes import FileChange
 
 
 def picture_of(inventory: Inventory, *, tree: bool) -> str:
@@ -46,76 +45,71 @@ def write_report(
     output = line.output or STDOUT
     if line.json and output == STDOUT:
         raise UsageError("report -o - writes the HTML to stdout: leave out --json, or give -o FILE")
-    read = each_host(
-        targets,
-        lambda host, say: inspect(host, line.gpus),
-        connect=connector(line),
-        forks=line.forks,
-    )
     policy, render = line.split()
-    if cluster is not None:
-        # Each node plans only the guests it holds: one on none is refused as plan refuses it.
-        check_guests(policy, cluster, {n: o.or_error() for n, o in read.items()})
-    results = [
-        _host_report(line.at(targets[name], name), outcome, cluster)
-        for name, outcome in read.items()
-    ]
-    sections = [section for _, section, _ in results]
     header = None
-    if cluster is not None:
-        sections, mapping = _pooled(dict(zip(read, sections, strict=True)), render.mapping, cluster)
-        header = ClusterHeader(cluster.summary(), mapping, render.mapping)
+    if cluster is None:
+        read = each_host(
+            targets,
+            lambda host, say: inspect(host, line.gpus),
+            connect=connector(line),
+            forks=line.forks,
+        )
+        found = {n: o.or_error() for n, o in read.items()}
+        sections = {
+            n: f if isinstance(f, ProxgpuError) else plan_report(f, policy, render)
+            for n, f in found.items()
+        }
+    else:
+        # Each node planned with the guests it holds, the mapping pooled, as plan --cluster.
+        planned = plan_cluster(
+            cluster,
+            policy,
+            render,
+            line.gpus,
+            mapping=render.mapping,
+            connect=connector(line),
+            forks=line.forks,
+        )
+        sections = {n: _node_section(planned, n) for n in planned.proposals}
+        header = ClusterHeader(cluster.summary(), planned.mapping, render.mapping)
+    results = [_host_report(line.at(targets[n], n), section) for n, section in sections.items()]
+    shown = [section for _, section, _ in results]
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    write_output(render_report(sections, generated=generated, cluster=header), output)
+    write_output(render_report(shown, generated=generated, cluster=header), output)
     codes = [code for _, _, code in results]
     # With -o - the HTML is stdout: what was written is said on stderr.
     said = sys.stderr if output == STDOUT else sys.stdout
     if line.json:
         print(json.dumps({"output": output, "hosts": [r[0] for r in results]}, indent=2))
     else:
-        done = sum(isinstance(section, HostReport) for section in sections)
+        done = sum(isinstance(section, HostReport) for section in shown)
         where = "stdout" if output == STDOUT else output
         print(f"wrote {where}: {done} of {len(targets)} hosts read", file=said)
     return max(codes)
 
 
-def _pooled(
-    sections: dict[str, HostReport | UnreadHost], name: str | None, cluster: ClusterNodes
-) -> tuple[list[HostReport | UnreadHost], FileChange | None]:
-    """A cluster's sections without their own mapping change, and the one pooled change (as
-    ``plan --cluster`` pools it: :func:`proxgpu.fleet.cluster.pool_mapping`)."""
-    planned = {
-        node: Proposal(s.inventory, s.plan, s.changes)
-        for node, s in sections.items()
-        if isinstance(s, HostReport) and s.plan is not None and s.changes is not None
-    }
-    pooled, mapping = pool_mapping(planned, name, cluster.first)
-    shown = [
-        replace(s, changes=pooled[node].changes) if node in pooled else s  # type: ignore[arg-type]
-        for node, s in sections.items()
-    ]
-    return shown, mapping
+def _node_section(planned: ClusterPlan, name: str) -> HostReport | ProxgpuError:
+    """A cluster node's section, or the error that left it unread."""
+    found = planned.proposals[name]
+    if isinstance(found, Proposal):
+        return host_report(found.inventory, found)
+    if name in planned.inventories:  # read, and refused (or not rendered)
+        return host_report(planned.inventories[name], found)
+    return found
 
 
 def _host_report(
-    line: CommandLine,
-    read: Outcome[Inventory],
-    cluster: ClusterNodes | None,
+    line: CommandLine, found: HostReport | ProxgpuError
 ) -> tuple[dict[str, object], HostReport | UnreadHost, int]:
     """One host's section (why it could not be read, for one that could not), with a line about
     it for the summary and its exit code; ``line`` is that host's command line."""
-    name = str(Target(line.host, line.root))
-    if read.error is not None or read.result is None:
-        exc = read.error or ProxgpuError("not read")
-        print(f"proxgpu: {exc}", file=sys.stderr)
-        return {"host": name, "error": str(exc)}, UnreadHost(name, str(exc)), exc.exit_code
-    inventory = read.result
-    policy, render = line.split()
-    if cluster is not None:
-        policy = node_policy(policy, inventory)  # a cluster's node: only the guests it holds
-    section = replace(plan_report(inventory, policy, render), commands=_commands(line))
+    if isinstance(found, ProxgpuError):
+        name = str(Target(line.host, line.root))
+        print(f"proxgpu: {found}", file=sys.stderr)
+        return {"host": name, "error": str(found)}, UnreadHost(name, str(found)), found.exit_code
+    section = replace(found, commands=_commands(line))
     refused = bool(section.refusals)
-    host = inventory.hostname
+    host = section.inventory.hostname
     summary: dict[str, object] = {
         "host": host,
         "refused": refused,

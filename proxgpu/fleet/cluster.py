@@ -147,6 +147,8 @@ class ClusterPlan:
     proposals: dict[str, Proposal | ProxgpuError]
     mapping: FileChange | None = None
     mapping_name: str | None = None
+    #: Each node read, planned or not (a refused node's picture is of the node as it is).
+    inventories: dict[str, Inventory] = field(default_factory=dict)
 
     @property
     def failed(self) -> dict[str, ProxgpuError]:
@@ -195,22 +197,36 @@ def plan_cluster(
     """
     options = (options or RenderOptions()).model_copy(update={"mapping": mapping})
 
-    def one(host: Host, say: Say) -> Proposal:
+    def one(host: Host, say: Say) -> Inventory:
         inventory = inspect(host, gpu_filter)
         _same_name(host, inventory.node_name, say.name)
-        own = node_policy(policy, inventory)
-        return Proposal(inventory, *plan_inventory(inventory, own, options))
+        return inventory
 
-    outcomes = each_host(nodes.targets, one, connect=connect, forks=forks)
-    proposals = {n: o.or_error() for n, o in outcomes.items()}
-    check_guests(
-        policy,
-        nodes,
-        {n: p.inventory if isinstance(p, Proposal) else p for n, p in proposals.items()},
-    )
+    read = {
+        n: o.or_error()
+        for n, o in each_host(nodes.targets, one, connect=connect, forks=forks).items()
+    }
+    check_guests(policy, nodes, read)
+    proposals = {
+        n: found if isinstance(found, ProxgpuError) else _plan_node(found, policy, options)
+        for n, found in read.items()
+    }
     planned = {n: p for n, p in proposals.items() if isinstance(p, Proposal)}
     pooled, change = pool_mapping(planned, mapping, nodes.first)
-    return ClusterPlan(nodes, {**proposals, **pooled}, change, mapping)
+    inventories = {n: found for n, found in read.items() if isinstance(found, Inventory)}
+    return ClusterPlan(nodes, {**proposals, **pooled}, change, mapping, inventories)
+
+
+def _plan_node(
+    inventory: Inventory, policy: SplitPolicy, options: RenderOptions
+) -> Proposal | ProxgpuError:
+    """One node's proposal for the guests it holds, or the error that refused it."""
+    try:
+        return Proposal(
+            inventory, *plan_inventory(inventory, node_policy(policy, inventory), options)
+        )
+    except ProxgpuError as exc:
+        return exc
 
 
 def apply_cluster(
@@ -338,28 +354,7 @@ def node_policy(policy: SplitPolicy, inventory: Inventory) -> SplitPolicy:
     [(310, 1)]
     """
     held = inventory.guest_configs
-
-    def ct(vmid: int) -> bool:
-        return guest_config("lxc", vmid) in held
-
-    def vm(vmid: int) -> bool:
-        return guest_config("vm", vmid) in held
-
-    subsets = [(vmid, n) for vmid, n in policy.lxc_subsets if ct(vmid)]
-    on_nodes = [spec for spec in policy.lxc_nodes if ct(spec[0])]
-    mig = [spec for spec in policy.lxc_mig if ct(spec.vmid)]
-    own = {vmid for vmid, _ in subsets} | {spec[0] for spec in on_nodes} | {m.vmid for m in mig}
-    shared = [vmid for vmid in policy.containers if ct(vmid) and vmid not in own]
-    update = {
-        "lxc": shared[0] if shared else None,
-        "shared_lxc": shared[1:],
-        "lxc_subsets": subsets,
-        "lxc_nodes": on_nodes,
-        "lxc_mig": mig,
-        "vms": [(vmid, n) for vmid, n in policy.vms if vm(vmid)],
-        "vgpus": [(vmid, kind) for vmid, kind in policy.vgpus if vm(vmid)],
-    }
-    return policy.model_copy(update=update)
+    return policy.only(lambda guest: guest_config(guest.type, guest.vmid) in held)
 
 
 def pool_mapping(

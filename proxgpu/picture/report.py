@@ -19,13 +19,13 @@ from typing import Any
 
 from markupsafe import Markup
 
-from proxgpu.errors import PlanRefusedError, RenderError
+from proxgpu.errors import PlanRefusedError, ProxgpuError, RenderError
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.paths import guest_label, guest_of
 from proxgpu.picture.layout import lay_out_parts
 from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
-from proxgpu.pipeline import plan_inventory
+from proxgpu.pipeline import Proposal, plan_inventory
 from proxgpu.pipeline.documents import shown
 from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy, TensorParallelAdvice
 from proxgpu.planning.wording import join, mig_list, vgpu_list
@@ -59,7 +59,7 @@ class HostReport:
     refusals: list[ReportedRefusal] = field(default_factory=list)
     error: str | None = None
     #: The error ``error`` says, as ``plan`` reports it (its exit code, path and fix).
-    failure: RenderError | None = None
+    failure: ProxgpuError | None = None
     #: The commands a change ticket names, as ``(what, command)``: how to apply this plan,
     #: verify it and roll it back on this host (the command line's; none from the library).
     commands: tuple[tuple[str, str], ...] = ()
@@ -80,14 +80,31 @@ def plan_report(
     'guest 5 cannot exist: Proxmox VMIDs run from 100 to 999999999'
     """
     try:
-        plan, changes = plan_inventory(inventory, policy, options)
-    except PlanRefusedError as refused:
-        return HostReport(
-            inventory, refusals=[ReportedRefusal(p.what, p.fix) for p in refused.problems]
+        found: Proposal | ProxgpuError = Proposal(
+            inventory, *plan_inventory(inventory, policy, options)
         )
-    except RenderError as error:
-        return HostReport(inventory, error=str(error), failure=error)
-    return HostReport(inventory, plan, changes)
+    except (PlanRefusedError, RenderError) as exc:
+        found = exc
+    return host_report(inventory, found)
+
+
+def host_report(inventory: Inventory, found: Proposal | ProxgpuError) -> HostReport:
+    """The report of a host read, from what planning it found: its plan, the refusals, or the
+    error that left no plan (a cluster's node comes so from :func:`~proxgpu.fleet.plan_cluster`).
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> from proxgpu.inspection import inspect
+    >>> missing = RenderError("pve1", "/etc/pve/lxc/201.conf", "no such container config")
+    >>> host_report(inspect(DirectoryHost("examples/hosts/ct200")), missing).failure.exit_code
+    16
+    """
+    if isinstance(found, PlanRefusedError):
+        return HostReport(
+            inventory, refusals=[ReportedRefusal(p.what, p.fix) for p in found.problems]
+        )
+    if isinstance(found, ProxgpuError):
+        return HostReport(inventory, error=str(found), failure=found)
+    return HostReport(inventory, found.plan, found.changes)
 
 
 @dataclass(frozen=True)
@@ -171,6 +188,7 @@ def _section(host: HostReport) -> dict[str, Any]:
         "error": None if host.error is None else redact_secrets(host.error),
         "warnings": list(dict.fromkeys(redact_secrets(w) for w in warnings)),
         "notes": list(dict.fromkeys(redact_secrets(n) for n in notes)),
+        "next_steps": [need.step() for need in host.plan.userspace] if host.plan else [],
         "tensor_parallel": _advice_by_group(host.plan.tensor_parallel if host.plan else []),
         "enable_iommu": bool(host.plan and host.plan.enable_iommu),
         "diffs": _diffs(changes) if changes is not None else [],

@@ -53,8 +53,11 @@ from proxgpu.planning.packing import build_groups
 from proxgpu.planning.passthrough import advise_passthrough, check_fabric, check_hostpci
 from proxgpu.planning.placement import GpuPlacement, GpuSetCheck
 from proxgpu.planning.requests import (
+    ContainerRequest,
+    GuestRequest,
     MigSpec,
-    VmSpecs,
+    VgpuRequest,
+    VmRequest,
     parse_lxc_mig_spec,
     parse_lxc_specs,
     parse_vm_spec,
@@ -62,6 +65,7 @@ from proxgpu.planning.requests import (
 )
 from proxgpu.planning.roles import assign_roles
 from proxgpu.planning.unreadable import warn_unreadable_entries
+from proxgpu.planning.userspace import UserSpace, userspace_needs
 from proxgpu.planning.vgpu import plan_vgpus
 
 
@@ -91,7 +95,8 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
     container = kept_group_container(ctx, roles)
     if container is not None:
         # The split is for the container using the kept GPUs; say so, and plan for it.
-        policy = ctx.policy.model_copy(update={"lxc": container})
+        shared = ContainerRequest(vmid=container)
+        policy = ctx.policy.model_copy(update={"requests": [shared, *ctx.policy.requests]})
         plan = plan_split(inventory, policy)
         inferred = (
             f"CT {container} uses the GPUs that stay on the host driver and no --lxc was "
@@ -118,12 +123,15 @@ def plan_split(inventory: Inventory, policy: SplitPolicy | None = None) -> Plan:
         notes=ctx.notes,
         tensor_parallel=tensor_parallel(ctx, groups),
         enable_iommu=enable_iommu,
+        userspace=userspace_needs(inventory, groups),
     )
 
 
 __all__ = [
+    "ContainerRequest",
     "GpuPlacement",
     "GpuSetCheck",
+    "GuestRequest",
     "MigSpec",
     "MigUse",
     "Plan",
@@ -132,8 +140,10 @@ __all__ = [
     "Role",
     "SplitPolicy",
     "TensorParallelAdvice",
+    "UserSpace",
+    "VgpuRequest",
     "VgpuUse",
-    "VmSpecs",
+    "VmRequest",
     "check_gpu_set",
     "mig_drift",
     "parse_lxc_mig_spec",

@@ -7,8 +7,9 @@ guests' spellings are :mod:`~proxgpu.planning.requests`').
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     Field,
@@ -20,8 +21,17 @@ from pydantic import (
 from proxgpu.errors import UsageError
 from proxgpu.inspection.mig import cap_node
 from proxgpu.model import FrozenModel
-from proxgpu.planning.requests import MigSpec, parse_lxc_specs, parse_vm_specs
+from proxgpu.planning.requests import (
+    ContainerRequest,
+    GuestRequest,
+    MigSpec,
+    VgpuRequest,
+    VmRequest,
+    parse_lxc_specs,
+    parse_vm_specs,
+)
 from proxgpu.planning.runtimes import RUNTIMES
+from proxgpu.planning.userspace import UserSpace
 from proxgpu.pve.claims import GuestRef
 
 
@@ -114,6 +124,15 @@ VMID_MIN, VMID_MAX = 100, 999_999_999
 
 TP_SIZES = (1, 2, 4, 8)
 
+_Request = TypeVar("_Request", ContainerRequest, MigSpec, VmRequest, VgpuRequest)
+#: The kind of guest each request's ``kind`` is for.
+_GUEST_TYPE: dict[str, Literal["lxc", "vm"]] = {
+    "lxc": "lxc",
+    "mig": "lxc",
+    "vm": "vm",
+    "vgpu": "vm",
+}
+
 
 class SplitPolicy(FrozenModel):
     """What the user asked for: how to split and who receives the groups.
@@ -122,14 +141,7 @@ class SplitPolicy(FrozenModel):
     the host driver and sends every other node to vfio-pci. ``host_nodes``/``vfio_nodes`` choose
     nodes instead (nodes not named take the other role when only one list is given);
     ``host_gpus``/``vfio_gpus`` assign GPUs by address (one address per entry, any form
-    :func:`normalize_pci_address` takes) and win over node rules. ``lxc`` receives the host group,
-    and the containers in ``shared_lxc`` share it with ``lxc`` (``--lxc 200 --lxc 201``);
-    ``lxc_subsets`` are ``(vmid, count)``: each such container gets ``count`` host GPUs of its
-    own on one NUMA node (``--lxc 200:2``); ``lxc_nodes`` are ``(vmid, node, count)``: each
-    such container gets ``count`` host GPUs of that node, or when ``count`` is ``None`` every host
-    GPU of it the counted ones leave, shared with the other containers naming that node
-    (``--lxc 200@0``, ``--lxc 201:2@1``); ``lxc``/``shared_lxc`` share what is left;
-    ``vms`` share the vfio GPUs as ``(vmid, count)``, a count of ``None`` meaning "the rest".
+    :func:`normalize_pci_address` takes) and win over node rules.
     ``enable_iommu`` says the kernel command line change that turns the IOMMU on will be planned.
     ``mapping`` names the cluster PCI mapping the VMs will get their GPUs through (rendered with
     :class:`~proxgpu.rendering.RenderOptions` ``mapping``); the planner checks it can be written.
@@ -137,16 +149,17 @@ class SplitPolicy(FrozenModel):
     decides the kept GPUs' nvidia minors after the reboot, which the planner checks the device
     entries of the containers it does not rewrite against.
 
-    ``lxc_mig`` are :class:`MigSpec`: each such container gets one MIG instance of a GPU in
-    MIG mode (``--lxc 200:mig=0/1``), and the GPU stays on nvidia.
-
-    ``vgpus`` are ``(vmid, mdev type)``: each such VM gets a mediated device of that type on a
-    GPU that offers one (``--vm 400:vgpu=nvidia-1155``), and the GPU stays on its host driver.
-
-    ``lxc`` and ``vms`` also take the command line's and Ansible's spellings, one or a list:
-    ``lxc="200:2"`` or ``lxc=["200", "201:2@1", "202:mig=0/1"]`` (each sorted into the fields
-    above, see :func:`parse_lxc_specs`), ``vms=[300, "301:2", "400:vgpu=nvidia-1155"]`` (a vGPU
-    spelling goes to ``vgpus``, see :func:`parse_vm_specs`):
+    ``requests`` are the guests, one :data:`~proxgpu.planning.requests.GuestRequest` each: a
+    container given whole GPUs (:class:`ContainerRequest`: shared, a count of its own, of a NUMA
+    node) or a MIG instance (:class:`MigSpec`, the GPU staying on nvidia); a VM given vfio GPUs
+    (:class:`VmRequest`) or a vGPU of an mdev type (:class:`VgpuRequest`, the GPU staying on
+    its host driver). They are also taken as the command line and Ansible spell them, one or a
+    list: ``lxc="200:2"`` or ``lxc=["200", "201:2@1", "202:mig=0/1"]`` (see
+    :func:`parse_lxc_specs`), ``vms=[300, "301:2", "400:vgpu=nvidia-1155"]`` (see
+    :func:`parse_vm_specs`), and as tuples by kind: ``shared_lxc`` (VMIDs sharing ``lxc``'s
+    GPUs), ``lxc_subsets`` ``(vmid, count)``, ``lxc_nodes`` ``(vmid, node, count)``, ``lxc_mig``
+    (:class:`MigSpec`), ``vms`` ``(vmid, count)`` (``None``: the rest) and ``vgpus``
+    ``(vmid, mdev type)``; the same names read the requests back that way:
 
     >>> SplitPolicy(lxc=200, vms=[(300, 2), (301, None)]).vms
     [(300, 2), (301, None)]
@@ -166,46 +179,124 @@ class SplitPolicy(FrozenModel):
     vfio_nodes: list[int] = Field(default_factory=list)
     host_gpus: list[str] = Field(default_factory=list)
     vfio_gpus: list[str] = Field(default_factory=list)
-    lxc: int | None = None
-    shared_lxc: list[int] = Field(default_factory=list)
-    lxc_subsets: list[tuple[int, int]] = Field(default_factory=list)
-    lxc_nodes: list[tuple[int, int, int | None]] = Field(default_factory=list)
-    vms: list[tuple[int, int | None]] = Field(default_factory=list)
-    vgpus: list[tuple[int, str]] = Field(default_factory=list)
-    lxc_mig: list[MigSpec] = Field(default_factory=list)
+    requests: list[GuestRequest] = Field(default_factory=list)
     enable_iommu: bool = False
     mapping: str | None = None
     bind_method: BindMethod = "modprobe"
 
+    def __init__(
+        self,
+        *,
+        lxc: int | str | Sequence[int | str] | None = None,
+        shared_lxc: Sequence[int] = (),
+        lxc_subsets: Sequence[tuple[int, int]] = (),
+        lxc_nodes: Sequence[tuple[int, int, int | None]] = (),
+        lxc_mig: Sequence[MigSpec] = (),
+        vms: Sequence[int | str | tuple[int, int | None]] = (),
+        vgpus: Sequence[tuple[int, str]] = (),
+        **fields: Any,
+    ) -> None:
+        # The guests' spellings, typed for the callers; validation makes them requests.
+        spelt = {
+            "lxc": lxc,
+            "shared_lxc": shared_lxc,
+            "lxc_subsets": lxc_subsets,
+            "lxc_nodes": lxc_nodes,
+            "lxc_mig": lxc_mig,
+            "vms": vms,
+            "vgpus": vgpus,
+        }
+        super().__init__(**{k: v for k, v in spelt.items() if v}, **fields)
+
     @model_validator(mode="before")
     @classmethod
     def _spellings(cls, data: Any) -> Any:
-        """``lxc`` and ``vms`` spelt as the command line spells them, sorted into the fields."""
+        """The guests as the command line spells them, or as tuples by kind, made requests."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        lxc = data.get("lxc")
-        if isinstance(lxc, str) or (isinstance(lxc, list | tuple) and lxc):
-            specs = parse_lxc_specs(
-                [str(spec) for spec in ([lxc] if isinstance(lxc, str) else lxc)]
-            )
-            data["lxc"] = specs.shared[0] if specs.shared else None
-            for field, parsed in (
-                ("shared_lxc", specs.shared[1:]),
-                ("lxc_subsets", specs.subsets),
-                ("lxc_nodes", specs.on_nodes),
-                ("lxc_mig", specs.mig),
-            ):
-                data[field] = [*parsed, *data.get(field, [])]
-        elif isinstance(lxc, list | tuple):
-            data["lxc"] = None
-        vms = data.get("vms")
-        if isinstance(vms, list | tuple):
-            spelt = [v for v in vms if isinstance(v, int | str)]
-            parsed_vms = parse_vm_specs([str(v) for v in spelt])
-            data["vms"] = [*parsed_vms.vms, *(v for v in vms if not isinstance(v, int | str))]
-            data["vgpus"] = [*parsed_vms.vgpus, *data.get("vgpus", [])]
+        lxc, shared = data.pop("lxc", None), data.pop("shared_lxc", None) or []
+        if shared and lxc is None:
+            raise ValueError("shared_lxc names containers that share lxc's GPUs, but lxc is unset")
+        spelt = [lxc] if isinstance(lxc, int | str) else list(lxc or [])
+        requests: list[Any] = parse_lxc_specs([str(s) for s in [*spelt, *shared]])
+        requests += [{"kind": "lxc", "vmid": v, "count": n} for v, n in data.pop("lxc_subsets", [])]
+        requests += [
+            {"kind": "lxc", "vmid": v, "node": node, "count": n}
+            for v, node, n in data.pop("lxc_nodes", [])
+        ]
+        requests += [
+            {"kind": "mig", **m} if isinstance(m, dict) else m for m in data.pop("lxc_mig", [])
+        ]
+        vms = data.pop("vms", None) or []
+        requests += parse_vm_specs([str(v) for v in vms if isinstance(v, int | str)])
+        requests += [
+            {"kind": "vm", "vmid": v[0], "count": v[1]} for v in vms if not isinstance(v, int | str)
+        ]
+        requests += [{"kind": "vgpu", "vmid": v, "mdev_type": t} for v, t in data.pop("vgpus", [])]
+        data["requests"] = [*requests, *data.get("requests", [])]
         return data
+
+    def _of(self, kind: type[_Request]) -> list[_Request]:
+        return [request for request in self.requests if isinstance(request, kind)]
+
+    @property
+    def shared(self) -> list[int]:
+        """The containers that share the host GPUs the others leave (``--lxc 200 --lxc 201``)."""
+        return [c.vmid for c in self._of(ContainerRequest) if c.count is None and c.node is None]
+
+    @property
+    def lxc(self) -> int | None:
+        """The first container of :attr:`shared`."""
+        return self.shared[0] if self.shared else None
+
+    @property
+    def shared_lxc(self) -> list[int]:
+        """The containers that share the host GPUs with :attr:`lxc`."""
+        return self.shared[1:]
+
+    @property
+    def lxc_subsets(self) -> list[tuple[int, int]]:
+        """``(vmid, count)``: each such container gets ``count`` host GPUs of its own on one
+        NUMA node (``--lxc 200:2``)."""
+        return [
+            (c.vmid, c.count)
+            for c in self._of(ContainerRequest)
+            if c.count is not None and c.node is None
+        ]
+
+    @property
+    def lxc_nodes(self) -> list[tuple[int, int, int | None]]:
+        """``(vmid, node, count)``: each such container gets ``count`` host GPUs of that node,
+        or when ``count`` is ``None`` every host GPU of it the counted ones leave, shared with
+        the other containers naming that node (``--lxc 200@0``, ``--lxc 201:2@1``)."""
+        return [(c.vmid, c.node, c.count) for c in self._of(ContainerRequest) if c.node is not None]
+
+    @property
+    def lxc_mig(self) -> list[MigSpec]:
+        """The containers given one MIG instance each (``--lxc 200:mig=0/1``)."""
+        return self._of(MigSpec)
+
+    @property
+    def vms(self) -> list[tuple[int, int | None]]:
+        """``(vmid, count)``: the VMs sharing the vfio GPUs, a count of ``None`` meaning "the
+        rest"."""
+        return [(vm.vmid, vm.count) for vm in self._of(VmRequest)]
+
+    @property
+    def vgpus(self) -> list[tuple[int, str]]:
+        """``(vmid, mdev type)``: each such VM gets a mediated device of that type on a GPU
+        that offers one (``--vm 400:vgpu=nvidia-1155``)."""
+        return [(vm.vmid, vm.mdev_type) for vm in self._of(VgpuRequest)]
+
+    def only(self, keep: Callable[[GuestRef], bool]) -> SplitPolicy:
+        """This policy for the guests ``keep`` keeps alone (a cluster's node: those it holds).
+
+        >>> SplitPolicy(lxc=200, vms=[300]).only(lambda guest: guest.type == "vm").containers
+        []
+        """
+        kept = [r for r in self.requests if keep(GuestRef(type=_GUEST_TYPE[r.kind], vmid=r.vmid))]
+        return self.model_copy(update={"requests": kept})
 
     @property
     def keeps_drivers(self) -> bool:
@@ -219,27 +310,20 @@ class SplitPolicy(FrozenModel):
         >>> SplitPolicy(vgpus=vgpu, vms=[300]).keeps_drivers, SplitPolicy().keeps_drivers
         (False, False)
         """
-        whole = (self.host_nodes, self.vfio_nodes, self.host_gpus, self.vfio_gpus, self.vms)
-        containers = (self.lxc is not None, self.shared_lxc, self.lxc_subsets, self.lxc_nodes)
-        return bool(self.vgpus or self.lxc_mig) and not any((*whole, *containers))
-
-    @model_validator(mode="after")
-    def _shared_needs_lxc(self) -> SplitPolicy:
-        if self.shared_lxc and self.lxc is None:
-            raise ValueError("shared_lxc names containers that share lxc's GPUs, but lxc is unset")
-        return self
+        whole = (self.host_nodes, self.vfio_nodes, self.host_gpus, self.vfio_gpus)
+        sharing = all(isinstance(r, MigSpec | VgpuRequest) for r in self.requests)
+        return bool(self.requests) and sharing and not any(whole)
 
     @property
     def containers(self) -> list[int]:
-        """Every container that gets host GPUs: ``lxc``, ``shared_lxc``, ``lxc_subsets``, then
-        ``lxc_nodes``.
+        """Every container that gets host GPUs: ``lxc``, ``shared_lxc``, ``lxc_subsets``,
+        ``lxc_nodes``, then ``lxc_mig``.
 
         >>> SplitPolicy(lxc=202, lxc_subsets=[(200, 2)], lxc_nodes=[(203, 1, None)]).containers
         [202, 200, 203]
         """
-        shared = [] if self.lxc is None else [self.lxc, *self.shared_lxc]
         return (
-            shared
+            self.shared
             + [vmid for vmid, _ in self.lxc_subsets]
             + [c[0] for c in self.lxc_nodes]
             + [m.vmid for m in self.lxc_mig]
@@ -474,7 +558,8 @@ class Plan(FrozenModel):
 
     ``warnings`` ask something of the admin (or say what will go wrong unless they act);
     ``notes`` say what the plan does or assumes and ask nothing. ``enable_iommu`` is true when
-    the plan relies on turning the IOMMU on at the next boot.
+    the plan relies on turning the IOMMU on at the next boot. ``userspace``: each container
+    given NVIDIA GPUs, with the NVIDIA user-space version it must hold (a next step).
 
     >>> Plan(groups=[], warnings=["uneven split"], tensor_parallel=[]).model_dump()["warnings"]
     ['uneven split']
@@ -485,3 +570,4 @@ class Plan(FrozenModel):
     tensor_parallel: list[TensorParallelAdvice]
     enable_iommu: bool = False
     notes: list[str] = Field(default_factory=list)
+    userspace: list[UserSpace] = Field(default_factory=list)

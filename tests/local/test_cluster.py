@@ -241,3 +241,19 @@ def test_the_cluster_line_says_whether_it_is_quorate(
     main(["plan", "--root", str(root), "--cluster", *GUESTS])
     out = capsys.readouterr().out
     assert "Cluster gpu-lab, NOT QUORATE (/etc/pve is read-only): 3 of 4 nodes" in out
+
+
+def test_the_cluster_report_refuses_a_node_that_is_another_machine_as_plan_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pve2's member address reaches a machine that calls itself otherwise.
+    root = copy_cluster(tmp_path)
+    (root / "pve2/proc/sys/kernel/hostname").write_text("elsewhere\n")
+    argv = ["--root", str(root), "--cluster", *GUESTS]
+    out = tmp_path / "report.html"
+    assert main(["report", *argv, "-o", str(out)]) == main(["plan", *argv]) == 2
+    said = "its hostname is elsewhere, but /etc/pve/.members calls it pve2"
+    assert capsys.readouterr().err.count(said) == 2, "the report says it as plan does"
+    page = _Codes()
+    page.feed(out.read_text())
+    assert said in " ".join(page.text), "pve2's section says why it is not planned"

@@ -91,12 +91,12 @@ def test_a_type_another_gpu_offers_takes_a_vfio_gpu_before_the_containers() -> N
 
 
 def test_a_vgpu_with_no_instance_left_is_refused_with_the_counts() -> None:
-    policy = SplitPolicy(lxc=200, vfio_gpus=["91:00.0"], vgpus=[(400, "nvidia-1158")])
+    policy = SplitPolicy(vfio_gpus=["91:00.0"], vgpus=[(400, "nvidia-1158")])
     inventory = vgpu_host()
     gpus = [g for g in inventory.gpus if g.numa_node == 1]
     only_node_1 = inventory.model_copy(update={"gpus": gpus})
     with pytest.raises(PlanRefusedError) as caught:
-        plan_split(only_node_1, policy.model_copy(update={"lxc": None}))
+        plan_split(only_node_1, policy)
     (problem,) = caught.value.problems
     assert problem.code == "no-fit"
     assert problem.what == (

@@ -116,7 +116,7 @@ def test_with_driverctl_the_kept_gpus_keep_their_minors_so_the_container_only_sh
 
 def test_naming_the_container_lets_proxgpu_renumber_its_entries() -> None:
     inventory = ct200({LXC_201: "dev0: /dev/nvidia5\n"})
-    policy = NODE_1_KEPT.model_copy(update={"shared_lxc": [201]})
+    policy = SplitPolicy(lxc=200, shared_lxc=[201], host_nodes=[1], vfio_nodes=[0])
     assert plan_split(inventory, policy).warnings == []
 
 

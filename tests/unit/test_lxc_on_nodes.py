@@ -3,6 +3,8 @@ node's kept GPUs, pinned to that node; a node keeping none, or too few, is refus
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from proxgpu.errors import UsageError
@@ -22,7 +24,7 @@ def four_nodes() -> Inventory:
     return make_inventory(gpus, FOUR_NODES)
 
 
-KEEP_0_1 = {"host_nodes": [0, 1], "vfio_nodes": [2, 3]}
+KEEP_0_1: dict[str, Any] = {"host_nodes": [0, 1], "vfio_nodes": [2, 3]}
 
 
 def host_groups(policy: SplitPolicy) -> list[tuple[list[int], int | None, str, list[int]]]:
@@ -97,9 +99,9 @@ def test_a_container_bound_to_a_node_and_named_again_is_refused() -> None:
 
 
 def test_node_specs_parse_apart_from_counts() -> None:
-    specs = parse_lxc_specs(["200@0", "201:2@1", "202:1", "203"])
-    assert specs.on_nodes == [(200, 0, None), (201, 1, 2)]
-    assert (specs.subsets, specs.shared) == ([(202, 1)], [203])
+    policy = SplitPolicy(requests=parse_lxc_specs(["200@0", "201:2@1", "202:1", "203"]))
+    assert policy.lxc_nodes == [(200, 0, None), (201, 1, 2)]
+    assert (policy.lxc_subsets, policy.shared) == ([(202, 1)], [203])
 
 
 @pytest.mark.parametrize("spec", ["200@", "200@x", "200@-1", "@1", "200:0@1", "200@1@2"])

@@ -50,13 +50,12 @@ def test_a_mig_spec_that_is_not_gpu_gi_or_gpu_gi_ci_is_a_usage_error(spec: str) 
 
 
 def test_lxc_specs_sort_mig_containers_apart_and_the_policy_counts_them_as_targets() -> None:
-    specs = parse_lxc_specs(["200", "201:mig=0/2", "202:2"])
-    assert (specs.shared, specs.subsets, specs.mig) == (
+    policy = SplitPolicy(requests=parse_lxc_specs(["200", "201:mig=0/2", "202:2"]))
+    assert (policy.shared, policy.lxc_subsets, policy.lxc_mig) == (
         [200],
         [(202, 2)],
         [MigSpec(vmid=201, gpu="0", gi=2)],
     )
-    policy = SplitPolicy(lxc=200, lxc_subsets=specs.subsets, lxc_mig=specs.mig)
     assert policy.containers == [200, 202, 201]
 
 

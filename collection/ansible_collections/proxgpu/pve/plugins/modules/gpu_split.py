@@ -165,6 +165,14 @@ actions:
   returned: success
   type: list
   elements: list
+next_steps:
+  description:
+    - What each container given NVIDIA GPUs must hold, one sentence each, as a next step; its
+      NVIDIA user-space libraries of exactly the host's nvidia module version, installed without a
+      kernel module (NVML refuses a mismatch), again after every host driver upgrade.
+  returned: success
+  type: list
+  elements: str
 notes:
   description:
     - What the split does or assumes, asking nothing of you (an uneven split, an initramfs that
