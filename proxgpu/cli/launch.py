@@ -1,11 +1,9 @@
 """``proxgpu run --tp N -- COMMAND...``: run a job on N GPUs of one NUMA node of this machine.
 
 The choice is the library's (:func:`~proxgpu.planning.jobs.place_job`, from this machine's
-inventory, or ``--root DIR``'s); here it becomes the job's environment and binding: the runtime's
-variables, ``numactl --cpunodebind=K --membind=K`` when numactl is installed, else the kernel's
-CPU affinity and memory policy set on this process (:mod:`~proxgpu.cli.numabind`), which the
-command inherits through ``execve``. One line on stderr says what was chosen; ``--dry-run``
-prints the environment and the command instead of running it.
+inventory, or ``--root DIR``'s), and so are the binding and the exec
+(:mod:`~proxgpu.pipeline.launch`); here they are said: one line on stderr says what was chosen,
+``--dry-run`` prints the environment and the command instead of running it.
 """
 
 from __future__ import annotations
@@ -13,23 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import sys
-from pathlib import Path
 
 from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.hosts import open_host
-from proxgpu.cli.numabind import bind_to_node
-from proxgpu.cpulist import parse_cpulist
-from proxgpu.errors import ProxgpuError, UsageError
+from proxgpu.errors import UsageError
 from proxgpu.inspection import inspect
+from proxgpu.pipeline.launch import bound_command, run_job, same_machine
 from proxgpu.planning.jobs import JobPlacement, place_job
-
-#: As env(1) and the shells: the command was not found, or found but could not be run.
-NOT_FOUND = 127
-CANNOT_RUN = 126
-#: How ``run`` binds the job when numactl is not installed.
-BY_PROXGPU = "sched_setaffinity and set_mempolicy"
 
 
 def cmd_run(line: CommandLine) -> int:
@@ -48,12 +37,9 @@ def cmd_run(line: CommandLine) -> int:
             f"--root {line.root} describes another host, so the command would run here bound to "
             "its GPUs and CPUs: add --dry-run to see what that host would get, or run it there"
         )
-    numactl = shutil.which("numactl")
-    node = job.numa_node
-    bound = [numactl, f"--cpunodebind={node}", f"--membind={node}", "--"] if numactl else []
-    argv = [*bound, *line.job]
+    argv, binder = bound_command(job, line.job)
     dropped = [name for name in job.unset if name in os.environ]
-    said = summary(inventory.source, job, "numactl" if numactl else BY_PROXGPU, dropped)
+    said = summary(inventory.source, job, binder, dropped)
     if not line.quiet:
         print(f"proxgpu: {said}", file=sys.stderr)
     if line.dry_run:
@@ -65,32 +51,7 @@ def cmd_run(line: CommandLine) -> int:
                 print(f"{key}={shlex.quote(value)}")
             print(shlex.join(argv))
         return 0
-    environment = {k: v for k, v in os.environ.items() if k not in job.unset}
-    environment.update(job.environment)
-    if not numactl:
-        bind_to_node(node, parse_cpulist(job.cpus))
-    return _exec(argv, environment)
-
-
-def same_machine(root: str) -> bool:
-    """Whether the tree at ``root`` is this machine's (a snapshot taken here): its
-    ``/etc/machine-id``, or where neither has one its ``/etc/hostname``, is this machine's.
-
-    >>> same_machine("/"), same_machine("examples/hosts/ct200")
-    (True, False)
-    """
-    for name in ("etc/machine-id", "etc/hostname"):
-        here, there = _first_line(Path("/", name)), _first_line(Path(root, name))
-        if here or there:
-            return here == there
-    return False
-
-
-def _first_line(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace").strip() or None
-    except OSError:
-        return None
+    run_job(job, argv, binder)
 
 
 def summary(host: str, job: JobPlacement, binder: str, dropped: list[str]) -> str:
@@ -115,22 +76,3 @@ node 1's memory, bound by numactl (CUDA's indexes)"
         f"({addresses}), CPUs {job.cpus} and node {job.numa_node}'s memory, bound by {binder} "
         f"({job.numbering}){drops}{passed}"
     )
-
-
-def _exec(argv: list[str], environment: dict[str, str]) -> int:
-    """Replace this process with the command.
-
-    :raises ProxgpuError: exiting 127 when the command is not found, 126 when it cannot run.
-    """
-    # exec discards what Python still buffers.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvpe(argv[0], argv, environment)
-    except FileNotFoundError:
-        error = ProxgpuError(f"{argv[0]}: command not found")
-        error.exit_code = NOT_FOUND
-    except OSError as exc:
-        error = ProxgpuError(f"{argv[0]}: cannot run it: {exc.strerror}")
-        error.exit_code = CANNOT_RUN
-    raise error

@@ -24,7 +24,7 @@ from tests.support.trees import REPO, copy_example
 
 PCI = "sys/bus/pci/devices"
 NODES = "sys/devices/system/node"
-#: ``__NR_get_mempolicy`` where the child can ask for its policy (see proxgpu.cli.numabind).
+#: ``__NR_get_mempolicy`` where the child can ask for its policy (see proxgpu.pipeline.numabind).
 GET_MEMPOLICY = {"x86_64": 239, "aarch64": 236, "riscv64": 236}
 
 
