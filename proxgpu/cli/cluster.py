@@ -67,21 +67,12 @@ def _planned(line: CommandLine, command: Command, nodes: ClusterNodes, header: H
     applying = command.fleet == "rolling"
     if applying:
         require_yes(line)
-    policy, render = line.split()
-    planned = plan_cluster(
-        nodes,
-        policy,
-        render,
-        line.gpus,
-        mapping=render.mapping,
-        connect=connector(line),
-        forks=line.forks,
-    )
+    planned = plan_nodes(line, nodes)
     text, document = header.text, {**header.document}
     code = 2 if planned.mapping and planned.mapping.changed and line.detailed else 0
     if planned.mapping is not None:
         text += _mapping_text(line, planned, planned.mapping, applying and not planned.failed)
-        document["mapping"] = _mapping_document(render.mapping, planned.mapping)
+        document["mapping"] = _mapping_document(planned.mapping_name, planned.mapping)
     names = list(planned.proposals)
     listen = EventPrinter(verbose=True)
     if applying and not planned.failed:
@@ -94,6 +85,21 @@ def _planned(line: CommandLine, command: Command, nodes: ClusterNodes, header: H
     shown_header = Header(text, document, header.skipped, code)
     print_all(line, command, names, outcomes, shown_header, ended=listen.ended)
     return max([*(exit_code(o, line.detailed) for o in outcomes.values()), code])
+
+
+def plan_nodes(line: CommandLine, nodes: ClusterNodes) -> ClusterPlan:
+    """Every online node planned with the guests it holds, the mapping pooled, as the command
+    line asks (:func:`proxgpu.fleet.plan_cluster`)."""
+    policy, render = line.split()
+    return plan_cluster(
+        nodes,
+        policy,
+        render,
+        line.gpus,
+        mapping=render.mapping,
+        connect=connector(line),
+        forks=line.forks,
+    )
 
 
 def _shown_plan(

@@ -12,12 +12,12 @@ import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from proxgpu.cli.cluster import plan_nodes
 from proxgpu.cli.commandline import CommandLine, next_command
 from proxgpu.cli.console import STDOUT, write_output
 from proxgpu.cli.hosts import connector
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
 from proxgpu.fleet import ClusterNodes, ClusterPlan, Target, each_host
-from proxgpu.fleet.cluster import plan_cluster
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import ClusterHeader, HostReport, host_report, plan_report
@@ -45,9 +45,9 @@ def write_report(
     output = line.output or STDOUT
     if line.json and output == STDOUT:
         raise UsageError("report -o - writes the HTML to stdout: leave out --json, or give -o FILE")
-    policy, render = line.split()
     header = None
     if cluster is None:
+        policy, render = line.split()
         read = each_host(
             targets,
             lambda host, say: inspect(host, line.gpus),
@@ -61,17 +61,9 @@ def write_report(
         }
     else:
         # Each node planned with the guests it holds, the mapping pooled, as plan --cluster.
-        planned = plan_cluster(
-            cluster,
-            policy,
-            render,
-            line.gpus,
-            mapping=render.mapping,
-            connect=connector(line),
-            forks=line.forks,
-        )
+        planned = plan_nodes(line, cluster)
         sections = {n: _node_section(planned, n) for n in planned.proposals}
-        header = ClusterHeader(cluster.summary(), planned.mapping, render.mapping)
+        header = ClusterHeader(cluster.summary(), planned.mapping, planned.mapping_name)
     results = [_host_report(line.at(targets[n], n), section) for n, section in sections.items()]
     shown = [section for _, section, _ in results]
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
