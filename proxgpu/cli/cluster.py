@@ -45,7 +45,7 @@ def run_cluster(line: CommandLine, command: Command) -> int:
 
         for name, why in nodes.skipped.items():
             print(f"{name}: {why}", file=sys.stderr)
-        return write_report(line, nodes.targets, cluster=nodes)
+        return write_report(line, nodes.targets, plan_nodes(line, nodes))
     header = Header(nodes.summary() + "\n\n", nodes.document(), nodes.skipped)
     if command.plans_first:
         return _planned(line, command, nodes, header)

@@ -12,12 +12,11 @@ import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from proxgpu.cli.cluster import plan_nodes
 from proxgpu.cli.commandline import CommandLine, next_command
 from proxgpu.cli.console import STDOUT, write_output
 from proxgpu.cli.hosts import connector
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
-from proxgpu.fleet import ClusterNodes, ClusterPlan, Target, each_host
+from proxgpu.fleet import ClusterPlan, Target, each_host
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import ClusterHeader, HostReport, host_report, plan_report
@@ -39,14 +38,15 @@ def cmd_report(line: CommandLine) -> int:
 
 
 def write_report(
-    line: CommandLine, targets: dict[str, Target], cluster: ClusterNodes | None = None
+    line: CommandLine, targets: dict[str, Target], planned: ClusterPlan | None = None
 ) -> int:
-    """The report of ``targets`` (a cluster's nodes each planned with the guests it holds)."""
+    """The report of ``targets``, or of the cluster ``planned`` (each node planned with the
+    guests it holds, the mapping pooled, as ``plan --cluster`` plans them)."""
     output = line.output or STDOUT
     if line.json and output == STDOUT:
         raise UsageError("report -o - writes the HTML to stdout: leave out --json, or give -o FILE")
     header = None
-    if cluster is None:
+    if planned is None:
         policy, render = line.split()
         read = each_host(
             targets,
@@ -60,10 +60,8 @@ def write_report(
             for n, f in found.items()
         }
     else:
-        # Each node planned with the guests it holds, the mapping pooled, as plan --cluster.
-        planned = plan_nodes(line, cluster)
         sections = {n: _node_section(planned, n) for n in planned.proposals}
-        header = ClusterHeader(cluster.summary(), planned.mapping, planned.mapping_name)
+        header = ClusterHeader(planned.nodes.summary(), planned.mapping, planned.mapping_name)
     results = [_host_report(line.at(targets[n], n), section) for n, section in sections.items()]
     shown = [section for _, section, _ in results]
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

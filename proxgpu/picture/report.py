@@ -27,7 +27,8 @@ from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import Proposal, plan_inventory
 from proxgpu.pipeline.documents import shown
-from proxgpu.planning.model import Plan, PlanGroup, SplitPolicy, TensorParallelAdvice
+from proxgpu.planning.model import Plan, PlanGroup, TensorParallelAdvice
+from proxgpu.planning.policy import SplitPolicy
 from proxgpu.planning.wording import join, mig_list, vgpu_list
 from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions

@@ -26,7 +26,12 @@ renderers turn the plan into configuration.
 from __future__ import annotations
 
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.planning.advice import check_gpu_set, tensor_parallel, warn_about_shape
+from proxgpu.planning.advice import (
+    check_gpu_set,
+    tensor_parallel,
+    userspace_needs,
+    warn_about_shape,
+)
 from proxgpu.planning.checks import (
     check_claims,
     check_iommu_groups,
@@ -45,13 +50,13 @@ from proxgpu.planning.model import (
     PlanGroup,
     Problem,
     Role,
-    SplitPolicy,
     TensorParallelAdvice,
     VgpuUse,
 )
 from proxgpu.planning.packing import build_groups
 from proxgpu.planning.passthrough import advise_passthrough, check_fabric, check_hostpci
 from proxgpu.planning.placement import GpuPlacement, GpuSetCheck
+from proxgpu.planning.policy import SplitPolicy
 from proxgpu.planning.requests import (
     ContainerRequest,
     GuestRequest,
@@ -65,7 +70,7 @@ from proxgpu.planning.requests import (
 )
 from proxgpu.planning.roles import assign_roles
 from proxgpu.planning.unreadable import warn_unreadable_entries
-from proxgpu.planning.userspace import UserSpace, userspace_needs
+from proxgpu.planning.userspace import UserSpace
 from proxgpu.planning.vgpu import plan_vgpus
 
 

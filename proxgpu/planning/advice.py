@@ -22,6 +22,7 @@ from proxgpu.planning.runtimes import (
     pci_order,
     unseen_reason,
 )
+from proxgpu.planning.userspace import UserSpace
 
 
 def check_gpu_set(inventory: Inventory, selectors: list[str]) -> GpuSetCheck:
@@ -255,3 +256,27 @@ def _explain_set(index: GpuIndex, placements: list[GpuPlacement], local: bool) -
     return (
         f"GPUs {ids} straddle NUMA nodes {wording.join(sorted(by_node))}: {holds}. {alternatives}"
     )
+
+
+#: NVIDIA's PCI vendor ID: the GPUs whose containers need NVIDIA's user space.
+NVIDIA = "10de"
+
+
+def userspace_needs(inventory: Inventory, groups: list[PlanGroup]) -> list[UserSpace]:
+    """Each container the groups give an NVIDIA GPU kept on nvidia (whole, or a MIG
+    instance of it), once, in the groups' order."""
+    version = inventory.nvidia_driver_version
+    installer = None if version is None else f"NVIDIA-Linux-{_machine(inventory)}-{version}.run"
+    containers: dict[int, None] = {}
+    for group in groups:
+        if group.role.moves_to_vfio or group.role.serves != "lxc":
+            continue
+        if any(inventory.gpu(address).vendor_id == NVIDIA for address in group.gpus):
+            containers.update((guest.vmid, None) for guest in group.guests)
+    return [UserSpace(vmid=vmid, version=version, installer=installer) for vmid in containers]
+
+
+def _machine(inventory: Inventory) -> str:
+    """The machine name in NVIDIA's installer names: x86_64 for Intel's and AMD's CPUs (the
+    machines Proxmox VE is built for), else left for the admin to fill in."""
+    return "x86_64" if inventory.cpu_vendor in ("GenuineIntel", "AuthenticAMD") else "ARCH"

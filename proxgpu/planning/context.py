@@ -10,7 +10,8 @@ from proxgpu.errors import PlanRefusedError
 from proxgpu.inspection.inventory import Gpu, Inventory, PassedOver, VirtualFunction
 from proxgpu.pci import is_bmc_display, normalize_pci_address
 from proxgpu.planning import wording
-from proxgpu.planning.model import Problem, ProblemCode, SplitPolicy
+from proxgpu.planning.model import Problem, ProblemCode
+from proxgpu.planning.policy import SplitPolicy
 from proxgpu.pve.claims import DeviceClaim, GuestRef, device_claims
 
 

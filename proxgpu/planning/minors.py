@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from proxgpu.inspection.inventory import Gpu, Inventory
-from proxgpu.planning.model import BindMethod
+from proxgpu.planning.policy import BindMethod
 
 
 def boot_minors(

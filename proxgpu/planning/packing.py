@@ -10,7 +10,8 @@ from proxgpu.inspection.inventory import Gpu, Inventory
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
-from proxgpu.planning.model import MigUse, PlanGroup, Role, SplitPolicy, VgpuUse
+from proxgpu.planning.model import MigUse, PlanGroup, Role, VgpuUse
+from proxgpu.planning.policy import SplitPolicy
 from proxgpu.pve.claims import GuestRef
 
 

@@ -31,7 +31,7 @@ def warn_unreadable_entries(ctx: Context, groups: list[PlanGroup]) -> None:
     """Warn about each device entry of a guest the plan writes that Proxmox would leave out.
 
     >>> from proxgpu.inspection import Inventory
-    >>> from proxgpu.planning.model import SplitPolicy
+    >>> from proxgpu.planning.policy import SplitPolicy
     >>> configs = {"/etc/pve/qemu-server/300.conf": "hostpci0: 0000:81:0\\n"}
     >>> ctx = Context(Inventory(source="s", hostname="h", guest_configs=configs), SplitPolicy())
     >>> group = PlanGroup(role="vfio", numa_node=1, gpus=[], functions=[], cpus="0",

@@ -17,17 +17,7 @@ the distribution's packages of that exact version. Every host driver upgrade ask
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from proxgpu.inspection.inventory import Inventory
 from proxgpu.model import FrozenModel
-
-if TYPE_CHECKING:
-    # The plan's model holds the needs this module finds in its groups.
-    from proxgpu.planning.model import PlanGroup
-
-#: NVIDIA's PCI vendor ID: the GPUs whose containers need NVIDIA's user space.
-NVIDIA = "10de"
 
 
 class UserSpace(FrozenModel):
@@ -66,23 +56,3 @@ Driver/library version mismatch)"
             f"the distribution's NVIDIA packages of exactly {self.version}; again after every "
             "host driver upgrade (else NVML fails: Driver/library version mismatch)"
         )
-
-
-def userspace_needs(inventory: Inventory, groups: list[PlanGroup]) -> list[UserSpace]:
-    """Each container the groups give an NVIDIA GPU kept on nvidia (whole, or a MIG
-    instance of it), once, in the groups' order."""
-    version = inventory.nvidia_driver_version
-    installer = None if version is None else f"NVIDIA-Linux-{_machine(inventory)}-{version}.run"
-    containers: dict[int, None] = {}
-    for group in groups:
-        if group.role.moves_to_vfio or group.role.serves != "lxc":
-            continue
-        if any(inventory.gpu(address).vendor_id == NVIDIA for address in group.gpus):
-            containers.update((guest.vmid, None) for guest in group.guests)
-    return [UserSpace(vmid=vmid, version=version, installer=installer) for vmid in containers]
-
-
-def _machine(inventory: Inventory) -> str:
-    """The machine name in NVIDIA's installer names: x86_64 for Intel's and AMD's CPUs (the
-    machines Proxmox VE is built for), else left for the admin to fill in."""
-    return "x86_64" if inventory.cpu_vendor in ("GenuineIntel", "AuthenticAMD") else "ARCH"

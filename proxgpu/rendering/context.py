@@ -9,7 +9,8 @@ from proxgpu.errors import NOT_UTF8_FIX, NOT_UTF8_WHY, RenderError
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.model import FrozenModel
 from proxgpu.paths import LXC_CONFIG_DIR, guest_config
-from proxgpu.planning.model import VMID_MAX, VMID_MIN, BindMethod, Plan
+from proxgpu.planning.model import VMID_MAX, VMID_MIN, Plan
+from proxgpu.planning.policy import BindMethod
 from proxgpu.pve.claims import GuestRef
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering.changes import FileChange
