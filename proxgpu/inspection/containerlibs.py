@@ -49,6 +49,7 @@ _VERSION = r"(\d+\.\d+(?:\.\d+)?)"
 _NVML_TARGET_RE = re.compile(rf"(?:.*/)?libnvidia-ml\.so\.{_VERSION}", re.ASCII)
 _VERSIONED_RE = re.compile(rf"lib(?:nvidia-ml|cuda)\.so\.{_VERSION}", re.ASCII)
 _NVML_FILE_RE = re.compile(rf"libnvidia-ml\.so\.{_VERSION}", re.ASCII)
+_MOUNT_POINT_RE = re.compile(r"mp\d+", re.ASCII)
 _DIR_WHY = {
     "missing": "is missing",
     "link": "is a link, which proxgpu does not follow in a container",
@@ -141,17 +142,24 @@ def _container(
 
 
 def _covering_usr(config: GuestConfig) -> str | None:
-    """The mount point (``mpN``) that a stopped container's rootfs does not show below /usr."""
+    """The mount point (``mpN``) mounted where NVIDIA's libraries lie (/usr, or a directory
+    looked in, or above): a stopped container's rootfs does not show what it holds there.
+
+    >>> _covering_usr(GuestConfig.parse("mp0: /tank/m,mp=/models\\nmp1: a:9/x.subvol,mp=/usr\\n"))
+    'mp1'
+    """
     for key, value in config.entries():
-        if re.fullmatch(r"mp\d+", key):
-            try:
-                path = parse_property_string(value, default_key="volume").get("mp", "")
-            except ValueError:
-                continue
-            if path.rstrip("/") in ("", "/usr", "/usr/lib", "/usr/lib64") or path.startswith(
-                "/usr/lib/"
-            ):
-                return key
+        if not _MOUNT_POINT_RE.fullmatch(key):
+            continue
+        try:
+            path = parse_property_string(value, default_key="volume").get("mp", "")
+        except ValueError:
+            continue
+        cover = path.rstrip("/")
+        if path and (
+            cover in ("", "/usr", "/usr/lib", "/usr/lib64") or cover.startswith("/usr/lib/")
+        ):
+            return key
     return None
 
 
