@@ -12,16 +12,21 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from proxgpu.host import DirectoryHost
+from proxgpu.host.base import CommandResult
+from proxgpu.host.local import LocalHost
 from proxgpu.host.scripts import run_script
-from proxgpu.inspection import inspect
+from proxgpu.inspection import Inventory, inspect
 from proxgpu.inspection.containerlibs import ContainerLibs, read_container_libs
 from tests.support.hostile_scratch import Scratch
+from tests.support.standins import fake_tool
 from tests.support.trees import EXAMPLES
 
 STORAGE = "zfspool: local-zfs\n\tpool rpool/data\n\tcontent rootdir\n"
@@ -249,3 +254,53 @@ def test_a_lib_dir_swapped_for_a_link_meanwhile_never_shows_what_is_outside(
     listed = [base64.b64decode(record[2]) for record in output.of("libs")]
     assert any(HOST_VERSION.encode() in names for names in listed)  # the swaps raced the reads
     assert not any(OUTSIDE_VERSION.encode() in names for names in listed)
+
+
+class ToolsLocalHost(LocalHost):
+    """This machine's / as the live host, its commands finding ``tools`` first."""
+
+    def __init__(self, tools: Path) -> None:
+        super().__init__("/")
+        self.tools = tools
+
+    def _run(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
+    ) -> CommandResult:
+        path = f"PATH={self.tools}:{os.environ['PATH']}"
+        return super()._run(("env", path, *argv), stdin, timeout)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a process of its own root needs chroot: root")
+def test_a_real_process_root_is_read_through_proc_and_its_absolute_links_never_lead_out(
+    scratch: Scratch,
+) -> None:
+    """The kernel's own /proc/PID/root of a process chrooted into a container-like tree (no LXC
+    runs here; lxc-info is a stand-in naming that process), read by the real script with dash
+    on this machine's /, where a link is resolved against the reader's root: an absolute link
+    in the container leads to the host's directory of that name."""
+    rootfs = scratch.root / "ct"
+    (rootfs / "usr/lib").mkdir(parents=True)
+    install(rootfs / "usr/lib", "550.100")
+    (rootfs / "usr/lib/x86_64-linux-gnu").mkdir()
+    elsewhere = outside(scratch)
+    (rootfs / "usr/lib64").symlink_to(elsewhere / "usr/lib/x86_64-linux-gnu")
+    code = "import os, sys, time; os.chroot(sys.argv[1]); print(flush=True); time.sleep(60)"
+    sleeper = subprocess.Popen([sys.executable, "-c", code, str(rootfs)], stdout=subprocess.PIPE)
+    try:
+        assert sleeper.stdout is not None and sleeper.stdout.readline() == b"\n"
+        tools = scratch.root / "tools"
+        fake_tool(tools, "lxc-info", f'[ "$*" = "-n 200 -p" ] && echo "PID: {sleeper.pid}"\n')
+        config = {"/etc/pve/lxc/200.conf": "arch: amd64\nrootfs: gone:subvol-200-disk-0\n"}
+        inventory = Inventory(source="s", hostname="pve1", guest_configs=config)
+        [found] = read_container_libs(ToolsLocalHost(tools), inventory, [200])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert found == ContainerLibs(
+        vmid=200,
+        state="running",
+        seen="init root",
+        nvml="550.100",
+        versions=("550.100",),
+        where="/usr/lib",
+    )
