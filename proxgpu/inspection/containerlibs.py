@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from proxgpu.errors import CommandTimeoutError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import ScriptArgs, ScriptOutput, run_script
 from proxgpu.inspection.inventory import Inventory
@@ -109,16 +110,23 @@ def read_container_libs(
     if not containers:
         return []
     args = [arg for container, _ in containers for arg in container.argv()]
-    output = run_script(
-        host,
-        "ctlibs",
-        "live" if host.is_live else "tree",
-        str(CTLIBS_SECONDS),
-        str(CTLIBS_LIMIT),
-        *args,
-        timeout=len(containers) * 6 * (CTLIBS_SECONDS + 2) + 15,
-        check=False,
-    )
+    seconds = len(containers) * 6 * (CTLIBS_SECONDS + 2) + 15
+    try:
+        output = run_script(
+            host,
+            "ctlibs",
+            "live" if host.is_live else "tree",
+            str(CTLIBS_SECONDS),
+            str(CTLIBS_LIMIT),
+            *args,
+            timeout=seconds,
+            check=False,
+        )
+    except CommandTimeoutError:
+        # Each command has its own deadline, but a directory on a hung NFS or CIFS storage
+        # blocks even `cd` in the kernel: that must not refuse the plan, only leave this unknown.
+        why = f"reading the containers took longer than {seconds} s (a hung storage?)"
+        return [_unknown(container, "unknown", why) for container, _ in containers]
     return [_result(container, unseen, output) for container, unseen in containers]
 
 

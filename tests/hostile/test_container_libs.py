@@ -18,7 +18,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from pytest_mock import MockerFixture
 
+from proxgpu.errors import CommandTimeoutError
 from proxgpu.host import DirectoryHost
 from proxgpu.host.base import CommandResult
 from proxgpu.host.local import LocalHost
@@ -303,4 +305,22 @@ def test_a_real_process_root_is_read_through_proc_and_its_absolute_links_never_l
         nvml="550.100",
         versions=("550.100",),
         where="/usr/lib",
+    )
+
+
+def test_a_read_past_its_deadline_leaves_the_plan_standing(
+    scratch: Scratch, mocker: MockerFixture
+) -> None:
+    """A directory on a hung NFS storage blocks even ``cd`` in the kernel, past every deadline
+    of the script's own; no such mount can be made here, so the runner's timeout is raised in
+    its place (a stand-in, pytest-mock), the way the real transport raises it."""
+    root = ct_tree(scratch)
+    host = DirectoryHost(str(root))
+    inventory = inspect(host)
+    hung = CommandTimeoutError(host.name, ["sh"], 57)
+    mocker.patch("proxgpu.inspection.containerlibs.run_script", side_effect=hung)
+    [found] = read_container_libs(host, inventory, [200])
+    assert (found.state, found.why) == (
+        "unknown",
+        "reading the containers took longer than 57 s (a hung storage?)",
     )
