@@ -13,6 +13,7 @@ from typing import Any
 
 from proxgpu.errors import ProxgpuError
 from proxgpu.pipeline import SplitResult
+from proxgpu.planning.userspace import next_steps
 
 
 def split_result(result: SplitResult, *, diff: bool, reboot: bool) -> dict[str, Any]:
@@ -35,7 +36,7 @@ def split_result(result: SplitResult, *, diff: bool, reboot: bool) -> dict[str, 
         "diff": result.diff if diff else [],
         # What the split does or assumes, asking nothing: not Ansible warnings.
         "notes": [*result.plan.notes, *result.changes.notes],
-        "next_steps": [need.step() for need in result.plan.userspace],
+        "next_steps": next_steps(result.plan.userspace),
         "plan": result.plan_document(),
         "actions": result.actions,
         "reboot_required": reboot,

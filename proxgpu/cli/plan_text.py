@@ -6,6 +6,7 @@ from proxgpu.cli.text import table
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.planning.model import Plan, PlanGroup
 from proxgpu.planning.runtimes import CUDA, numbered
+from proxgpu.planning.userspace import next_steps
 from proxgpu.planning.wording import vgpu_list
 from proxgpu.rendering.changes import ChangeSet
 
@@ -57,7 +58,7 @@ def render_plan(plan: Plan, inv: Inventory) -> str:
         lines.append("  The kernel command line gets the IOMMU turned on.")
     lines += [f"  warning: {w}" for w in plan.warnings]
     lines += [f"  note: {n}" for n in plan.notes]
-    lines += [f"  next step: {need.step()}" for need in plan.userspace]
+    lines += [f"  next step: {step}" for step in next_steps(plan.userspace)]
     return "\n".join(lines)
 
 

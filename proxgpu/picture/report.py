@@ -29,6 +29,7 @@ from proxgpu.pipeline import Proposal, plan_inventory
 from proxgpu.pipeline.documents import shown
 from proxgpu.planning.model import Plan, PlanGroup, TensorParallelAdvice
 from proxgpu.planning.policy import SplitPolicy
+from proxgpu.planning.userspace import next_steps
 from proxgpu.planning.wording import join, mig_list, vgpu_list
 from proxgpu.redact import redact_secrets
 from proxgpu.rendering import RenderOptions
@@ -189,7 +190,7 @@ def _section(host: HostReport) -> dict[str, Any]:
         "error": None if host.error is None else redact_secrets(host.error),
         "warnings": list(dict.fromkeys(redact_secrets(w) for w in warnings)),
         "notes": list(dict.fromkeys(redact_secrets(n) for n in notes)),
-        "next_steps": [need.step() for need in host.plan.userspace] if host.plan else [],
+        "next_steps": next_steps(host.plan.userspace) if host.plan else [],
         "tensor_parallel": _advice_by_group(host.plan.tensor_parallel if host.plan else []),
         "enable_iommu": bool(host.plan and host.plan.enable_iommu),
         "diffs": _diffs(changes) if changes is not None else [],

@@ -31,8 +31,10 @@ from proxgpu.apply import (
 )
 from proxgpu.host import Host
 from proxgpu.inspection import GpuFilter, Inventory, inspect
+from proxgpu.inspection.containerlibs import read_container_libs
 from proxgpu.pipeline.documents import apply_document, plan_document, shown
 from proxgpu.planning import Plan, SplitPolicy, plan_split
+from proxgpu.planning.userspace import holding
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet
 from proxgpu.rendering.context import require_guests
@@ -57,7 +59,25 @@ def propose(
     :raises ProxgpuError: when the host cannot be read or the plan is refused.
     """
     inventory = inspect(host, gpu_filter)
-    return Proposal(inventory, *plan_inventory(inventory, policy, options))
+    plan, changes = plan_inventory(inventory, policy, options)
+    return Proposal(inventory, read_holdings(host, inventory, plan), changes)
+
+
+def read_holdings(host: Host, inventory: Inventory, plan: Plan) -> Plan:
+    """``plan`` with what each container that needs NVIDIA's user space holds now, read from
+    ``host`` in one more script run, made only when some container needs it.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> tree = DirectoryHost("examples/hosts/ct200")
+    >>> inventory = inspect(tree)
+    >>> plan, _ = plan_inventory(inventory, SplitPolicy(lxc=200))
+    >>> [need.holds.state for need in read_holdings(tree, inventory, plan).userspace]
+    ['stopped']
+    """
+    if not plan.userspace:
+        return plan
+    found = read_container_libs(host, inventory, [need.vmid for need in plan.userspace])
+    return plan.model_copy(update={"userspace": holding(plan.userspace, found)})
 
 
 def plan_inventory(

@@ -144,7 +144,7 @@ caps='proc/driver/nvidia/capabilities/mig/config proc/driver/nvidia/capabilities
     proc/driver/nvidia/capabilities/gpu*/mig/gi*/access
     proc/driver/nvidia/capabilities/gpu*/mig/gi*/ci*/access
     proc/driver/nvidia-nvlink/capabilities/fabric-mgmt'
-configs='etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg
+configs='etc/pve/lxc/*.conf etc/pve/qemu-server/*.conf etc/pve/mapping/pci.cfg etc/pve/storage.cfg
     etc/modprobe.d/* run/modprobe.d/* usr/local/lib/modprobe.d/* usr/lib/modprobe.d/*
     lib/modprobe.d/* lib/modules/*/modules.softdep
     etc/modules etc/modules-load.d/* etc/initramfs-tools/modules

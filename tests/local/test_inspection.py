@@ -180,3 +180,10 @@ def test_inspection_is_one_command(example_host: Path) -> None:
     host = DirectoryHost(str(example_host))
     gather(host)
     assert host.commands_run == (2 if example_host.name == "mig" else 1)
+
+
+def test_inspection_keeps_storage_cfg_for_reading_container_volumes(tmp_path: Path) -> None:
+    root = copy_example(tmp_path)
+    cfg = "zfspool: local-zfs\n\tpool rpool/data\n\tcontent rootdir\n"
+    (root / "etc/pve/storage.cfg").write_text(cfg)
+    assert inspect(DirectoryHost(str(root))).host_files["/etc/pve/storage.cfg"] == cfg

@@ -64,22 +64,81 @@ def test_without_a_loaded_nvidia_module_the_step_says_where_the_version_will_sho
     assert "/proc/driver/nvidia/version on the host names the version" in need.step()
 
 
-def test_plan_prints_it_as_a_next_step_and_its_json_holds_it(
+def with_rootfs(tmp_path: Path, version: str) -> Path:
+    """ct200 with its storage.cfg and CT 200's stopped rootfs (a ZFS subvolume) holding
+    NVIDIA's user space of ``version``, as the .run installer lays it out."""
+    root = copy_example(tmp_path)
+    (root / "etc/pve/storage.cfg").write_text("zfspool: local-zfs\n\tpool rpool/data\n")
+    lib = root / "rpool/data/subvol-200-disk-0/usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    (lib / f"libnvidia-ml.so.{version}").write_bytes(b"")
+    (lib / "libnvidia-ml.so.1").symlink_to(f"libnvidia-ml.so.{version}")
+    return root
+
+
+def next_steps_printed(root: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    assert main(["plan", "--root", str(root), "--lxc", "200", "--vm", "300"]) == 0
+    return [line for line in capsys.readouterr().out.splitlines() if "next step:" in line]
+
+
+def test_plan_names_a_container_holding_another_version_with_both_and_the_fix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    root = with_rootfs(tmp_path, "550.100")
+    assert next_steps_printed(root, capsys) == [
+        "  next step: CT 200 holds NVIDIA's user space 550.100 (read from its storage, "
+        f"stopped), but the host's nvidia module is {HOST_DRIVER}: NVML fails there "
+        "(Driver/library version mismatch); in CT 200, "
+        f"sh NVIDIA-Linux-x86_64-{HOST_DRIVER}.run --no-kernel-module, or the distribution's "
+        f"NVIDIA packages of exactly {HOST_DRIVER}"
+    ]
+    assert main(["plan", "--root", str(root), "--lxc", "200", "--json"]) == 0
+    (need,) = json.loads(capsys.readouterr().out)["userspace"]
+    assert (need["vmid"], need["version"]) == (200, HOST_DRIVER)
+    held = need["holds"]
+    assert (held["state"], held["seen"], held["nvml"]) == ("stopped", "storage", "550.100")
+    assert held["where"] == "/usr/lib/x86_64-linux-gnu"
+
+
+def test_a_container_holding_the_hosts_version_is_quiet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = with_rootfs(tmp_path, HOST_DRIVER)
+    assert next_steps_printed(root, capsys) == []
+    done = split_host(DirectoryHost(str(root)), SplitPolicy(lxc=200))
+    assert split_result(done, diff=False, reboot=False)["next_steps"] == []
+    (need,) = done.plan.userspace
+    assert need.holds is not None and need.holds.nvml == HOST_DRIVER
+
+
+def test_a_container_holding_none_is_told_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = with_rootfs(tmp_path, HOST_DRIVER)
+    for lib in (root / "rpool/data/subvol-200-disk-0/usr/lib/x86_64-linux-gnu").iterdir():
+        lib.unlink()
+    (step,) = next_steps_printed(root, capsys)
+    assert step.startswith("  next step: CT 200 needs NVIDIA's user space (libcuda, ")
+    assert step.endswith(
+        "(else NVML fails: Driver/library version mismatch); CT 200 holds none now"
+    )
+
+
+def test_plan_prints_it_as_a_next_step_with_why_what_the_container_holds_is_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The example keeps no storage.cfg: where CT 200's rootfs lies is unknown.
     root = copy_example(tmp_path)
-    assert main(["plan", "--root", str(root), "--lxc", "200", "--vm", "300"]) == 0
-    steps = [line for line in capsys.readouterr().out.splitlines() if "next step:" in line]
-    assert steps == [
+    assert next_steps_printed(root, capsys) == [
         f"  next step: CT 200 needs NVIDIA's user space (libcuda, libnvidia-ml, nvidia-smi) of "
         f"{HOST_DRIVER}, the host's nvidia module, without a kernel module: in CT 200, "
         f"sh NVIDIA-Linux-x86_64-{HOST_DRIVER}.run --no-kernel-module, or the distribution's "
         f"NVIDIA packages of exactly {HOST_DRIVER}; again after every host driver upgrade "
-        "(else NVML fails: Driver/library version mismatch)"
+        "(else NVML fails: Driver/library version mismatch); what CT 200 holds now is unknown "
+        "(storage 'local-zfs' is not in /etc/pve/storage.cfg); on the host, this tells: "
+        "pct mount 200 && ls -l /var/lib/lxc/200/rootfs/usr/lib/x86_64-linux-gnu/"
+        "libnvidia-ml.so.1; pct unmount 200"
     ]
-    assert main(["plan", "--root", str(root), "--lxc", "200", "--json"]) == 0
-    (need,) = json.loads(capsys.readouterr().out)["userspace"]
-    assert need["vmid"] == 200 and need["version"] == HOST_DRIVER
 
 
 def test_the_report_and_the_ansible_result_name_it_too(tmp_path: Path) -> None:
