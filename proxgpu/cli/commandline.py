@@ -163,6 +163,7 @@ def read(args: argparse.Namespace, detailed: bool = False) -> CommandLine:
         detailed=detailed,
         policy=policy,
         render=render,
+        # Apply and rollback, the commands that take a lock, are the ones with --break-lock.
         apply=_apply_options(values) if "break_lock" in values else None,
         dry_run=values.get("dry_run", False),
         trust_unsigned=values.get("trust_unsigned", False),

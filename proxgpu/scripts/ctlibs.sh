@@ -17,9 +17,10 @@
 # Output, per container: "#ct VMID running PID", "#ct VMID stopped" or "#ct VMID unknown WHY
 # DETAIL" (WHY: lxc-info STATUS, answer -, restarted -; the last one counts); "#unread VMID WHY
 # DETAIL" where its files could not be read (WHY: unseen -, root STATUS, usr STATUS); then per
-# directory looked in, "#libs VMID DIR BASE64" (find's "%y\0%f\0%l\0" of each libnvidia-ml.so*
-# and libcuda.so* there, cut at LIMIT bytes) or "#dir VMID DIR STATUS". STATUS: missing (1),
-# link (3), outside (4), swapped (5). Then "#end".
+# directory looked in that could be entered, "#libs VMID DIR BASE64" (find's "%y\0%f\0%l\0" of
+# each libnvidia-ml.so* and libcuda.so* there, cut at LIMIT bytes); one that could not holds
+# nothing the container's NVML would load. STATUS: missing (1), link (3), outside (4),
+# swapped (5). Then "#end".
 LC_ALL=C
 export LC_ALL
 mode=$1 seconds=$2 limit=$3
@@ -63,7 +64,7 @@ why() {
 # directory (the container's root).
 look() {
     (
-        walk "$2" || { rec dir "$1" "$2" "$(why $?)"; exit 0; }
+        walk "$2" || exit 0
         printf '#libs\t%s\t%s\t' "$1" "$2"
         timeout -k 2 "$seconds" find . -mindepth 1 -maxdepth 1 \
             \( -name 'libnvidia-ml.so*' -o -name 'libcuda.so*' \) -printf '%y\0%f\0%l\0' \

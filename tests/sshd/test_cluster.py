@@ -25,13 +25,12 @@ import proxgpu.cli.hosts
 from proxgpu.apply.journal import history
 from proxgpu.cli import main
 from proxgpu.host import DirectoryHost, connect
-from proxgpu.host.base import CommandResult
-from proxgpu.host.ssh import SSHHost, SSHOptions
+from proxgpu.host.ssh import SSHOptions
 from proxgpu.paths import PCI_MAPPING
 from proxgpu.pve.mapping import mapping_lines
 from tests.support.pvevalidate import assert_all_ok, validate
 from tests.support.sshd import SSHD, Sshd, running_sshd
-from tests.support.standins import fake_pvesh, fake_tool, pvesh_calls
+from tests.support.standins import ToolsHost, fake_pvesh, fake_tool, pvesh_calls
 from tests.support.tools import require_tool
 from tests.support.trees import EXAMPLES
 
@@ -138,21 +137,6 @@ def test_snapshot_over_ssh_is_a_tree_per_node_that_plans_the_same(
 
 
 NODES = ("pve1", "pve2", "pve3")
-#: What sshd gives root's commands; the stand-ins go first.
-REMOTE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-class LiveNode(SSHHost):
-    """A node's tree over SSH taken as a live node, its commands finding ``tools`` first."""
-
-    def __init__(self, target: str, options: SSHOptions | None, root: str, tools: Path) -> None:
-        super().__init__(target, options, root=root, live=True)
-        self.tools = tools
-
-    def _run(
-        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
-    ) -> CommandResult:
-        return super()._run(("env", f"PATH={self.tools}:{REMOTE_PATH}", *argv), stdin, timeout)
 
 
 @pytest.fixture
@@ -171,7 +155,7 @@ def live(cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
     def live_connect(host: str | None, root: str | None, options: SSHOptions | None) -> object:
         if host is None or root is None:
             return connect(host, root, options)
-        return LiveNode(host, options, root, tools / Path(root).name)
+        return ToolsHost(host, options, root, tools / Path(root).name)
 
     monkeypatch.setattr(proxgpu.cli.hosts, "connect", live_connect)
     return tools

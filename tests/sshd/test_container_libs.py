@@ -14,37 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from proxgpu.host.base import CommandResult
-from proxgpu.host.ssh import SSHHost, SSHOptions
 from proxgpu.inspection import inspect
 from proxgpu.inspection.containerlibs import ContainerLibs, read_container_libs
 from proxgpu.pipeline import propose
 from proxgpu.planning import SplitPolicy
 from tests.support.sshd import Sshd, client_options
-from tests.support.standins import fake_tool
+from tests.support.standins import ToolsHost, fake_tool
 
 pytestmark = pytest.mark.sshd
 
-#: What sshd gives root's commands; the stand-ins go first.
-REMOTE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LIB = "usr/lib/x86_64-linux-gnu"
 INIT_ROOT = "proc/4242/root"
 #: A stand-in lxc-info for CT 200 running with init 4242 (as `lxc-info -n 200 -p` prints it).
 RUNNING = '[ "$*" = "-n 200 -p" ] || exit 1\necho "PID:          4242"\n'
 HOST_DRIVER = "575.57.08"
-
-
-class ToolsHost(SSHHost):
-    """The tree over SSH taken as a live host, its commands finding ``tools`` first."""
-
-    def __init__(self, target: str, options: SSHOptions | None, root: str, tools: Path) -> None:
-        super().__init__(target, options, root=root, live=True)
-        self.tools = tools
-
-    def _run(
-        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
-    ) -> CommandResult:
-        return super()._run(("env", f"PATH={self.tools}:{REMOTE_PATH}", *argv), stdin, timeout)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Stand-ins for tools that cannot run here: Proxmox's pvesh and NVIDIA's nvidia-smi.
+"""Stand-ins for tools that cannot run here: Proxmox's pvesh, LXC's lxc-info and NVIDIA's
+nvidia-smi, and the host over SSH (:class:`ToolsHost`) whose commands find them first.
 
 Proxmox VE cannot be installed on this machine and there is no NVIDIA GPU, so the tests that need
 these commands put small scripts first on PATH. Each prints only what the real tool prints (the
@@ -14,6 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from proxgpu.host.base import CommandResult
+from proxgpu.host.ssh import SSHHost, SSHOptions
+
+#: What sshd gives root's commands; the stand-ins go first.
+REMOTE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 
 def fake_tool(directory: Path, name: str, script: str) -> Path:
     """Write an executable shell script ``name`` into ``directory``."""
@@ -22,6 +29,20 @@ def fake_tool(directory: Path, name: str, script: str) -> Path:
     tool.write_text("#!/bin/sh\n" + script)
     tool.chmod(0o755)
     return tool
+
+
+class ToolsHost(SSHHost):
+    """A tree over SSH taken as a live host, its commands finding the stand-ins in ``tools``
+    first."""
+
+    def __init__(self, target: str, options: SSHOptions | None, root: str, tools: Path) -> None:
+        super().__init__(target, options, root=root, live=True)
+        self.tools = tools
+
+    def _run(
+        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
+    ) -> CommandResult:
+        return super()._run(("env", f"PATH={self.tools}:{REMOTE_PATH}", *argv), stdin, timeout)
 
 
 _FAKE_PVESH = r"""
