@@ -19,6 +19,10 @@ from __future__ import annotations
 import re
 
 VFIO_DRIVER = "vfio-pci"
+#: NVIDIA's kernel module, whose GPUs a container uses through NVIDIA's user space.
+NVIDIA_DRIVER = "nvidia"
+#: NVIDIA's PCI vendor ID.
+NVIDIA = "10de"
 
 _PCI_ADDRESS = re.compile(
     r"^(?:(?P<domain>[0-9a-f]{4,8}):)?(?P<bus>[0-9a-f]{2}):(?P<device>[0-9a-f]{2})"

@@ -2,7 +2,9 @@
 
 The files proxgpu owns are compared byte for byte; in the files it only edits (guest configs,
 the PCI mapping file, the kernel command line) only what it changed counts, so that an edit of
-anything else (a VM snapshot, a new tag) is no drift.
+anything else (a VM snapshot, a new tag) is no drift. Past the host's edge, the guests are
+looked at too (:mod:`proxgpu.apply.guests`): the user space each container holds, and what each
+running guest holds of its GPUs.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from proxgpu.apply.entries import entry_drift, partly_ours
+from proxgpu.apply.guests import GuestCheck, guest_checks
 from proxgpu.apply.journal import JournalEntry, read_journal, select_entry
 from proxgpu.apply.layout import Layout
 from proxgpu.apply.remote import probe
@@ -45,6 +48,9 @@ class VerifyReport(FrozenModel):
     #: The driver each function the plan moves to vfio-pci is bound to now (``None``: none), when
     #: the drivers were read.
     moved: dict[str, str | None] = Field(default_factory=dict)
+    #: What was found at each guest the plan gives GPUs; a ``drift`` one's line is in ``drift``
+    #: too, an ``unchecked`` one is no pass (it says why and what to do).
+    guests: list[GuestCheck] = Field(default_factory=list)
 
 
 def applied_entry(
@@ -66,7 +72,11 @@ def applied_entry(
 
 
 def verify(
-    host: Host, target: JournalEntry | Plan | None = None, *, inventory: Inventory | None = None
+    host: Host,
+    target: JournalEntry | Plan | None = None,
+    *,
+    inventory: Inventory | None = None,
+    guests: bool = True,
 ) -> VerifyReport:
     """Compare the host with an applied journal entry (its files and plan; by default the last
     applied, as ``proxgpu verify`` does) or with a plan alone.
@@ -87,6 +97,11 @@ proxgpu history)
     ``ids=`` naming their IDs, a blacklist of their module) is drift too, and so is a softdep
     line of proxgpu's that no longer keeps what its module declares (after an upgrade), or one
     missing for a module that could take a moved function (a kernel installed since names it).
+    With ``guests`` (the default), the guests are looked at too
+    (:func:`~proxgpu.apply.guests.guest_checks`): a container given NVIDIA GPUs found holding
+    another user space than the host's module is drift (a host driver upgrade leaves it
+    behind); on a live host, a running container must list exactly its GPUs from inside, a
+    running VM's QEMU hold every function the plan gives it.
 
     :raises HostUnreachableError: when the host cannot be read.
     """
@@ -104,6 +119,7 @@ proxgpu history)
             target.changeset.reboot_required and not target.live and boot_id == target.boot_id
         )
     moved: dict[str, str | None] = {}
+    checks: list[GuestCheck] = []
     if plan is not None and (isinstance(target, Plan) or target.status == "applied"):
         inventory = inventory or inspect(host)
         moved = moved_drivers(inventory, plan)
@@ -133,8 +149,16 @@ proxgpu history)
             pending = [f"{line} (at the next boot)" for line in drivers]
         else:
             drift += drivers
+            # Before the boot that binds them, the guests cannot hold what the plan gives.
+            checks = guest_checks(host, inventory, plan) if guests else []
+            drift += [check.line for check in checks if check.verdict == "drift"]
     return VerifyReport(
-        host=host.name, drifted=bool(drift), drift=drift, pending_reboot=pending, moved=moved
+        host=host.name,
+        drifted=bool(drift),
+        drift=drift,
+        pending_reboot=pending,
+        moved=moved,
+        guests=checks,
     )
 
 

@@ -74,7 +74,8 @@ class CommandLine:
     ``detailed``: ``--detailed-exitcode``); the split (``policy``, ``render``: ``None`` for a
     command that plans nothing); how an apply or rollback runs (``apply``, ``None`` for the
     other commands); ``dry_run`` and ``trust_unsigned``, a command's ``--dry-run`` (``run``'s
-    too) and ``--trust-unsigned`` (``verify``'s too); and each command's own options. ``reach``
+    too) and ``--trust-unsigned`` (``verify``'s too); and each command's own options
+    (``guests``: ``verify`` looks at the guests, unless ``--no-guests``). ``reach``
     and ``request`` are the words that give the same SSH settings and the same split to the
     command a result says to run next. ``one_of``: the name of this host among several, which
     a run over several hosts gives each host's command line."""
@@ -102,6 +103,7 @@ class CommandLine:
     out: str | None = None
     plan: str | None = None
     to: str | None = None
+    guests: bool = True
     format: str = "text"
     tree: bool = False
     gpu_set: tuple[str, ...] = ()
@@ -172,6 +174,7 @@ def read(args: argparse.Namespace, detailed: bool = False) -> CommandLine:
         out=values.get("out"),
         plan=values.get("plan"),
         to=values.get("to"),
+        guests=values.get("guests", True),
         format=values.get("format", "text"),
         tree=values.get("tree", False),
         gpu_set=tuple(s.strip() for s in values.get("gpus", "").split(",") if s.strip()),

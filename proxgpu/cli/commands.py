@@ -40,8 +40,11 @@ def cmd_verify(line: CommandLine) -> int:
 
 
 def host_verify(line: CommandLine, host: Host, say: Say) -> Shown:
-    """One host's verify (see :func:`cmd_verify`)."""
-    report = verify(host, applied_entry(host, line.to, trust_unsigned=line.trust_unsigned))
+    """One host's verify (see :func:`cmd_verify`): a guest that could not be looked at is a
+    note on stderr, never part of a pass."""
+    entry = applied_entry(host, line.to, trust_unsigned=line.trust_unsigned)
+    report = verify(host, entry, guests=line.guests)
+    looked = [f"  {check.line}" for check in report.guests if check.verdict == "ok"]
     if report.drifted:
         lines = [f"{host.name}: drift: {line}" for line in report.drift]
     elif report.pending_reboot:
@@ -52,8 +55,11 @@ def host_verify(line: CommandLine, host: Host, say: Say) -> Shown:
         lines += [
             f"  {address}: on {driver or 'no driver'}" for address, driver in report.moved.items()
         ]
+    notes = tuple(
+        f"{host.name}: {check.line}" for check in report.guests if check.verdict == "unchecked"
+    )
     code = DriftError.exit_code if report.drifted else 0
-    return Shown(_lines(lines), report.model_dump(mode="json"), code)
+    return Shown(_lines(lines + looked), report.model_dump(mode="json"), code, notes)
 
 
 def cmd_rollback(line: CommandLine) -> int:

@@ -240,6 +240,13 @@ def _verify(sub: Commands) -> None:
         gpus=False,
     )
     verify.add_argument("--to", metavar="ID", help="journal entry (default: the last applied)")
+    verify.add_argument(
+        "--no-guests",
+        dest="guests",
+        action="store_false",
+        help="the host alone: do not look at the guests (the user space each container holds, "
+        "what each running guest holds of its GPUs)",
+    )
     _trust_unsigned(verify, "a journal entry")
 
 

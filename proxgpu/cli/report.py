@@ -16,7 +16,8 @@ from proxgpu.cli.commandline import CommandLine, next_command
 from proxgpu.cli.console import STDOUT, write_output
 from proxgpu.cli.hosts import connector
 from proxgpu.errors import PlanRefusedError, ProxgpuError, UsageError
-from proxgpu.fleet import ClusterPlan, Target, each_host
+from proxgpu.fleet import ClusterPlan, Say, Target, each_host
+from proxgpu.host.base import Host
 from proxgpu.inspection import Inventory, inspect
 from proxgpu.picture import UnreadHost, inventory_svg, inventory_tree, render_report
 from proxgpu.picture.report import ClusterHeader, HostReport, host_report, plan_report
@@ -48,17 +49,12 @@ def write_report(
     header = None
     if planned is None:
         policy, render = line.split()
-        read = each_host(
-            targets,
-            lambda host, say: inspect(host, line.gpus),
-            connect=connector(line),
-            forks=line.forks,
-        )
-        found = {n: o.or_error() for n, o in read.items()}
-        sections = {
-            n: f if isinstance(f, ProxgpuError) else plan_report(f, policy, render)
-            for n, f in found.items()
-        }
+
+        def one(host: Host, say: Say) -> HostReport:
+            return plan_report(inspect(host, line.gpus), policy, render, host=host)
+
+        read = each_host(targets, one, connect=connector(line), forks=line.forks)
+        sections = {n: o.or_error() for n, o in read.items()}
     else:
         sections = {n: _node_section(planned, n) for n in planned.proposals}
         header = ClusterHeader(planned.nodes.summary(), planned.mapping, planned.mapping_name)

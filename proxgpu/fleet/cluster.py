@@ -39,7 +39,7 @@ from proxgpu.host.scripts import read_files
 from proxgpu.host.sshcommon import parse_target
 from proxgpu.inspection import GpuFilter, Inventory, inspect
 from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
-from proxgpu.pipeline import Proposal, plan_inventory
+from proxgpu.pipeline import Proposal, plan_inventory, read_holdings
 from proxgpu.planning import SplitPolicy
 from proxgpu.pve.cluster import ClusterMembers, parse_members
 from proxgpu.pve.mapping import PciMappingConfig, with_node_maps
@@ -212,6 +212,7 @@ def plan_cluster(
         for n, found in read.items()
     }
     planned = {n: p for n, p in proposals.items() if isinstance(p, Proposal)}
+    planned = _holding(nodes, planned, connect, forks)
     pooled, change = pool_mapping(planned, mapping, nodes.first)
     inventories = {n: found for n, found in read.items() if isinstance(found, Inventory)}
     return ClusterPlan(nodes, {**proposals, **pooled}, change, mapping, inventories)
@@ -227,6 +228,25 @@ def _plan_node(
         )
     except ProxgpuError as exc:
         return exc
+
+
+def _holding(
+    nodes: ClusterNodes, planned: dict[str, Proposal], connect: Connect | None, forks: int
+) -> dict[str, Proposal]:
+    """Each proposal with what the containers it gives NVIDIA GPUs hold now, read in a second
+    pass over those nodes alone: a node is planned only once every node is read (which guest is
+    where). A node whose containers could not be read keeps its plan, which says so."""
+    needing = {n: p for n, p in planned.items() if p.plan.userspace}
+    if not needing:
+        return planned
+
+    def one(host: Host, say: Say) -> Proposal:
+        proposal = needing[say.name]
+        return proposal._replace(plan=read_holdings(host, proposal.inventory, proposal.plan))
+
+    targets = {n: nodes.targets[n] for n in needing}
+    read = each_host(targets, one, connect=connect, forks=forks)
+    return planned | {n: o.result for n, o in read.items() if o.result is not None}
 
 
 def apply_cluster(

@@ -18,6 +18,7 @@ from __future__ import annotations
 from proxgpu.inspection.capture import Capture
 from proxgpu.inspection.inventory import MdevType, PciFunction, VgpuType
 from proxgpu.paths import PCI_DEVICES
+from proxgpu.pci import NVIDIA
 
 #: ``IORESOURCE_MEM`` in a sysfs ``resource`` line's flags: a memory (not I/O port) region.
 _IORESOURCE_MEM = 0x200
@@ -172,4 +173,4 @@ def creatable_vgpu_types(capture: Capture, address: str) -> list[VgpuType] | Non
 def is_nvswitch(function: PciFunction) -> bool:
     """An NVIDIA NVSwitch: a bridge of class "other" (``0x0680``) by NVIDIA, the crossbar of an
     HGX board's NVLink fabric, which NVIDIA's Fabric Manager programs for every GPU on it."""
-    return function.vendor_id == "10de" and function.class_code.startswith("0x0680")
+    return function.vendor_id == NVIDIA and function.class_code.startswith("0x0680")

@@ -20,12 +20,13 @@ from typing import Any
 from markupsafe import Markup
 
 from proxgpu.errors import PlanRefusedError, ProxgpuError, RenderError
+from proxgpu.host.base import Host
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.paths import guest_label, guest_of
 from proxgpu.picture.layout import lay_out_parts
 from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
-from proxgpu.pipeline import Proposal, plan_inventory
+from proxgpu.pipeline import Proposal, plan_inventory, read_holdings
 from proxgpu.pipeline.documents import shown
 from proxgpu.planning.model import Plan, PlanGroup, TensorParallelAdvice
 from proxgpu.planning.policy import SplitPolicy
@@ -68,10 +69,16 @@ class HostReport:
 
 
 def plan_report(
-    inventory: Inventory, policy: SplitPolicy | None = None, options: RenderOptions | None = None
+    inventory: Inventory,
+    policy: SplitPolicy | None = None,
+    options: RenderOptions | None = None,
+    *,
+    host: Host | None = None,
 ) -> HostReport:
     """Plan and render the split of ``inventory`` for the report; a refused plan (or one that
-    cannot be rendered) gives a report of the host as it is, with the reasons.
+    cannot be rendered) gives a report of the host as it is, with the reasons. With the
+    ``host`` it was read from, the plan says what each container holds of NVIDIA's user space,
+    as ``plan`` does.
 
     >>> from proxgpu.host import DirectoryHost
     >>> from proxgpu.inspection import inspect
@@ -82,12 +89,12 @@ def plan_report(
     'guest 5 cannot exist: Proxmox VMIDs run from 100 to 999999999'
     """
     try:
-        found: Proposal | ProxgpuError = Proposal(
-            inventory, *plan_inventory(inventory, policy, options)
-        )
+        plan, changes = plan_inventory(inventory, policy, options)
     except (PlanRefusedError, RenderError) as exc:
-        found = exc
-    return host_report(inventory, found)
+        return host_report(inventory, exc)
+    if host is not None:
+        plan = read_holdings(host, inventory, plan)
+    return host_report(inventory, Proposal(inventory, plan, changes))
 
 
 def host_report(inventory: Inventory, found: Proposal | ProxgpuError) -> HostReport:

@@ -198,4 +198,4 @@ def reboot_awaited(host: Host, result: SplitResult) -> bool:
     entries = read_journal(host, latest=()).entries  # the newest entry alone
     if not entries or entries[-1].status != "applied":
         return False
-    return bool(verify(host, entries[-1], inventory=result.inventory).pending_reboot)
+    return bool(verify(host, entries[-1], inventory=result.inventory, guests=False).pending_reboot)

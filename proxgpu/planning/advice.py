@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from proxgpu.errors import UsageError
 from proxgpu.inspection.inventory import Gpu, Inventory
-from proxgpu.pci import normalize_pci_address
+from proxgpu.pci import NVIDIA_DRIVER, normalize_pci_address
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context, GpuIndex
 from proxgpu.planning.model import TP_SIZES, PlanGroup, Role, TensorParallelAdvice
@@ -258,20 +258,18 @@ def _explain_set(index: GpuIndex, placements: list[GpuPlacement], local: bool) -
     )
 
 
-#: NVIDIA's PCI vendor ID: the GPUs whose containers need NVIDIA's user space.
-NVIDIA = "10de"
-
-
 def userspace_needs(inventory: Inventory, groups: list[PlanGroup]) -> list[UserSpace]:
-    """Each container the groups give an NVIDIA GPU kept on nvidia (whole, or a MIG
+    """Each container the groups give a GPU kept on NVIDIA's module (whole, or a MIG
     instance of it), once, in the groups' order."""
     version = inventory.nvidia_driver_version
     installer = None if version is None else f"NVIDIA-Linux-{_machine(inventory)}-{version}.run"
     containers: dict[int, None] = {}
+    # By address, not inventory.gpu(): verify asks this of a host whose GPU may be gone since.
+    drivers = {gpu.address: gpu.host_driver for gpu in inventory.gpus}
     for group in groups:
         if group.role.moves_to_vfio or group.role.serves != "lxc":
             continue
-        if any(inventory.gpu(address).vendor_id == NVIDIA for address in group.gpus):
+        if any(drivers.get(address) == NVIDIA_DRIVER for address in group.gpus):
             containers.update((guest.vmid, None) for guest in group.guests)
     return [UserSpace(vmid=vmid, version=version, installer=installer) for vmid in containers]
 

@@ -6,6 +6,7 @@ the move (:mod:`proxgpu.planning.vfiohost`), and care with GPUs reported not to 
 from __future__ import annotations
 
 from proxgpu.inspection.inventory import Gpu
+from proxgpu.pci import NVIDIA
 from proxgpu.planning import vfiohost, wording
 from proxgpu.planning.bars import advise_bars, check_hostpci_room
 from proxgpu.planning.context import Context
@@ -20,7 +21,7 @@ def check_fabric(ctx: Context, roles: dict[str, Role]) -> None:
     """NVSwitches join a board's GPUs into one NVLink fabric that NVIDIA's Fabric Manager
     programs as a whole: it cannot manage GPUs that the host keeps while others sit in guests."""
     switches = ctx.inventory.nvswitches
-    fabric = [gpu for gpu in ctx.index.gpus if gpu.vendor_id == "10de"]
+    fabric = [gpu for gpu in ctx.index.gpus if gpu.vendor_id == NVIDIA]
     sides = {roles[gpu.address].moves_to_vfio for gpu in fabric}
     if not switches or sides == {False}:
         return
@@ -65,7 +66,7 @@ def advise_passthrough(ctx: Context, groups: list[PlanGroup]) -> None:
 
 def is_blackwell(gpu: Gpu) -> bool:
     """An NVIDIA Blackwell GB20x GPU, by its device ID or its pci.ids name."""
-    if gpu.vendor_id != "10de":
+    if gpu.vendor_id != NVIDIA:
         return False
     return int(gpu.device_id, 16) in _BLACKWELL_IDS or "GB20" in (gpu.model or "")
 

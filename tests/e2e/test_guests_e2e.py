@@ -11,10 +11,15 @@ modules expect the host.
   them is installed. Inside each, as uid 1000, its GPUs' nodes open and no other GPU's does; as
   root, a node it makes of the other container's GPU does not open (the device cgroup, from the
   rules file the boot unit writes for that container alone); its cpuset is node 0's CPUs.
+  Each holds a stand-in of NVIDIA's user space (``nvidia-smi``, beside this file, and the
+  library link naming its version): CT 200 the stand-in module's version, CT 201 another one.
+  ``proxgpu verify`` looks from inside both: CT 200 lists exactly its GPUs; CT 201 is drift,
+  naming both versions, until it holds the module's version too.
 * VM 300's ``hostpciN`` entries become QEMU's ``-device vfio-pci`` arguments as qemu-server's
   ``vm_commandline`` writes them (the harness's ``qemu-start --print-cmd``), and the test
   host's own QEMU opens every function with them: VFIO lets it only when the function's whole
-  IOMMU group is on vfio-pci.
+  IOMMU group is on vfio-pci; ``proxgpu verify`` finds it holding every group the plan gives
+  VM 300, as qemu-server's pidfile names it.
 """
 
 from __future__ import annotations
@@ -70,6 +75,13 @@ PVE_Q35 = Path("qemu-server") / "src" / "usr"
 CT_USER = "1000:1000"  # gpu in the container's /etc/passwd (guest/build-image.sh)
 QMP_PORT = 4444
 LXC_LOG = "/run/lxc-{vmid}.log"
+#: The stand-in module's version (guest/nvidia-standin/nvidia.c), and another one.
+MODULE_VERSION, OTHER_VERSION = "595.45.04", "590.48.01"
+#: The stand-in for NVIDIA's nvidia-smi that the containers hold (see the file).
+STANDIN_SMI = Path(__file__).with_name("nvidia-smi")
+LIBS = "usr/lib/x86_64-linux-gnu"
+#: Where qemu-server's QEMU writes its PID (vm_pidfile_name in PVE/QemuServer/Helpers.pm).
+VM_PIDFILE = "/var/run/qemu-server/300.pid"
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,16 @@ class Split:
     containers: dict[int, str]
     vm: str
     node0_cpus: str
+
+
+def give_user_space(host: QemuTestHost, vmid: int, version: str) -> None:
+    """Put the stand-in NVIDIA user space of ``version`` into container ``vmid``'s root file
+    system, as NVIDIA's installer lays out its library (the link naming the version)."""
+    rootfs = CT_ROOTFS.format(vmid=vmid)
+    write(host, f"{rootfs}/usr/bin/nvidia-smi", STANDIN_SMI.read_text(), "755")
+    lib = f"libnvidia-ml.so.{version}"
+    run_ok(host, f"cd {rootfs} && mkdir -p {LIBS} && cd {LIBS} && rm -f libnvidia-ml.so.* && "
+           f": > {lib} && ln -s {lib} libnvidia-ml.so.1")  # fmt: skip
 
 
 def run_ok(host: QemuTestHost, script: str, stdin: str = "", timeout: float = 120) -> str:
@@ -107,6 +129,8 @@ def split(testhost: QemuTestHost, tmp_path_factory: pytest.TempPathFactory) -> I
         testhost,
         f"rm -rf {rootfs} && mkdir -p {rootfs} && cp -a {CT_ROOTFS.format(vmid=200)}/. {rootfs}",
     )
+    give_user_space(testhost, 200, MODULE_VERSION)
+    give_user_space(testhost, 201, OTHER_VERSION)
     write(testhost, VM, VM_CONFIG)
     # The test host has no Proxmox API to ask whether the guests run.
     applied = proxgpu(testhost, tmp, "apply", "--yes", *SPLIT_OPTIONS, "--skip-guest-check")
@@ -119,6 +143,8 @@ def split(testhost: QemuTestHost, tmp_path_factory: pytest.TempPathFactory) -> I
         configs = {vmid: run_ok(testhost, f"cat {CT.format(vmid=vmid)}") for vmid in CONTAINERS}
         yield Split(configs, run_ok(testhost, f"cat {VM}"), cpus)
     finally:
+        # CT 200's root file system is the image's, which the other modules expect as it was.
+        testhost.ssh(["rm", "-rf", f"{CT_ROOTFS.format(vmid=200)}/usr"])
         back = proxgpu(testhost, tmp, "rollback", "--yes")
         testhost.reboot()
     assert back.returncode == 0, back.stdout + back.stderr
@@ -242,7 +268,7 @@ def assert_exactly_its_gpus(host: QemuTestHost, vmid: int, given: list[str], cpu
 
 
 def test_two_raw_containers_run_side_by_side_each_opening_its_own_gpus_alone(
-    testhost: QemuTestHost, split: Split, container: Callable[[int, str], None]
+    testhost: QemuTestHost, split: Split, container: Callable[[int, str], None], tmp_path: Path
 ) -> None:
     """Proxmox VE before 8.1 (the test host has no pve-container): the rendered raw lines, each
     container including the rules file the boot unit wrote for it alone; both run at once, and
@@ -258,6 +284,36 @@ def test_two_raw_containers_run_side_by_side_each_opening_its_own_gpus_alone(
     assert not gpu_minors(given[200]) & gpu_minors(given[201])
     for vmid, paths in given.items():
         assert_exactly_its_gpus(testhost, vmid, paths, split.node0_cpus)
+    assert_verified_inside(testhost, tmp_path, split)
+
+
+def assert_verified_inside(host: QemuTestHost, tmp: Path, split: Split) -> None:
+    """``proxgpu verify`` from inside the running containers: CT 200's NVIDIA tool lists exactly
+    the GPUs the plan gives it; CT 201, holding another user space, is drift naming both
+    versions, and passes once it holds the module's."""
+    found = proxgpu(host, tmp, "verify", "--json")
+    report = json.loads(found.stdout)
+    checks = {check["guest"]: check for check in report["guests"]}
+    assert found.returncode == 17, found.stdout + found.stderr
+    assert checks["CT 200"]["verdict"] == "ok", checks
+    mine = [
+        f"0000:{bus}:00.0" for bus in re.findall(r"0000:(\w\w):00\.0", checks["CT 200"]["line"])
+    ]
+    assert len(mine) == 2 and set(mine) <= set(NODE0), checks["CT 200"]
+    assert checks["CT 201"]["verdict"] == "drift", checks
+    assert checks["CT 201"]["line"].startswith(
+        f"CT 201 holds NVIDIA's user space {OTHER_VERSION} (read through its init's root), but "
+        f"the host's nvidia module is {MODULE_VERSION}"
+    ), checks["CT 201"]
+    assert report["drift"] == [checks["CT 201"]["line"]], "nothing else drifted"
+    assert checks["VM 300"]["verdict"] == "unchecked", "VM 300 does not run"
+    give_user_space(host, 201, MODULE_VERSION)
+    again = proxgpu(host, tmp, "verify")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.splitlines()[0].endswith(": no drift, the host matches the applied plan")
+    for vmid in CONTAINERS:
+        assert f"  CT {vmid}: nvidia-smi inside it lists exactly its GPUs, " in again.stdout
+    assert "VM 300 is not running: not looked at; start it (qm start 300)" in again.stderr
 
 
 @pytest.fixture
@@ -360,13 +416,15 @@ def test_qemu_opens_every_vfio_function_of_vm300(
     qemu = ["qemu-system-x86_64", "-S", "-nodefaults", "-display", "none", "-machine", "q35",
             "-accel", "tcg,tb-size=16", "-m", "64", "-readconfig", readconfig, *devices,
             "-qmp", f"tcp:127.0.0.1:{QMP_PORT},server=on,wait=off",
-            "-daemonize", "-pidfile", "/run/vm300.pid"]  # fmt: skip
+            "-daemonize", "-pidfile", VM_PIDFILE]  # fmt: skip
     with phase("guest start"):
-        started = run_ok(testhost, shlex.join(qemu) + " 2>&1; echo rc=$?")
+        started = run_ok(testhost, f"mkdir -p {Path(VM_PIDFILE).parent} && "
+                         + shlex.join(qemu) + " 2>&1; echo rc=$?")  # fmt: skip
     assert started.strip().endswith("rc=0"), started
-    pid = run_ok(testhost, "cat /run/vm300.pid").strip()
+    pid = run_ok(testhost, f"cat {VM_PIDFILE}").strip()
     try:
         fds = run_ok(testhost, f"ls -l /proc/{pid}/fd")
+        verified = proxgpu(testhost, tmp_path, "verify")
         answer = json.loads(run_ok(testhost, "exec bash -c " + shlex.quote(QMP)))["return"]
         qtree = answer.replace("\r", "")  # HMP's text has CRLF line ends
         gone = testhost.ssh(["sh", "-c", QUIT_WAIT.format(pid=pid)])[0] == 0
@@ -385,3 +443,8 @@ def test_qemu_opens_every_vfio_function_of_vm300(
     assert {seen[i] for i in wanted if i.endswith(".0")} == {"1234:1111"}
     assert {seen[i][:4] for i in wanted if i.endswith(".1")} == {"8086"}
     assert gone, "QEMU quits when told to over QMP"
+    # proxgpu finds VM 300's QEMU as qemu-server does, holding every group the plan gives it.
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"  VM 300: its QEMU (PID {pid}) holds every planned function's IOMMU group" in (
+        verified.stdout
+    )

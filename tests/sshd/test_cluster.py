@@ -331,3 +331,37 @@ def test_a_hostile_member_list_runs_nothing_on_the_admins_machine(
     assert ran.returncode != 0
     assert "/etc/pve/.members:" in ran.stdout + ran.stderr, ran.stdout + ran.stderr
     assert "refused" in ran.stdout + ran.stderr
+
+
+def test_a_cluster_plan_says_what_each_nodes_containers_hold(
+    nodes_sshd: Sshd, tmp_path: Path, cluster: Path, live: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each node is planned once every node is read (which guest is where); what the
+    containers hold is then read on their own nodes. No LXC runs here: pve1's lxc-info is a
+    stand-in naming CT 200's init, 4242, whose root in the tree holds another user space than
+    the node's module; pve3's has none, so CT 150 (stopped, on LVM) is unknown there."""
+    running = '[ "$*" = "-n 200 -p" ] || exit 1\necho "PID:          4242"\n'
+    fake_tool(live / "pve1", "lxc-info", running)
+    fake_tool(live / "pve3", "lxc-info", "exit 0\n")
+    lib = cluster / "pve1/proc/4242/root/usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    (lib / "libnvidia-ml.so.550.100").touch()
+    (lib / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.550.100")
+    argv = ["plan", *ssh_argv(nodes_sshd, tmp_path, cluster), "--lxc", "200", "--lxc", "150"]
+    assert main([*argv, *GUESTS, "--json"]) == 0
+    hosts = json.loads(capsys.readouterr().out)["hosts"]
+    [ct200] = hosts["pve1"]["userspace"]
+    assert (ct200["vmid"], ct200["holds"]["state"], ct200["holds"]["nvml"]) == (
+        200,
+        "running",
+        "550.100",
+    )
+    [ct150] = hosts["pve3"]["userspace"]
+    assert (ct150["vmid"], ct150["holds"]["state"]) == (150, "stopped")
+    assert ct150["holds"]["why"] == "storage 'local-lvm' is not in /etc/pve/storage.cfg"
+    assert main([*argv, *GUESTS]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "next step: CT 200 holds NVIDIA's user space 550.100 (read through its init's root), but "
+        "the host's nvidia module is 575.57.08"
+    ) in said

@@ -343,3 +343,30 @@ def test_an_apply_another_controller_signed_is_acted_on_only_with_trust_unsigned
     undone, said = run("gpu_rollback", trust=True)
     assert undone["changed"] is True, undone
     assert "trust_unsigned: the journal entry's signature" in said
+
+
+def test_gpu_verify_looks_at_the_guests_and_warns_of_those_it_could_not(fleet: Fleet) -> None:
+    """After the reboot (a new boot id in the tree), gpu_verify looks at CT 200 too: what it
+    holds is unknown in this tree (its storage is in no storage.cfg), which is a warning with
+    the command that would tell, never a pass; ``guests: false`` looks at none. (A tree runs no
+    guests, so nothing is looked at from inside: tests/sshd/test_verify_guests.py does that.)"""
+    fleet.lifecycle("--tags", "split", "--limit", "pve1")
+    boot_id = fleet.roots["pve1"] / "proc/sys/kernel/random/boot_id"
+    boot_id.parent.mkdir(parents=True, exist_ok=True)
+    boot_id.write_text("6b3a9c1e-0000-4000-8000-000000000001\n")
+
+    def run(guests: bool) -> tuple[dict[str, Any], str]:
+        args = ["pve1", "-i", str(fleet.inventory), "-m", "proxgpu.pve.gpu_verify"]
+        options = f"root={{{{ proxgpu_root }}}} guests={guests}"
+        completed = ansible("ansible", fleet.scratch, *args, "-a", options)
+        return adhoc_results(completed.stdout)["pve1"], completed.stdout + completed.stderr
+
+    verified, said = run(guests=True)
+    [check] = verified["verify"]["guests"]
+    assert (check["guest"], check["verdict"]) == ("CT 200", "unchecked"), check
+    assert "what CT 200 holds now is unknown (storage 'local-zfs' is not in" in check["line"]
+    assert "[WARNING]: pve1: " + check["line"] in " ".join(said.split()), said
+    # The tree's drivers did not change at its "reboot": drift, whatever the guests say.
+    assert verified["error"]["code"] == 17
+    alone, said = run(guests=False)
+    assert alone["verify"]["guests"] == [] and "holds now is unknown" not in said

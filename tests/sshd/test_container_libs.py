@@ -16,6 +16,7 @@ import pytest
 
 from proxgpu.inspection import inspect
 from proxgpu.inspection.containerlibs import ContainerLibs, read_container_libs
+from proxgpu.picture.report import plan_report
 from proxgpu.pipeline import propose
 from proxgpu.planning import SplitPolicy
 from tests.support.sshd import Sshd, client_options
@@ -151,3 +152,14 @@ def test_a_running_containers_usr_linking_out_is_refused(
         found.why
         == "usr in its init's root is a link, which proxgpu does not follow in a container"
     )
+
+
+def test_the_report_says_what_the_container_holds(host: ToolsHost, root: Path, tools: Path) -> None:
+    """The HTML report's next steps are the plan's: read with the host, as plan reads them."""
+    fake_tool(tools, "lxc-info", RUNNING)
+    install(root / INIT_ROOT / LIB, "550.100")
+    with host:
+        report = plan_report(inspect(host), SplitPolicy(lxc=200), host=host)
+    assert report.plan is not None
+    [need] = report.plan.userspace
+    assert need.holds is not None and (need.holds.state, need.holds.nvml) == ("running", "550.100")

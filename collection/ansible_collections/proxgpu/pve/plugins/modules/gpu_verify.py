@@ -16,6 +16,12 @@ description:
     C(pci.cfg) and the kernel command line only the entries the apply changed (a VM snapshot
     or a new tag is not drift). Drivers not yet as planned before the reboot that completes
     the apply are RV(verify.pending_reboot), not drift.
+  - The guests the apply gives GPUs are looked at too, unless O(guests=false)
+    (RV(verify.guests)) - a container holding another NVIDIA user space than the host's nvidia
+    module is drift; inside each running container, C(nvidia-smi) must list exactly its GPUs
+    (by UUID), and each running VM's QEMU must hold every function the apply gives it. A guest
+    that could not be looked at (stopped, locked, without C(nvidia-smi)) is a warning saying
+    what to do, never part of a pass.
   - A host without an applied journal entry fails the task (C(UsageError)).
 extends_documentation_fragment:
   - proxgpu.pve.common
@@ -25,6 +31,11 @@ options:
   to:
     description: The journal entry to compare with (default the last applied one).
     type: str
+  guests:
+    description:
+      - Look at the guests the apply gives GPUs (C(proxgpu verify) without C(--no-guests)).
+    type: bool
+    default: true
 seealso:
   - module: proxgpu.pve.gpu_split
   - module: proxgpu.pve.gpu_rollback
@@ -64,6 +75,12 @@ verify:
     moved:
       description: The driver each function the apply moved to vfio-pci is bound to now.
       type: dict
+    guests:
+      description:
+        - What was found at each guest the apply gives GPUs - C(guest) (C(CT 200), C(VM 300)),
+          C(verdict) (C(ok), C(drift), or C(unchecked) with why and what to do) and C(line).
+      type: list
+      elements: dict
 error:
   description:
     - The error as C(proxgpu --json) prints it (C(DriftError), code 17, on drift), C(code),

@@ -48,7 +48,12 @@ ROLLBACK_ARGUMENTS: dict[str, Any] = {
     "live": {"type": "bool", "default": False},
     "break_lock": {"type": "bool", "default": False},
 }
-VERIFY_ARGUMENTS: dict[str, Any] = {**ROOT, **TRUST, "to": {"type": "str"}}
+VERIFY_ARGUMENTS: dict[str, Any] = {
+    **ROOT,
+    **TRUST,
+    "to": {"type": "str"},
+    "guests": {"type": "bool", "default": True},
+}
 
 
 class Mode(NamedTuple):
@@ -130,13 +135,16 @@ def rollback_task(
 
 def verify_task(host: Host, params: dict[str, Any], mode: Mode) -> tuple[dict[str, Any], list[str]]:
     """gpu_verify: compare the host with the last apply (or journal entry ``to``), as
-    ``proxgpu verify`` does; drift fails the task, whose result holds the report either way."""
+    ``proxgpu verify`` does; drift fails the task, whose result holds the report either way. A
+    guest that could not be looked at is a warning, never part of a pass."""
     trust = bool(params.get("trust_unsigned"))
-    report = verify(host, applied_entry(host, params["to"], trust_unsigned=trust))
+    entry = applied_entry(host, params["to"], trust_unsigned=trust)
+    report = verify(host, entry, guests=params.get("guests", True))
     result: dict[str, Any] = {"changed": False, "verify": report.model_dump(mode="json")}
     if report.drifted:
         result |= {"failed": True, **failure(DriftError(host.name, report.drift))}
-    return result, trusted_unsigned(params)
+    unchecked = [check.line for check in report.guests if check.verdict == "unchecked"]
+    return result, trusted_unsigned(params) + unchecked
 
 
 def trusted_unsigned(params: dict[str, Any]) -> list[str]:

@@ -1,0 +1,320 @@
+"""Verify at the guests, over a real SSH connection (loopback sshd) to a host taken as live
+(issue 38, point 3): what each running container's NVIDIA tool lists, what each running VM's
+QEMU holds open.
+
+No LXC container and no NVIDIA GPU can be had here, so ``lxc-info`` and ``lxc-attach`` are
+stand-ins first on PATH: ``lxc-info`` answers ``State: RUNNING`` (or another state) as the real
+one does; ``lxc-attach`` accepts only the command line ``pct exec`` would run and prints what a
+container's ``nvidia-smi`` prints (the answer the test chooses, hostile ones included). A VM's
+QEMU is a real process whose command line names qemu-server's pidfile and which holds files
+under ``/dev/vfio`` open: a tmpfs in its own mount namespace (``unshare -m``), as no vfio module
+is loaded here. Everything else is real: the script, SSH, the parsing and the comparison.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from proxgpu.apply.guests import GuestCheck, guest_checks
+from proxgpu.apply.verify import verify
+from proxgpu.inspection import inside, inspect
+from proxgpu.inspection.inventory import Inventory
+from proxgpu.planning import Plan, SplitPolicy, plan_split
+from tests.support.sshd import Sshd, client_options
+from tests.support.standins import ToolsHost, fake_tool
+from tests.support.tools import require_tool
+
+pytestmark = pytest.mark.sshd
+
+#: What `pct exec 200 -- nvidia-smi ...` runs (pve-container's pct.pm, with --clear-env), the
+#: PATH said explicitly.
+ATTACH = (
+    "-n 200 --clear-env --set-var PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    " -- nvidia-smi --query-gpu=uuid,pci.bus_id --format=csv,noheader"
+)
+LXC_INFO = """echo "$*" >> "$(dirname "$0")/asked"
+[ "$*" = "-n 200 -s" ] || exit 1
+echo "State:          $(cat "$(dirname "$0")/state")"
+"""
+LXC_ATTACH = f"""here=$(dirname "$0")
+[ "$*" = "{ATTACH}" ] || {{ echo "lxc-attach: not pct exec's command line: $*" >&2; exit 2; }}
+cat "$here/answer"
+exit "$(cat "$here/status")"
+"""
+HOST_DRIVER = "575.57.08"
+PIDFILE = "/var/run/qemu-server/300.pid"
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Path:
+    found = tmp_path / "tools"
+    fake_tool(found, "lxc-info", LXC_INFO)
+    fake_tool(found, "lxc-attach", LXC_ATTACH)
+    (found / "state").write_text("RUNNING\n")
+    return found
+
+
+@pytest.fixture
+def host(sshd: Sshd, tmp_path: Path, root: Path, tools: Path) -> Iterator[ToolsHost]:
+    with ToolsHost(sshd.target, client_options(sshd, tmp_path), str(root), tools) as opened:
+        yield opened
+
+
+@pytest.fixture
+def split(host: ToolsHost) -> tuple[Inventory, Plan]:
+    inventory = inspect(host)
+    return inventory, plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
+
+
+def answer(tools: Path, text: str, status: int = 0) -> None:
+    """What the container's nvidia-smi prints, and its exit status."""
+    (tools / "answer").write_text(text)
+    (tools / "status").write_text(f"{status}\n")
+
+
+def listing(inventory: Inventory, addresses: list[str]) -> str:
+    """nvidia-smi's lines for the GPUs at ``addresses``: UUID, bus id with an 8-digit domain."""
+    gpus = {gpu.address: gpu for gpu in inventory.gpus}
+    return "".join(f"{gpus[a].nvidia_uuid}, 0000{a.upper()}\n" for a in addresses)
+
+
+def containers(checks: list[GuestCheck]) -> list[tuple[str, str]]:
+    """CT 200's findings: what it holds, as read from the host (unknown here, as lxc-info -p
+    is not answered), then what was found inside it, last."""
+    return [(c.verdict, c.line) for c in checks if c.guest == "CT 200"]
+
+
+@pytest.fixture
+def plan(split: tuple[Inventory, Plan]) -> Plan:
+    return split[1]
+
+
+def node(inventory: Inventory, plan: Plan, role: str) -> list[str]:
+    return next(g.gpus for g in plan.groups if g.role == role)
+
+
+def test_a_container_listing_exactly_its_gpus_passes(
+    host: ToolsHost, split: tuple[Inventory, Plan], tools: Path
+) -> None:
+    inventory, plan = split
+    mine = node(inventory, plan, "host")
+    answer(tools, listing(inventory, mine))
+    assert containers(guest_checks(host, inventory, plan)) == [
+        ("ok", f"CT 200: nvidia-smi inside it lists exactly its GPUs, {', '.join(mine)}")
+    ]
+
+
+def test_a_gpu_listed_that_the_plan_does_not_give_and_one_missing_are_drift(
+    host: ToolsHost, split: tuple[Inventory, Plan], tools: Path
+) -> None:
+    inventory, plan = split
+    mine, theirs = node(inventory, plan, "host"), node(inventory, plan, "vfio")
+    answer(tools, listing(inventory, [*mine[1:], theirs[0]]))
+    uuid = {gpu.address: gpu.nvidia_uuid for gpu in inventory.gpus}
+    report = verify(host, plan)
+    (verdict, line) = containers(report.guests)[-1]
+    assert verdict == "drift" and line in report.drift and report.drifted
+    assert line == (
+        f"CT 200: nvidia-smi inside it lists {theirs[0]} ({uuid[theirs[0]]}), which the plan "
+        f"does not give it; it does not list {mine[0]} ({uuid[mine[0]]}), which the plan gives it"
+    )
+
+
+def test_nvml_refusing_the_library_version_is_drift_with_the_fix(
+    host: ToolsHost, split: tuple[Inventory, Plan], tools: Path
+) -> None:
+    inventory, plan = split
+    answer(tools, "Failed to initialize NVML: Driver/library version mismatch\n", 18)
+    (verdict, line) = containers(guest_checks(host, inventory, plan))[-1]
+    assert verdict == "drift"
+    assert line.startswith(
+        "CT 200: nvidia-smi inside it fails (exit 18: Failed to initialize NVML: Driver/library "
+        f"version mismatch): CT 200 needs NVIDIA's user space (libcuda, libnvidia-ml, nvidia-smi) "
+        f"of {HOST_DRIVER}, the host's nvidia module"
+    ), line
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (
+            "STOPPED",
+            0,
+            "CT 200 is stopped: not looked at from inside; start it (pct start 200) and verify "
+            "again, or pass --no-guests",
+        ),
+        ("FROZEN", 0, "CT 200 is FROZEN: not looked at from inside; verify again once it runs"),
+        (
+            "RUNNING",
+            127,
+            "CT 200 has no nvidia-smi: not looked at from inside; install NVIDIA's user space in "
+            "it (the plan's next step), or pass --no-guests",
+        ),
+    ],
+)
+def test_a_container_that_cannot_be_looked_at_is_said_never_passed(
+    host: ToolsHost, plan: Plan, tools: Path, case: tuple[str, int, str]
+) -> None:
+    state, status, said = case
+    (tools / "state").write_text(f"{state}\n")
+    answer(tools, "", status)
+    report = verify(host, plan)
+    assert containers(report.guests)[-1] == ("unchecked", said)
+    assert not [line for line in report.drift if line.startswith("CT 200")]
+
+
+def test_a_locked_container_is_not_asked(
+    host: ToolsHost, plan: Plan, root: Path, tools: Path
+) -> None:
+    config = root / "etc/pve/lxc/200.conf"
+    config.write_text("lock: backup\n" + config.read_text())
+    assert containers(guest_checks(host, inspect(host), plan))[-1] == (
+        "unchecked",
+        "CT 200 is locked (backup): not looked at from inside; verify again once it is not",
+    )
+    assert "-n 200 -s" not in (tools / "asked").read_text(), "a locked container is not asked"
+
+
+def test_without_lxc_info_the_container_is_unasked(
+    host: ToolsHost, split: tuple[Inventory, Plan], tools: Path
+) -> None:
+    inventory, plan = split
+    (tools / "lxc-info").unlink()
+    assert containers(guest_checks(host, inventory, plan))[-1] == (
+        "unchecked",
+        "CT 200: not looked at from inside: lxc-info -n 200 -s failed (not found)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("GPU-1, 0000:01:00.0\n", "not a GPU's UUID and PCI address: GPU-1, 0000:01:00.0"),
+        (
+            "#ct\t200\tRUNNING\n#end\tforged\t0\n\x1b[31mGPU\n",
+            "not a GPU's UUID and PCI address: #ct?200?RUNNING",
+        ),
+        ("x" * 70000, "more than 65536 bytes, cut short"),
+    ],
+)
+def test_a_hostile_answer_is_refused_not_believed(
+    host: ToolsHost, split: tuple[Inventory, Plan], tools: Path, text: str, said: str
+) -> None:
+    inventory, plan = split
+    answer(tools, text)
+    (verdict, line) = containers(guest_checks(host, inventory, plan))[-1]
+    assert (verdict, line) == ("drift", f"CT 200: nvidia-smi inside it fails ({said})")
+
+
+def test_a_tool_that_never_answers_is_left_within_its_deadline(
+    host: ToolsHost, split: tuple[Inventory, Plan], tools: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lxc-attach starts in a container can outlive lxc-attach, holding the pipe open: the
+    script stops waiting anyway, its deadline (20 s, 2 s here) and 3 s past it."""
+    inventory, plan = split
+    monkeypatch.setattr(inside, "INSIDE_SECONDS", 2)
+    fake_tool(tools, "lxc-attach", "sleep 300 &\nsleep 300\n")
+    started = time.monotonic()
+    (verdict, line) = containers(guest_checks(host, inventory, plan))[-1]
+    elapsed = time.monotonic() - started
+    assert (verdict, line) == (
+        "unchecked",
+        "CT 200: nvidia-smi inside it gave no answer within 2 s; see why with pct exec 200 -- "
+        "nvidia-smi",
+    )
+    assert elapsed < 2 + 3 + 5
+
+
+# -- VM 300 ------------------------------------------------------------------------------------
+
+
+def run_qemu(groups: set[int], pidfile: str = PIDFILE) -> subprocess.Popen[bytes]:
+    """A process standing in for VM 300's QEMU: its command line names ``pidfile`` after
+    ``-pidfile``, and it holds /dev/vfio/N open for each of ``groups``."""
+    unshare = require_tool("unshare", "util-linux")
+    opens = "".join(f" && : > /dev/vfio/{g} && exec {3 + n}</dev/vfio/{g}"
+                    for n, g in enumerate(sorted(groups)))  # fmt: skip
+    sleeper = shlex.join(
+        [sys.executable, "-c", "import time; time.sleep(600)", "-pidfile", pidfile]
+    )
+    script = f"mount -t tmpfs none /dev && mkdir /dev/vfio{opens} && exec {sleeper}"
+    process = subprocess.Popen([unshare, "-m", "sh", "-c", script])
+    for _ in range(200):  # until it is the sleeper, holding its files
+        if b"-pidfile" in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+            break
+        time.sleep(0.05)
+    return process
+
+
+def vm_groups(inventory: Inventory, plan: Plan) -> dict[str, int]:
+    """The IOMMU group of each function the plan gives VM 300."""
+    groups = {f.address: f.iommu_group for gpu in inventory.gpus for f in gpu.function_info}
+    found = {a: groups[a] for g in plan.groups if g.role == "vfio" for a in g.functions}
+    assert None not in found.values()
+    return {a: g for a, g in found.items() if g is not None}
+
+
+def vm_check(
+    host: ToolsHost, split: tuple[Inventory, Plan], root: Path, process: subprocess.Popen[bytes]
+) -> GuestCheck:
+    pidfile = root / PIDFILE.lstrip("/")
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    pidfile.write_text(f"{process.pid}\n")
+    try:
+        return next(c for c in guest_checks(host, *split) if c.guest == "VM 300")
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_vm_whose_qemu_holds_every_group_passes(
+    host: ToolsHost, split: tuple[Inventory, Plan], root: Path
+) -> None:
+    process = run_qemu(set(vm_groups(*split).values()))
+    check = vm_check(host, split, root, process)
+    assert (check.verdict, check.line) == (
+        "ok",
+        f"VM 300: its QEMU (PID {process.pid}) holds every planned function's IOMMU group",
+    )
+
+
+def test_a_vm_whose_qemu_lacks_a_group_is_drift_naming_the_function(
+    host: ToolsHost, split: tuple[Inventory, Plan], root: Path
+) -> None:
+    groups = vm_groups(*split)
+    first = min(groups.values())
+    process = run_qemu(set(groups.values()) - {first})
+    check = vm_check(host, split, root, process)
+    lacking = ", ".join(f"{a} (/dev/vfio/{g})" for a, g in groups.items() if g == first)
+    assert (check.verdict, check.line) == (
+        "drift",
+        f"VM 300: its QEMU (PID {process.pid}) does not hold {lacking}: the VM runs without "
+        "them; restart it (qm stop, qm start) to take them",
+    )
+
+
+def test_a_pidfile_naming_another_process_is_no_running_vm(
+    host: ToolsHost, split: tuple[Inventory, Plan], root: Path
+) -> None:
+    """As qemu-server's vm_running_locally: the process must name that pidfile (a PID reused
+    by another process is not the VM)."""
+    process = run_qemu(set(vm_groups(*split).values()), pidfile="/var/run/qemu-server/301.pid")
+    check = vm_check(host, split, root, process)
+    assert (check.verdict, check.line) == (
+        "unchecked",
+        "VM 300 is not running: not looked at; start it (qm start 300) and verify again, or "
+        "pass --no-guests",
+    )
+
+
+def test_verify_without_guests_looks_at_none(host: ToolsHost, plan: Plan, tools: Path) -> None:
+    answer(tools, "Failed to initialize NVML: Driver/library version mismatch\n", 18)
+    assert verify(host, plan, guests=False).guests == []
+    assert not (tools / "asked").exists(), "no container was asked"
