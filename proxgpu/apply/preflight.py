@@ -52,6 +52,26 @@ def refuse_locked_guests(host: Host, changes: Sequence[FileChange]) -> None:
                 )
 
 
+def refuse_unfinished(host: Host, in_progress: Sequence[str]) -> None:
+    """Refuse an apply while a journal entry is still in progress (``in_progress``, as the
+    probe found them): an earlier apply did not finish, and its rollback comes first.
+
+    >>> from proxgpu.host import DirectoryHost
+    >>> refuse_unfinished(DirectoryHost("examples/hosts/ct200"), ["20261206T101500Z-1a2b"])
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.PreflightError: dir:examples/hosts/ct200: journal entry \
+20261206T101500Z-1a2b is still in progress: an earlier apply did not finish; run \
+`proxgpu rollback --to 20261206T101500Z-1a2b` first
+    """
+    if in_progress:
+        raise PreflightError(
+            host.name,
+            f"journal entry {in_progress[0]} is still in progress: an earlier apply did not "
+            f"finish; run `proxgpu rollback --to {in_progress[0]}` first",
+        )
+
+
 def check_guests(
     host: Host,
     changes: Sequence[FileChange],
@@ -137,12 +157,12 @@ def _check_unsure(host: Host, change: FileChange, data: bytes | None) -> None:
         raise cas_failed(host, change.path)
 
 
-def cas_failed(host: Host, path: str) -> FileChangedError:
-    """The refusal when ``path`` is no longer what the plan was made from."""
+def cas_failed(host: Host, path: str, *, applying: bool = False) -> FileChangedError:
+    """The refusal when ``path`` is no longer what the plan was made from (``applying``: as
+    found by the apply's own writes, past its preflight)."""
+    when, fix = ("while being applied", "") if applying else ("since it was read", "inspect and ")
     return FileChangedError(
-        host.name,
-        path,
-        "changed since it was read (compare-and-swap failed); inspect and plan again",
+        host.name, path, f"changed {when} (compare-and-swap failed); {fix}plan again"
     )
 
 

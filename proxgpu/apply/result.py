@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import Field
 
 from proxgpu.apply.rebind import Binding
 from proxgpu.model import FrozenModel
 from proxgpu.rendering.changes import Action
+
+#: What an apply with nothing to write says, in its text and in its JSON alike.
+NO_CHANGES = "nothing to do: the host already matches the plan"
 
 
 class ApplyResult(FrozenModel):
@@ -29,3 +34,17 @@ class ApplyResult(FrozenModel):
     live: list[Binding] = Field(default_factory=list)
     reboot_required: bool = False
     messages: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def unchanged(cls, host: str, live: bool, notes: Sequence[str] = ()) -> ApplyResult:
+        """The result of an apply with nothing to write (``live``: one asked to rebind too).
+
+        >>> ApplyResult.unchanged("pve1", live=False).messages
+        ['nothing to do: the host already matches the plan']
+        """
+        messages = [NO_CHANGES, *notes]
+        if live:
+            # The journal ties a runtime rebind to the files it goes with; with none to write
+            # there is no entry to roll it back by.
+            messages.append("nothing was rebound: --live acts together with an apply that writes")
+        return cls(host=host, changed=False, messages=messages)

@@ -28,19 +28,20 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from proxgpu.apply import lock, signing
-from proxgpu.apply.actions import run_actions, run_followed
+from proxgpu.apply.actions import run_actions
 from proxgpu.apply.busy import check_not_busy
 from proxgpu.apply.journal import JournalEntry, Status, entry_json, new_journal_id
 from proxgpu.apply.layout import Layout, where
-from proxgpu.apply.mapapi import undo_mapping
 from proxgpu.apply.options import ApplyOptions
 from proxgpu.apply.preflight import (
+    cas_failed,
     check_guests,
     check_mig_instances,
     files_to_write,
     refuse_locked_guests,
+    refuse_unfinished,
 )
-from proxgpu.apply.rebind import Binding, bind_to_vfio, restore_drivers, vfio_functions
+from proxgpu.apply.rebind import Binding, bind_to_vfio, vfio_functions
 from proxgpu.apply.remote import (
     CommitItem,
     Probe,
@@ -52,16 +53,14 @@ from proxgpu.apply.remote import (
     now,
     probe,
     progress_of,
-    quiet,
-    recognise,
     release_quietly,
     sha,
     stage_file,
     with_hashes,
 )
-from proxgpu.apply.restore import restore
 from proxgpu.apply.result import ApplyResult
 from proxgpu.apply.trust import host_root, link_after
+from proxgpu.apply.undo import rerun_actions, undo_writes
 from proxgpu.apply.vmapi import VmApiWriter
 from proxgpu.errors import (
     ApplyError,
@@ -77,7 +76,6 @@ from proxgpu.errors import (
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import ScriptRecord, run_script
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.paths import PCI_MAPPING
 from proxgpu.planning.model import Plan
 from proxgpu.rendering.changes import ChangeSet
 
@@ -114,21 +112,8 @@ def apply_changes(
         raise UsageError("a live apply needs the plan: it says which GPUs move to vfio-pci")
     refuse_locked_guests(host, changes)
     if not changes:
-        return _unchanged(host, how.live)
+        return ApplyResult.unchanged(host.name, how.live)
     return _Apply(host, changeset, plan, progress_of(progress), how).run(inventory)
-
-
-#: What an apply with nothing to write says, in its text and in its JSON alike.
-NO_CHANGES = "nothing to do: the host already matches the plan"
-
-
-def _unchanged(host: Host, live: bool, notes: Sequence[str] = ()) -> ApplyResult:
-    messages = [NO_CHANGES, *notes]
-    if live:
-        # The journal ties a runtime rebind to the files it goes with; with none to write there
-        # is no entry to roll it back by.
-        messages.append("nothing was rebound: --live acts together with an apply that writes")
-    return ApplyResult(host=host.name, changed=False, messages=messages)
 
 
 class _Apply:
@@ -193,7 +178,7 @@ class _Apply:
                         self.notes.append(lock.broken_note(self.layout.lock, broken))
                 todo = self._preflight(found, inventory)
                 if not todo:
-                    return _unchanged(self.host, live, self.notes)
+                    return ApplyResult.unchanged(self.host.name, live, self.notes)
                 if dry_run:
                     return self._dry_result(todo, found)
                 return self._transaction(todo, found, live)
@@ -202,13 +187,7 @@ class _Apply:
                     release_quietly(self.host, self.layout, self.lock_id)
 
     def _preflight(self, probe: Probe, inventory: Inventory | None) -> list[int]:
-        if probe.in_progress:
-            other = probe.in_progress[0]
-            raise PreflightError(
-                self.host.name,
-                f"journal entry {other} is still in progress: an earlier apply did not finish; "
-                f"run `proxgpu rollback --to {other}` first",
-            )
+        refuse_unfinished(self.host, probe.in_progress)
         todo = files_to_write(self.host, self.changes, probe.files)
         if self.plan is not None:
             check_mig_instances(self.host, self.plan)
@@ -333,16 +312,12 @@ class _Apply:
             *(arg for item in items for arg in item.argv()),
             payload=journal + meta + b"".join(contents),
         )
-        self._refuse_changed(output.records, [self.changes[i].path for i in todo], "changed")
+        self._refuse_changed(output.records, [self.changes[i].path for i in todo])
 
-    def _refuse_changed(self, records: Sequence[ScriptRecord], paths: list[str], kind: str) -> None:
+    def _refuse_changed(self, records: Sequence[ScriptRecord], paths: list[str]) -> None:
         for record in records:
-            if record.kind == kind:
-                raise FileChangedError(
-                    self.host.name,
-                    paths[int(record[0])],
-                    "changed while being applied (compare-and-swap failed); plan again",
-                )
+            if record.kind == "changed":
+                raise cas_failed(self.host, paths[int(record[0])], applying=True)
 
     def _commit(self, todo: list[int]) -> None:
         through_api = [i for i in todo if self.vm_api.covers(self.changes[i].path)]
@@ -365,7 +340,7 @@ class _Apply:
         self._refuse_unwritten(read_back)
         done = {paths[int(r[0])] for r in output.of("done")}
         self.not_written |= renamed - done
-        self._refuse_changed(output.records, paths, "changed")
+        self._refuse_changed(output.records, paths)
         for record in output.of("guestlocked"):
             raise PreflightError(
                 self.host.name,
@@ -492,7 +467,14 @@ class _Apply:
         assert self.entry is not None
         what = describe(exc)
         self.say("restore", f"{what}; restoring every file from the backup")
-        problems = self._undo_steps()
+        self.entry, problems = undo_writes(
+            self.host,
+            self.layout,
+            self.entry,
+            bindings=self.bindings,
+            vm_api=self.vm_api,
+            not_written=self.not_written,
+        )
         if problems:
             status: Status = "in-progress"
             outcome = (
@@ -501,7 +483,9 @@ class _Apply:
             )
         else:
             status = "failed"
-            outcome = "every file was restored from the backup" + self._rerun_actions()
+            outcome = "every file was restored from the backup" + rerun_actions(
+                self.host, self.actions_run, self.how.action_timeout
+            )
         try:
             self._record(status, f"{what}; {outcome}")
         except ProxgpuError as record_exc:
@@ -513,35 +497,3 @@ class _Apply:
         return ApplyError(
             self.host.name, f"apply {self.id} failed: {what}; {outcome}", self.id, not problems
         )
-
-    def _undo_steps(self) -> list[str]:
-        assert self.entry is not None
-        problems = []
-        if self.bindings:
-            try:
-                restore_drivers(self.host, self.bindings)
-            except ProxgpuError as exc:
-                problems.append(f"returning the drivers failed: {describe(exc)}")
-        try:
-            if self.vm_api.unconfirmed:
-                # Written through the API, but the file Proxmox wrote was never read back:
-                # recognise it by its content, so that it is restored and another's edit is not.
-                unconfirmed = self.vm_api.unconfirmed
-                self.entry = recognise(self.host, self.entry, unconfirmed)
-            keep = self.not_written
-            if self.vm_api.covers(PCI_MAPPING) and PCI_MAPPING not in keep:
-                keep |= {PCI_MAPPING}  # written through the API: put back through it
-                problems += undo_mapping(self.host, self.entry)
-            problems += restore(self.host, self.layout, self.entry, force=False, keep=keep)[1]
-        except ProxgpuError as exc:
-            return [*problems, f"restoring the files failed: {describe(exc)}"]
-        return problems
-
-    def _rerun_actions(self) -> str:
-        # Post-actions rebuild things from the files (the initramfs): rebuild from the old ones.
-        for argv in self.actions_run:
-            try:
-                run_followed(self.host, argv, quiet, lines=0, timeout=self.how.action_timeout)
-            except ProxgpuError as exc:
-                return f"; re-running {argv[0]} failed ({describe(exc)}): run it by hand"
-        return f"; re-ran {len(self.actions_run)} post-actions" if self.actions_run else ""

@@ -10,7 +10,7 @@ import sys
 from typing import NamedTuple
 
 from proxgpu.apply import ApplyOptions, ApplyResult, apply_changes
-from proxgpu.apply.transaction import NO_CHANGES
+from proxgpu.apply.result import NO_CHANGES
 from proxgpu.cli.commandline import CommandLine, next_command
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes, render_plan
