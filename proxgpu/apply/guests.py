@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from proxgpu.apply.remote import describe
+from proxgpu.errors import ProxgpuError
 from proxgpu.host.base import Host
 from proxgpu.inspection.containerlibs import read_container_libs
 from proxgpu.inspection.inside import ContainerSight, VmSight, look_inside
@@ -55,15 +57,21 @@ def guest_checks(host: Host, inventory: Inventory, plan: Plan) -> list[GuestChec
     ['unchecked']
     """
     needs = userspace_needs(inventory, plan.groups)
-    checks = _userspace_checks(host, inventory, needs)
-    if not host.is_live:
-        return checks
-    inside = _inside_checks(host, inventory, plan, needs)
-    # NVML failing on a version mismatch the host read already is said once, with the fix; a
-    # container whose NVIDIA tool ran inside it holds a working user space, however unread.
-    drifted = {check.guest for check in checks if check.verdict == "drift"}
+    try:
+        checks = _userspace_checks(host, inventory, needs)
+        inside = _inside_checks(host, inventory, plan, needs) if host.is_live else []
+    except ProxgpuError as exc:
+        # The host's own drift stands on its own: guests that could not be asked are said.
+        containers, vms = planned_guests(inventory, plan)
+        guests = [f"CT {vmid}" for vmid in containers] + [f"VM {vmid}" for vmid in vms]
+        line = f"not looked at: asking the host failed ({describe(exc)}); verify again"
+        return [GuestCheck(guest=g, verdict="unchecked", line=f"{g}: {line}") for g in guests]
+    # A container whose NVIDIA tool listed its GPUs inside it holds a working user space,
+    # whatever libraries the host read in it; NVML failing on a version mismatch the host read
+    # already is said once, with the fix.
     passed = {check.guest for check in inside if check.verdict == "ok"}
-    checks = [c for c in checks if c.verdict == "drift" or c.guest not in passed]
+    drifted = {check.guest for check in checks if check.verdict == "drift"}
+    checks = [check for check in checks if check.guest not in passed]
     return checks + [c for c in inside if not (c.guest in drifted and "mismatch" in c.line)]
 
 
@@ -128,7 +136,9 @@ def planned_guests(
                 nvidia = [a for a in group.gpus if drivers.get(a, NVIDIA_DRIVER) == NVIDIA_DRIVER]
                 if nvidia:
                     containers.setdefault(guest.vmid, []).extend(nvidia)
-    return containers, vms
+    # A GPU shared by several groups of one guest (MIG instances of it) is expected once.
+    unique = {vmid: list(dict.fromkeys(found)) for vmid, found in containers.items()}
+    return unique, {vmid: list(dict.fromkeys(found)) for vmid, found in vms.items()}
 
 
 def _lock(inventory: Inventory, kind: Literal["lxc", "vm"], vmid: int) -> str | None:
@@ -145,14 +155,15 @@ def _container(
 ) -> GuestCheck:
     vmid = sight.vmid
     guest = f"CT {vmid}"
-    skip = "or pass --no-guests"
+    skip = "or verify without the guests (--no-guests)"
     unchecked = {
         "stopped": f"{guest} is stopped: not looked at from inside; start it (pct start {vmid}) "
         f"and verify again, {skip}",
         "other": f"{guest} is {sight.detail}: not looked at from inside; verify again once it runs",
-        "unasked": f"{guest}: not looked at from inside: {sight.detail}",
-        "no tool": f"{guest} has no nvidia-smi: not looked at from inside; install NVIDIA's user "
-        f"space in it (the plan's next step), {skip}",
+        "unasked": f"{guest}: not looked at from inside: {sight.detail}; pct status {vmid} on "
+        "its node tells whether it runs there",
+        "no tool": f"{guest} has no nvidia-smi: not looked at from inside; install nvidia-smi "
+        f"in it (NVIDIA's user space of the host's version has it), {skip}",
         "silent": f"{guest}: nvidia-smi inside it gave {sight.detail}; see why with pct exec "
         f"{vmid} -- nvidia-smi",
     }
@@ -194,7 +205,7 @@ def _vm(inventory: Inventory, sight: VmSight, functions: list[str]) -> GuestChec
     if not sight.running:
         line = (
             f"{guest} is not running: not looked at; start it (qm start {sight.vmid}) and "
-            "verify again, or pass --no-guests"
+            "verify again, or verify without the guests (--no-guests)"
         )
         return GuestCheck(guest=guest, verdict="unchecked", line=line)
     groups = {
@@ -202,10 +213,14 @@ def _vm(inventory: Inventory, sight: VmSight, functions: list[str]) -> GuestChec
         for gpu in inventory.gpus
         for f in (*gpu.function_info, *gpu.iommu_group_peers)
     }
+    gone = [address for address in functions if groups.get(address) is None]
+    if gone:
+        line = f"{guest}: {', '.join(gone)} not found on the host (or in no IOMMU group)"
+        return GuestCheck(guest=guest, verdict="drift", line=line)
     loose = [
-        f"{address} (/dev/vfio/{groups.get(address)})"
+        f"{address} (/dev/vfio/{groups[address]})"
         for address in functions
-        if groups.get(address) not in sight.groups
+        if groups[address] not in sight.groups
     ]
     if loose:
         line = (

@@ -235,7 +235,8 @@ def _holding(
 ) -> dict[str, Proposal]:
     """Each proposal with what the containers it gives NVIDIA GPUs hold now, read in a second
     pass over those nodes alone: a node is planned only once every node is read (which guest is
-    where). A node whose containers could not be read keeps its plan, which says so."""
+    where). A node whose containers could not be read keeps its plan as made, whose next steps
+    then say what each container needs without what it holds."""
     needing = {n: p for n, p in planned.items() if p.plan.userspace}
     if not needing:
         return planned

@@ -79,6 +79,9 @@ class ContainerLibs(FrozenModel):
     where: str | None = None
     why: str | None = None
     ask: str | None = None
+    #: Its config runs NVIDIA's LXC hook, which mounts the host's user space into it at each
+    #: start (``lxc.hook.mount`` naming LXC's ``hooks/nvidia``, ``NVIDIA_VISIBLE_DEVICES`` set).
+    hook: bool = False
 
     @property
     def known(self) -> bool:
@@ -109,6 +112,7 @@ def read_container_libs(
     containers = [_container(inventory, storages, vmid) for vmid in vmids]
     if not containers:
         return []
+    hooked = {vmid for vmid in vmids if _hooked(_config(inventory, vmid))}
     args = [arg for container, _ in containers for arg in container.argv()]
     seconds = len(containers) * 6 * (CTLIBS_SECONDS + 2) + 15
     try:
@@ -126,14 +130,39 @@ def read_container_libs(
         # Each command has its own deadline, but a directory on a hung NFS or CIFS storage
         # blocks even `cd` in the kernel: that must not refuse the plan, only leave this unknown.
         why = f"reading the containers took longer than {seconds} s (a hung storage?)"
-        return [_unknown(container, "unknown", why) for container, _ in containers]
-    return [_result(container, unseen, output) for container, unseen in containers]
+        found = [_unknown(container, "unknown", why) for container, _ in containers]
+    else:
+        found = [_result(container, unseen, output) for container, unseen in containers]
+    return [libs.model_copy(update={"hook": libs.vmid in hooked}) for libs in found]
+
+
+def _config(inventory: Inventory, vmid: int) -> GuestConfig:
+    return GuestConfig.parse(inventory.guest_configs.get(guest_config("lxc", vmid), ""))
+
+
+def _hooked(config: GuestConfig) -> bool:
+    """Whether LXC runs NVIDIA's hook for the container (LXC's ``hooks/nvidia``): configured
+    as a mount hook, and enabled by ``NVIDIA_VISIBLE_DEVICES`` set to neither "" nor "void".
+
+    >>> _hooked(GuestConfig.parse("lxc.hook.mount: /usr/share/lxc/hooks/nvidia\\n"
+    ...                           "lxc.environment: NVIDIA_VISIBLE_DEVICES=all\\n"))
+    True
+    >>> _hooked(GuestConfig.parse("lxc.hook.mount: /usr/share/lxc/hooks/nvidia\\n"))
+    False
+    """
+    hook = any(v.strip().endswith("/hooks/nvidia") for v in config.get_all("lxc.hook.mount"))
+    visible = [
+        value.partition("=")[2].strip()
+        for value in config.get_all("lxc.environment")
+        if value.strip().startswith("NVIDIA_VISIBLE_DEVICES=")
+    ]
+    return hook and bool(visible) and visible[-1] not in ("", "void")
 
 
 def _container(
     inventory: Inventory, storages: StorageConfig, vmid: int
 ) -> tuple[_Container, str | None]:
-    config = GuestConfig.parse(inventory.guest_configs.get(guest_config("lxc", vmid), ""))
+    config = _config(inventory, vmid)
     triplet = TRIPLETS.get(config.get("arch") or "amd64", "x86_64-linux-gnu")
     rootfs = config.get("rootfs")
     where = (
@@ -254,7 +283,7 @@ def found_versions(entries: list[tuple[str, str, str]]) -> tuple[str, ...]:
 def _lxc_why(vmid: int, state: tuple[str, ...]) -> str:
     reason, detail = (state[2], state[3]) if len(state) >= 4 else ("", "")
     if reason == "lxc-info":
-        return f"lxc-info -n {vmid} -p failed ({_exit(detail)})"
+        return f"lxc-info -n {vmid} -p failed ({exit_word(detail)})"
     if reason == "answer":
         return f"lxc-info -n {vmid} -p answered no PID"
     if reason == "restarted":
@@ -278,7 +307,12 @@ def _unread_why(
     return "the host's answer is not the script's"
 
 
-def _exit(status: str) -> str:
+def exit_word(status: str) -> str:
+    """What a tool's exit status says, as a host script reports it ("cut": its answer was).
+
+    >>> exit_word("127"), exit_word("3")
+    ('not found', 'exit 3')
+    """
     named = {
         "127": "not found",
         "124": "timed out",

@@ -1,7 +1,7 @@
 """What each running guest holds of its GPUs, asked from the host (``scripts/inside.sh``).
 
-A container is asked the way ``pct exec`` runs a command in it (``lxc-attach`` with the
-environment cleared): NVIDIA's own tool, ``nvidia-smi --query-gpu=uuid,pci.bus_id
+A container is asked the way ``pct exec --keep-env 0`` runs a command in it (``lxc-attach``
+with the environment cleared): NVIDIA's own tool, ``nvidia-smi --query-gpu=uuid,pci.bus_id
 --format=csv,noheader``, lists the GPUs NVML opens there, each as its UUID and its PCI address
 (with an eight-digit domain, ``00000000:01:00.0``). The tool is the container's, so what it
 prints is hostile: bounded in bytes and time, and believed only line by line in that form.
@@ -9,9 +9,9 @@ A VM's QEMU is found the way qemu-server finds it (``vm_running_locally``: the P
 ``/var/run/qemu-server/VMID.pid``, whose command line names that file); the IOMMU groups it
 holds are the ``/dev/vfio/N`` among its open files.
 
->>> answer = "GPU-00002100-0000-0000-0000-000000000000, 00000000:21:00.0\\n"
+>>> answer = "GPU-00002100-0000-0000-0000-000000000000, 00000001:21:00.0\\n"
 >>> smi_listing(answer)
-(('GPU-00002100-0000-0000-0000-000000000000', '0000:21:00.0'),)
+(('GPU-00002100-0000-0000-0000-000000000000', '0001:21:00.0'),)
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from typing import Literal
 from proxgpu.errors import CommandTimeoutError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import ScriptOutput, run_script
+from proxgpu.inspection.containerlibs import exit_word
 from proxgpu.inspection.smi import GPU_UUID
+from proxgpu.pci import normalize_pci_address
 
 #: Seconds the container's nvidia-smi (and each lxc-info) may take: NVML can wait on a GPU
 #: being reset.
@@ -34,9 +36,7 @@ INSIDE_SECONDS = 20
 #: The most bytes of a container's answer read: a line per GPU.
 INSIDE_LIMIT = 65536
 
-_BUS_ID = re.compile(r"[0-9a-fA-F]{4,8}:([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])", re.ASCII)
 _GROUP = re.compile(r"/dev/vfio/([0-9]{1,6})", re.ASCII)
-_EXITS = {"127": "not found", "124": "timed out", "137": "timed out", "cut": "its answer was cut"}
 
 #: How a container's question ended: ``listed`` (``gpus`` holds what the tool listed),
 #: ``stopped``, ``other`` (another state: ``detail``), ``unasked`` (lxc-info failed: ``detail``),
@@ -114,8 +114,9 @@ def _container(output: ScriptOutput, vmid: int) -> ContainerSight:
         return ContainerSight(vmid, "unasked", "the host's answer names it nowhere")
     if state[:1] == ("failed",):
         status = state[1] if len(state) > 1 else ""
-        why = _EXITS.get(status, f"exit {status}")
-        return ContainerSight(vmid, "unasked", f"lxc-info -n {vmid} -s failed ({why})")
+        return ContainerSight(
+            vmid, "unasked", f"lxc-info -n {vmid} -s failed ({exit_word(status)})"
+        )
     word = state[0] if state else "-"
     if word != "RUNNING":
         return (
@@ -125,25 +126,29 @@ def _container(output: ScriptOutput, vmid: int) -> ContainerSight:
                 vmid, "other", "in no state lxc-info names" if word == "-" else word
             )
         )
-    answer = next((r.fields[1] for r in output.of("smi") if r.fields[:1] == (key,)), None)
-    if answer is None or answer == "-":
-        return _silent(vmid)
-    return _answered(vmid, answer)
+    answer = next((r.fields[1:] for r in output.of("smi") if r.fields[:1] == (key,)), None)
+    if answer is None or len(answer) != 2:
+        return ContainerSight(vmid, "unasked", "the host's answer names it nowhere")
+    return _answered(vmid, *answer)
 
 
-def _answered(vmid: int, encoded: str) -> ContainerSight:
+def _answered(vmid: int, status: str, encoded: str) -> ContainerSight:
+    """The tool's answer: ``status`` is lxc-attach's exit status, as the host saw it (``-``:
+    it did not end in time), never read from the tool's own text."""
     try:
-        answer = base64.b64decode(encoded, validate=True).decode("utf-8", "replace")
+        text = (
+            ""
+            if encoded == "-"
+            else base64.b64decode(encoded, validate=True).decode("utf-8", "replace")
+        )
     except (binascii.Error, ValueError):
         return ContainerSight(vmid, "failed", "its answer is no base64")
-    text, marked, status = answer.rpartition("\n#proxgpu-status ")
-    status = status.strip()
-    if not marked or not status.isdigit():
+    if len(text.encode()) >= INSIDE_LIMIT:
         return ContainerSight(vmid, "failed", f"more than {INSIDE_LIMIT} bytes, cut short")
+    if status in ("-", "124", "137"):
+        return ContainerSight(vmid, "silent", f"no answer within {INSIDE_SECONDS} s")
     if status == "127":
         return ContainerSight(vmid, "no tool")
-    if status in ("124", "137"):
-        return _silent(vmid)
     first = _printable(next((ln for ln in text.splitlines() if ln.strip()), ""))
     if status != "0":
         return ContainerSight(
@@ -169,10 +174,13 @@ def smi_listing(text: str) -> tuple[tuple[str, str], ...]:
         if not line.strip():
             continue
         uuid, _, bus = (part.strip() for part in line.partition(","))
-        match = _BUS_ID.fullmatch(bus)
-        if not GPU_UUID.fullmatch(uuid) or match is None:
+        try:
+            address = normalize_pci_address(bus)
+        except ValueError:
+            address = ""
+        if not GPU_UUID.fullmatch(uuid) or address.count(".") != 1:
             raise ValueError(f"not a GPU's UUID and PCI address: {_printable(line)}")
-        found.append((uuid, f"0000:{match[1].lower()}"))
+        found.append((uuid, address))
     return tuple(found)
 
 
@@ -190,11 +198,6 @@ def _vm(output: ScriptOutput, vmid: int) -> VmSight:
         targets = []
     groups = {int(m[1]) for target in targets if (m := _GROUP.fullmatch(target))}
     return VmSight(vmid, int(state[1]), frozenset(groups))
-
-
-def _silent(vmid: int) -> ContainerSight:
-    # The deadline is read when it is said: a test may shorten it.
-    return ContainerSight(vmid, "silent", f"no answer within {INSIDE_SECONDS} s")
 
 
 def _printable(text: str) -> str:

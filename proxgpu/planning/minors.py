@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.pci import NVIDIA_DRIVER
 from proxgpu.planning.policy import BindMethod
 
 
@@ -39,7 +40,7 @@ def boot_minors(
     today when the same GPUs stay on nvidia."""
     wanted = set(kept)
     planned = sorted(g.address for g in inventory.gpus if g.address in wanted and _nvidia(g))
-    current = sorted(g.address for g in inventory.gpus if g.driver == "nvidia")
+    current = sorted(g.address for g in inventory.gpus if g.driver == NVIDIA_DRIVER)
     minors = {g.address: g.nvidia_minor for g in inventory.gpus}
     if planned == current and all(minors[a] is not None for a in planned):
         return {a: m for a, m in minors.items() if a in planned and m is not None}
@@ -51,7 +52,7 @@ def boot_minors(
 
 
 def _nvidia(gpu: Gpu) -> bool:
-    return gpu.host_driver == "nvidia"
+    return gpu.host_driver == NVIDIA_DRIVER
 
 
 def probe_order(addresses: list[str], minors: dict[str, int | None]) -> list[str]:

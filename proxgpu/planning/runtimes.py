@@ -56,6 +56,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.pci import NVIDIA, NVIDIA_DRIVER
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,8 @@ class Runtime:
 
 CUDA = Runtime(
     name="CUDA",
-    vendor_id="10de",
-    drivers=("nvidia",),
+    vendor_id=NVIDIA,
+    drivers=(NVIDIA_DRIVER,),
     variable="CUDA_VISIBLE_DEVICES",
     ordering=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
     ordering_note="with CUDA_DEVICE_ORDER=PCI_BUS_ID; CUDA's default, FASTEST_FIRST, may differ",

@@ -52,7 +52,11 @@ Driver/library version mismatch)"
         True
         """
         held = self.holds
-        return held is not None and self.version is not None and held.nvml == self.version
+        if held is None or self.version is None:
+            return False
+        # NVIDIA's LXC hook mounts the host's own libraries in at each start: a stopped
+        # container holds none of its own, and needs none.
+        return held.nvml == self.version or (held.hook and held.known and held.nvml is None)
 
     def step(self) -> str:
         """What to do, as the plan's next step says it: what the container must hold, and
@@ -69,6 +73,11 @@ packages of exactly 575.57.08"
         held = self.holds
         if held is None or self.version is None:
             return self._needs()
+        if self.met and held.nvml is None:
+            return (
+                f"CT {self.vmid} gets the host's NVIDIA user space from NVIDIA's LXC hook at "
+                "each start: nothing to do"
+            )
         if self.met:
             return (
                 f"CT {self.vmid} holds NVIDIA's user space {self.version}, the host's: "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from proxgpu.inspection.inventory import Gpu, PciFunction
+from proxgpu.pci import NVIDIA_DRIVER
 from proxgpu.planning import wording
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import PlanGroup
@@ -145,7 +146,7 @@ def _legacy_vga(ctx: Context, moved: list[Gpu]) -> None:
     SeaBIOS only)."""
     moved_ids = {gpu.address for gpu in moved}
     vga = [gpu for gpu in ctx.inventory.gpus if gpu.class_code.startswith("0x0300")]
-    kept = [gpu for gpu in vga if gpu.address not in moved_ids and gpu.driver != "nvidia"]
+    kept = [gpu for gpu in vga if gpu.address not in moved_ids and gpu.driver != NVIDIA_DRIVER]
     alone = [
         gpu
         for gpu in vga
@@ -175,7 +176,7 @@ def _secure_boot(ctx: Context, kept: list[Gpu]) -> None:
     passed that check; one that is not loaded may be failing it."""
     if ctx.inventory.secure_boot is not True or ctx.inventory.nvidia_driver_version:
         return
-    nvidia = [gpu for gpu in kept if gpu.host_driver == "nvidia"]
+    nvidia = [gpu for gpu in kept if gpu.host_driver == NVIDIA_DRIVER]
     if nvidia:
         ctx.warnings.append(
             f"Secure Boot is on and the nvidia module is not loaded, so "

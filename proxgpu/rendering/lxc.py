@@ -9,6 +9,7 @@ from proxgpu.cpulist import parse_cpulist
 from proxgpu.errors import RenderError
 from proxgpu.inspection.inventory import Gpu, Inventory, NvidiaCap
 from proxgpu.inspection.mig import cap_gpu, cap_minor, cap_node, instance_cap, instance_of
+from proxgpu.pci import NVIDIA_DRIVER
 from proxgpu.planning.minors import boot_minors
 from proxgpu.planning.model import MigUse, PlanGroup
 from proxgpu.pve.claims import NVIDIA_MAJOR
@@ -197,7 +198,7 @@ def _device_nodes(ctx: RenderContext, group: PlanGroup, vmid: int) -> list[Devic
     """The nodes container ``vmid`` gets of ``group``: its GPUs' and the control nodes; of a
     MIG group its instance's capability nodes instead of every capability the host has."""
     gpus = [ctx.inventory.gpu(a) for a in group.gpus]
-    nvidia = [g for g in gpus if g.host_driver == "nvidia"]
+    nvidia = [g for g in gpus if g.host_driver == NVIDIA_DRIVER]
     minors = _nvidia_minors(ctx) if nvidia else {}
     nodes = [
         DeviceNode(f"/dev/nvidia{minors[g.address]}", NVIDIA_MAJOR, minors[g.address])

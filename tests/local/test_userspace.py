@@ -124,6 +124,28 @@ def test_a_container_holding_none_is_told_what_to_install(
     )
 
 
+def test_a_stopped_container_on_nvidias_lxc_hook_needs_none_of_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LXC's hooks/nvidia (nvidia-container-cli) mounts the host's libraries in at each start
+    when NVIDIA_VISIBLE_DEVICES is set to neither "" nor "void": holding none is then right."""
+    root = with_rootfs(tmp_path, HOST_DRIVER)
+    for lib in (root / "rpool/data/subvol-200-disk-0/usr/lib/x86_64-linux-gnu").iterdir():
+        lib.unlink()
+    config = root / "etc/pve/lxc/200.conf"
+    hook = "lxc.hook.mount: /usr/share/lxc/hooks/nvidia\n"
+    config.write_text(config.read_text() + hook + "lxc.environment: NVIDIA_VISIBLE_DEVICES=void\n")
+    assert next_steps_printed(root, capsys), "void turns the hook off: it still needs its own"
+    config.write_text(config.read_text() + "lxc.environment: NVIDIA_VISIBLE_DEVICES=all\n")
+    assert next_steps_printed(root, capsys) == []
+    (need,) = split_host(DirectoryHost(str(root)), SplitPolicy(lxc=200)).plan.userspace
+    assert need.holds is not None and need.holds.hook and need.met
+    assert need.step() == (
+        "CT 200 gets the host's NVIDIA user space from NVIDIA's LXC hook at each start: "
+        "nothing to do"
+    )
+
+
 def test_plan_prints_it_as_a_next_step_with_why_what_the_container_holds_is_unknown(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,9 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pytest_mock import MockerFixture
 
 from proxgpu.apply.guests import GuestCheck, guest_checks
 from proxgpu.apply.verify import verify
+from proxgpu.errors import HostUnreachableError
 from proxgpu.inspection import inside, inspect
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.planning import Plan, SplitPolicy, plan_split
@@ -33,20 +35,21 @@ from tests.support.tools import require_tool
 
 pytestmark = pytest.mark.sshd
 
-#: What `pct exec 200 -- nvidia-smi ...` runs (pve-container's pct.pm, with --clear-env), the
-#: PATH said explicitly.
+#: What `pct exec --keep-env 0 VMID -- nvidia-smi ...` runs (pve-container's pct.pm: lxc-attach
+#: with --clear-env), the PATH said explicitly.
 ATTACH = (
-    "-n 200 --clear-env --set-var PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    " -- nvidia-smi --query-gpu=uuid,pci.bus_id --format=csv,noheader"
+    "-n $vmid --clear-env --set-var PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:"
+    "/bin -- nvidia-smi --query-gpu=uuid,pci.bus_id --format=csv,noheader"
 )
 LXC_INFO = """echo "$*" >> "$(dirname "$0")/asked"
-[ "$*" = "-n 200 -s" ] || exit 1
-echo "State:          $(cat "$(dirname "$0")/state")"
+[ "$1 $3" = "-n -s" ] && [ -e "$(dirname "$0")/state-$2" ] || exit 1
+echo "State:          $(cat "$(dirname "$0")/state-$2")"
 """
-LXC_ATTACH = f"""here=$(dirname "$0")
+#: Each container's answer is the file answer-VMID, its exit status status-VMID.
+LXC_ATTACH = f"""here=$(dirname "$0") vmid=$2
 [ "$*" = "{ATTACH}" ] || {{ echo "lxc-attach: not pct exec's command line: $*" >&2; exit 2; }}
-cat "$here/answer"
-exit "$(cat "$here/status")"
+cat "$here/answer-$vmid"
+exit "$(cat "$here/status-$vmid")"
 """
 HOST_DRIVER = "575.57.08"
 PIDFILE = "/var/run/qemu-server/300.pid"
@@ -57,7 +60,7 @@ def tools(tmp_path: Path) -> Path:
     found = tmp_path / "tools"
     fake_tool(found, "lxc-info", LXC_INFO)
     fake_tool(found, "lxc-attach", LXC_ATTACH)
-    (found / "state").write_text("RUNNING\n")
+    (found / "state-200").write_text("RUNNING\n")
     return found
 
 
@@ -73,10 +76,10 @@ def split(host: ToolsHost) -> tuple[Inventory, Plan]:
     return inventory, plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
 
 
-def answer(tools: Path, text: str, status: int = 0) -> None:
-    """What the container's nvidia-smi prints, and its exit status."""
-    (tools / "answer").write_text(text)
-    (tools / "status").write_text(f"{status}\n")
+def answer(tools: Path, text: str, status: int = 0, vmid: int = 200) -> None:
+    """What container ``vmid``'s nvidia-smi prints, and its exit status."""
+    (tools / f"answer-{vmid}").write_text(text)
+    (tools / f"status-{vmid}").write_text(f"{status}\n")
 
 
 def listing(inventory: Inventory, addresses: list[str]) -> str:
@@ -148,14 +151,15 @@ def test_nvml_refusing_the_library_version_is_drift_with_the_fix(
             "STOPPED",
             0,
             "CT 200 is stopped: not looked at from inside; start it (pct start 200) and verify "
-            "again, or pass --no-guests",
+            "again, or verify without the guests (--no-guests)",
         ),
         ("FROZEN", 0, "CT 200 is FROZEN: not looked at from inside; verify again once it runs"),
         (
             "RUNNING",
             127,
-            "CT 200 has no nvidia-smi: not looked at from inside; install NVIDIA's user space in "
-            "it (the plan's next step), or pass --no-guests",
+            "CT 200 has no nvidia-smi: not looked at from inside; install nvidia-smi in it "
+            "(NVIDIA's user space of the host's version has it), or verify without the guests "
+            "(--no-guests)",
         ),
     ],
 )
@@ -163,7 +167,7 @@ def test_a_container_that_cannot_be_looked_at_is_said_never_passed(
     host: ToolsHost, plan: Plan, tools: Path, case: tuple[str, int, str]
 ) -> None:
     state, status, said = case
-    (tools / "state").write_text(f"{state}\n")
+    (tools / "state-200").write_text(f"{state}\n")
     answer(tools, "", status)
     report = verify(host, plan)
     assert containers(report.guests)[-1] == ("unchecked", said)
@@ -189,7 +193,8 @@ def test_without_lxc_info_the_container_is_unasked(
     (tools / "lxc-info").unlink()
     assert containers(guest_checks(host, inventory, plan))[-1] == (
         "unchecked",
-        "CT 200: not looked at from inside: lxc-info -n 200 -s failed (not found)",
+        "CT 200: not looked at from inside: lxc-info -n 200 -s failed (not found); pct status "
+        "200 on its node tells whether it runs there",
     )
 
 
@@ -213,39 +218,105 @@ def test_a_hostile_answer_is_refused_not_believed(
     assert (verdict, line) == ("drift", f"CT 200: nvidia-smi inside it fails ({said})")
 
 
-def test_a_tool_that_never_answers_is_left_within_its_deadline(
-    host: ToolsHost, split: tuple[Inventory, Plan], tools: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_status_line_the_tool_prints_is_not_its_exit_status(
+    host: ToolsHost, split: tuple[Inventory, Plan], tools: Path
+) -> None:
+    """The exit status is lxc-attach's, kept apart from the answer: a tool that fails after
+    printing what looks like a status line (or a record) is still a failure."""
+    inventory, plan = split
+    mine = node(inventory, plan, "host")
+    first = listing(inventory, mine).splitlines()[0]
+    answer(tools, listing(inventory, mine) + "#proxgpu-status 0\n#smi\t200\t0\t\n", status=3)
+    (verdict, line) = containers(guest_checks(host, inventory, plan))[-1]
+    assert (verdict, line) == ("drift", f"CT 200: nvidia-smi inside it fails (exit 3: {first})")
+
+
+@pytest.fixture
+def two_containers(root: Path, host: ToolsHost, tools: Path) -> tuple[Inventory, Plan]:
+    """CT 200 and CT 201, two GPUs of node 0 each, both running."""
+    config = root / "etc/pve/lxc"
+    (config / "201.conf").write_text((config / "200.conf").read_text().replace("llm", "llm2"))
+    (tools / "state-201").write_text("RUNNING\n")
+    inventory = inspect(host)
+    return inventory, plan_split(inventory, SplitPolicy(lxc_subsets=[(200, 2), (201, 2)]))
+
+
+def test_a_tool_that_never_answers_is_left_and_the_next_container_answers_for_itself(
+    host: ToolsHost,
+    two_containers: tuple[Inventory, Plan],
+    tools: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What lxc-attach starts in a container can outlive lxc-attach, holding the pipe open: the
-    script stops waiting anyway, its deadline (20 s, 2 s here) and 3 s past it."""
-    inventory, plan = split
+    script stops waiting anyway, at its deadline (20 s, 2 s here) and 3 s past it, and the next
+    container's answer is its own, not what the first one's tool writes later."""
+    inventory, plan = two_containers
     monkeypatch.setattr(inside, "INSIDE_SECONDS", 2)
-    fake_tool(tools, "lxc-attach", "sleep 300 &\nsleep 300\n")
+    pids = tools / "left"
+    late = listing(inventory, node(inventory, plan, "vfio"))  # what CT 200 writes too late
+    (tools / "late").write_text(late)
+    stuck = f"""[ "$2" = 201 ] && exec {tools}/answering "$@"
+(sleep 3; cat {tools}/late; sleep 300) & echo $! >> {pids}
+sleep 300 & echo $! >> {pids}; wait
+"""
+    fake_tool(tools, "lxc-attach", stuck)
+    fake_tool(tools, "answering", LXC_ATTACH)
+    theirs = next(g.gpus for g in plan.groups if g.guest is not None and g.guest.vmid == 201)
+    answer(tools, listing(inventory, theirs), vmid=201)
     started = time.monotonic()
-    (verdict, line) = containers(guest_checks(host, inventory, plan))[-1]
+    try:
+        checks = guest_checks(host, inventory, plan)
+    finally:
+        for pid in pids.read_text().split():
+            subprocess.run(["pkill", "-KILL", "-P", pid], check=False)
+            subprocess.run(["kill", "-KILL", pid], check=False, capture_output=True)
     elapsed = time.monotonic() - started
-    assert (verdict, line) == (
+    assert containers(checks)[-1] == (
         "unchecked",
         "CT 200: nvidia-smi inside it gave no answer within 2 s; see why with pct exec 200 -- "
         "nvidia-smi",
     )
-    assert elapsed < 2 + 3 + 5
+    ct201 = [(c.verdict, c.line) for c in checks if c.guest == "CT 201"][-1]
+    assert ct201 == (
+        "ok",
+        f"CT 201: nvidia-smi inside it lists exactly its GPUs, {', '.join(theirs)}",
+    )
+    assert elapsed < 2 + 5 + 10
+
+
+def test_a_host_that_cannot_be_asked_leaves_the_guests_unchecked_not_the_verify_failed(
+    host: ToolsHost, split: tuple[Inventory, Plan], mocker: MockerFixture
+) -> None:
+    """The host's own drift is reported though asking about its guests failed."""
+    inventory, plan = split
+    lost = HostUnreachableError(host.name, "connection lost")
+    mocker.patch("proxgpu.apply.guests.look_inside", side_effect=lost)
+    checks = {c.guest: (c.verdict, c.line) for c in guest_checks(host, inventory, plan)}
+    said = "not looked at: asking the host failed (connection lost); verify again"
+    assert checks == {
+        "CT 200": ("unchecked", f"CT 200: {said}"),
+        "VM 300": ("unchecked", f"VM 300: {said}"),
+    }
+    report = verify(host, plan)
+    assert report.drifted and [g.verdict for g in report.guests] == ["unchecked", "unchecked"]
 
 
 # -- VM 300 ------------------------------------------------------------------------------------
 
 
-def run_qemu(groups: set[int], pidfile: str = PIDFILE) -> subprocess.Popen[bytes]:
-    """A process standing in for VM 300's QEMU: its command line names ``pidfile`` after
-    ``-pidfile``, and it holds /dev/vfio/N open for each of ``groups``."""
+def run_qemu(
+    groups: set[int], pidfile: str = PIDFILE, argv0: str = "/usr/bin/qemu-system-x86_64"
+) -> subprocess.Popen[bytes]:
+    """A process standing in for VM 300's QEMU: its command line is ``argv0``'s and names
+    ``pidfile`` after ``-pidfile``, and it holds /dev/vfio/N open for each of ``groups``."""
     unshare = require_tool("unshare", "util-linux")
     opens = "".join(f" && : > /dev/vfio/{g} && exec {3 + n}</dev/vfio/{g}"
                     for n, g in enumerate(sorted(groups)))  # fmt: skip
-    sleeper = shlex.join(
-        [sys.executable, "-c", "import time; time.sleep(600)", "-pidfile", pidfile]
-    )
+    # argv[0] a QEMU's, as qemu-server checks it (bash's exec -a), then the pidfile.
+    sleeper = shlex.join(["-a", argv0, sys.executable, "-c", "import time; time.sleep(600)",
+                          "-pidfile", pidfile])  # fmt: skip
     script = f"mount -t tmpfs none /dev && mkdir /dev/vfio{opens} && exec {sleeper}"
-    process = subprocess.Popen([unshare, "-m", "sh", "-c", script])
+    process = subprocess.Popen([unshare, "-m", "bash", "-c", script])
     for _ in range(200):  # until it is the sleeper, holding its files
         if b"-pidfile" in Path(f"/proc/{process.pid}/cmdline").read_bytes():
             break
@@ -310,8 +381,17 @@ def test_a_pidfile_naming_another_process_is_no_running_vm(
     assert (check.verdict, check.line) == (
         "unchecked",
         "VM 300 is not running: not looked at; start it (qm start 300) and verify again, or "
-        "pass --no-guests",
+        "verify without the guests (--no-guests)",
     )
+
+
+def test_a_process_that_is_no_qemu_is_no_running_vm(
+    host: ToolsHost, split: tuple[Inventory, Plan], root: Path
+) -> None:
+    """As vm_running_locally: argv[0] must end in kvm or name qemu-..., whatever else matches."""
+    process = run_qemu(set(vm_groups(*split).values()), argv0="/usr/bin/python3")
+    check = vm_check(host, split, root, process)
+    assert check.verdict == "unchecked" and check.line.startswith("VM 300 is not running")
 
 
 def test_verify_without_guests_looks_at_none(host: ToolsHost, plan: Plan, tools: Path) -> None:
