@@ -21,7 +21,9 @@ import pytest
 
 from proxgpu.host.local import LocalHost
 from proxgpu.inspection import inspect
+from proxgpu.inspection.inside import smi_listing
 from proxgpu.inspection.inventory import Gpu, Inventory
+from proxgpu.pci import normalize_pci_address
 from proxgpu.planning.model import Plan
 from proxgpu.rendering import nodes
 from proxgpu.rendering.context import RenderContext, RenderOptions
@@ -46,12 +48,6 @@ def _output(*argv: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
-def _address(smi_bus_id: str) -> str:
-    """nvidia-smi's ``00000000:01:00.0`` as the kernel writes it: ``0000:01:00.0``."""
-    domain, rest = smi_bus_id.strip().split(":", 1)
-    return f"{int(domain, 16):04x}:{rest.lower()}"
-
-
 def smi_gpus() -> dict[str, dict[str, object]]:
     """Each GPU nvidia-smi -q reports, by address: its UUID and minor number, and the NUMA node
     of ``nvidia-smi topo -m`` (``None`` where it says N/A: the firmware gave none)."""
@@ -59,15 +55,14 @@ def smi_gpus() -> dict[str, dict[str, object]]:
     current: dict[str, object] = {}
     for line in _output("nvidia-smi", "-q").splitlines():
         if match := re.fullmatch(r"GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.\d)", line):
-            current = gpus.setdefault(_address(match[1]), {})
+            current = gpus.setdefault(normalize_pci_address(match[1]), {})
         elif match := re.fullmatch(r"\s+GPU UUID\s+: (\S+)", line):
             current["uuid"] = match[1]
         elif match := re.fullmatch(r"\s+Minor Number\s+: (\S+)", line):
             current["minor"] = int(match[1]) if match[1].isdigit() else None
     order = _output("nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader")
-    by_index = {
-        int(index): _address(bus) for index, bus in (row.split(",") for row in order.splitlines())
-    }
+    rows = (row.split(",") for row in order.splitlines())
+    by_index = {int(index): normalize_pci_address(bus) for index, bus in rows}
     for index, numa in _topo_numa().items():
         gpus[by_index[index]]["numa"] = numa
     return gpus
@@ -107,6 +102,15 @@ def test_inspection_reads_each_gpu_as_nvidia_smi_reports_it(inventory: Inventory
         for gpu in _nvidia_gpus(inventory)
     }
     assert ours == smi_gpus()
+
+
+def test_verify_reads_nvidia_smis_own_answer_as_each_gpu_by_its_uuid(inventory: Inventory) -> None:
+    """The query verify runs inside each running container, run here on the host (which sees
+    every GPU): NVIDIA's real answer reads as each GPU's UUID and address, as inspection has
+    them."""
+    answer = _output("nvidia-smi", "--query-gpu=uuid,pci.bus_id", "--format=csv,noheader")
+    listed = {address: uuid for uuid, address in smi_listing(answer)}
+    assert listed == {gpu.address: gpu.nvidia_uuid for gpu in _nvidia_gpus(inventory)}
 
 
 def test_run_gives_the_job_the_gpu_it_names(inventory: Inventory) -> None:
