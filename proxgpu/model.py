@@ -1,5 +1,5 @@
 """The base of the pydantic models proxgpu passes between its stages (plans, changes, journal
-entries); the inventory's plain records are :class:`proxgpu.record.Record`.
+entries); the inventory's records are plain frozen dataclasses.
 
 >>> class Point(FrozenModel):
 ...     x: int

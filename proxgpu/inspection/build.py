@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxgpu.errors import SysfsError, not_utf8
 from proxgpu.inspection import hostfacts
@@ -152,7 +152,7 @@ def build_inventory(capture: Capture, source: str, gpu_filter: GpuFilter) -> Inv
         kernel_modules=kernel_modules(capture),
     )
     validate(inventory)
-    return inventory.model_copy(update={"warnings": warnings + _topology_warnings(inventory)})
+    return replace(inventory, warnings=warnings + _topology_warnings(inventory))
 
 
 def _attr(capture: Capture, address: str, name: str) -> str | None:
@@ -414,13 +414,12 @@ def _with_mig_uuids(gpus: list[Gpu], capture: Capture, source: str) -> list[Gpu]
         return gpus
     uuids = mig_uuids(listing, table, source)
     return [
-        gpu.model_copy(
-            update={
-                "mig_instances": [
-                    i.model_copy(update={"uuid": uuids.get((gpu.nvidia_uuid or "", i.gi, i.ci))})
-                    for i in gpu.mig_instances
-                ]
-            }
+        replace(
+            gpu,
+            mig_instances=[
+                replace(i, uuid=uuids.get((gpu.nvidia_uuid or "", i.gi, i.ci)))
+                for i in gpu.mig_instances
+            ],
         )
         for gpu in gpus
     ]

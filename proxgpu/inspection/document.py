@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from proxgpu.inspection.inventory import Inventory
@@ -17,5 +18,5 @@ from proxgpu.redact import redact_document
 def inventory_document(inventory: Inventory) -> dict[str, Any]:
     """The inventory as ``inspect --json`` prints it, every secret redacted (guest configs, and
     any warning quoting one)."""
-    document: dict[str, Any] = redact_document(inventory.model_dump(mode="json"))
+    document: dict[str, Any] = redact_document(asdict(inventory))
     return document

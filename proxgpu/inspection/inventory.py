@@ -3,9 +3,9 @@
 The field names documented in the JSON contract of docs/inspecting.md keep their names and
 meaning across releases; new fields may be added. Everything here is plain data: building an
 inventory is the job of :mod:`proxgpu.inspection`, using it is the job of the planner and
-renderers. The classes are frozen dataclasses with pydantic's model methods
-(:class:`~proxgpu.record.Record`), so that reading and printing a host's inventory never loads
-pydantic.
+renderers. The classes are frozen dataclasses: ``dataclasses.replace`` copies one with changes,
+``dataclasses.asdict`` dumps it (:func:`~proxgpu.inspection.document.inventory_document` is the
+``inspect --json`` document), and reading and printing a host's inventory never loads pydantic.
 
 >>> node = NumaNode(id=0, cpus="0-31", memory_kib=263678136)
 >>> node.cpu_ids()[:3]
@@ -19,7 +19,6 @@ from typing import Literal
 
 from proxgpu.cpulist import parse_cpulist
 from proxgpu.pci import module_name, returning_driver
-from proxgpu.record import Record
 
 SCHEMA_VERSION = 1
 
@@ -27,7 +26,7 @@ BootLoader = Literal["grub", "systemd-boot", "unknown"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class NumaNode(Record):
+class NumaNode:
     """One NUMA node: its id, CPUs (a kernel cpulist string) and memory."""
 
     id: int
@@ -40,7 +39,7 @@ class NumaNode(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MdevType(Record):
+class MdevType:
     """A mediated device type a GPU offers (``mdev_supported_types/TYPE/``: NVIDIA vGPU on the
     host driver, Intel GVT-g): ``id`` is the directory's name, which a VM's ``hostpciN``
     ``mdev=`` names; ``available`` how many more instances the driver can create now;
@@ -59,7 +58,7 @@ class MdevType(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class VgpuType(Record):
+class VgpuType:
     """A vGPU type NVIDIA's driver can create on an SR-IOV virtual function now, as the VF's
     ``nvidia/creatable_vgpu_types`` lists it (``1155 : NVIDIA L40S-8Q``; vGPU 17 and later, Linux
     6.8 and later): a VM's ``hostpciN: VF,mdev=nvidia-ID`` names it, and qemu-server writes
@@ -79,7 +78,7 @@ class VgpuType(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class VirtualFunction(Record):
+class VirtualFunction:
     """An SR-IOV virtual function of a GPU (its sysfs ``physfn`` link names the GPU): on
     Ampere and later NVIDIA's vGPU runs on these, one vGPU each, and they exist only while the
     GPU's own driver keeps SR-IOV on, so a VF is a part of its GPU, never a GPU of its own.
@@ -128,7 +127,7 @@ class VirtualFunction(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PciFunction(Record):
+class PciFunction:
     """One PCI function as sysfs describes it.
 
     IDs are four lower-case hex digits without ``0x`` (``10de``), the form Proxmox and
@@ -169,7 +168,7 @@ PassedOverReason = Literal["accelerator", "filtered"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class PassedOver(Record):
+class PassedOver:
     """A display controller or processing accelerator that inspection saw and did not take as a
     GPU, with why: ``accelerator``, a processing accelerator of another kind than a GPU (an FPGA,
     Habana's Gaudi; see :func:`~proxgpu.pci.is_gpu_accelerator`), taken only when
@@ -187,7 +186,7 @@ class PassedOver(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModuleAlias(Record):
+class ModuleAlias:
     """One alias of a module, as depmod lists it: the glob kmod matches a device's modalias
     against, and the module it names.
 
@@ -200,7 +199,7 @@ class ModuleAlias(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class KernelModules(Record):
+class KernelModules:
     """What an installed kernel's module directory says of the GPUs' functions: the lines of its
     ``modules.alias`` that can find a module for one of their modaliases (``aliases``), and the
     same of the modules built into it (``builtin_aliases``, from ``modules.builtin.modinfo``;
@@ -215,7 +214,7 @@ class KernelModules(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class NvidiaCap(Record):
+class NvidiaCap:
     """One NVIDIA capability (MIG's ``config`` and ``monitor`` rights, a MIG instance's
     ``access``): the /proc file that describes it, and the minor and mode (``0o400``) that its
     ``/dev/nvidia-caps/nvidia-capN`` node takes, as that file's ``DeviceFileMinor`` and
@@ -227,7 +226,7 @@ class NvidiaCap(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MigInstance(Record):
+class MigInstance:
     """One MIG compute instance of a GPU in MIG mode, as NVIDIA's driver describes it in /proc:
     ``gi`` is its GPU instance's id and ``ci`` the compute instance's id within it (the ids
     ``nvidia-smi mig -lgi``/``-lci`` print), ``gi_cap`` and ``ci_cap`` the two ``access``
@@ -255,7 +254,7 @@ class MigInstance(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Gpu(Record):
+class Gpu:
     """A GPU: a display-class PCI function, or a processing accelerator that is a GPU (AMD
     Instinct), plus every function of its slot.
 
@@ -316,7 +315,7 @@ class Gpu(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Inventory(Record):
+class Inventory:
     """Everything proxgpu knows about one host.
 
     ``guest_configs`` and ``host_files`` map absolute paths to the files' exact text so that later

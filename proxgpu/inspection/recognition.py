@@ -24,7 +24,8 @@ class GpuFilter:
 
     >>> mi300x = PciFunction(address="0000:05:00.0", class_code="0x120000", vendor_id="1002",
     ...                      device_id="74a1", driver="amdgpu")
-    >>> fpga = mi300x.model_copy(update={"vendor_id": "10ee", "device_id": "903f", "driver": None})
+    >>> from dataclasses import replace
+    >>> fpga = replace(mi300x, vendor_id="10ee", device_id="903f", driver=None)
     >>> GpuFilter().matches(mi300x), GpuFilter(classes=("12",)).matches(fpga)
     (True, False)
     >>> GpuFilter(vendors=("10ee",)).why_not(fpga), GpuFilter(vendors=("10de",)).why_not(mi300x)

@@ -45,7 +45,8 @@ host beside them. :func:`not_whole` says why such a GPU is no whole GPU for a jo
 ['0000:01:00.0', '0000:81:00.0']
 >>> unseen_reason(inventory, CUDA, inventory.gpus[2])
 '0000:41:00.0 is on vfio-pci, not nvidia'
->>> not_whole(inventory.gpus[0].model_copy(update={"mig_mode": True}))
+>>> from dataclasses import replace
+>>> not_whole(replace(inventory.gpus[0], mig_mode=True))
 '0000:81:00.0 is in MIG mode: CUDA runs only on its MIG devices, never on the whole GPU; give \
 a job one of them with CUDA_VISIBLE_DEVICES=MIG-<UUID> (nvidia-smi -L lists them under the GPU)'
 """

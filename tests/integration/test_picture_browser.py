@@ -6,6 +6,7 @@ the command line draws now."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ def _plannable(inventory: Inventory, policy: SplitPolicy) -> Inventory:
     """The inventory with the guests the plan gives GPUs to, on a Proxmox VE with devN entries."""
     configs = {f"/etc/pve/qemu-server/{vmid}.conf": "cores: 8\n" for vmid, _ in policy.vms}
     configs["/etc/pve/lxc/200.conf"] = "cores: 8\n"
-    return inventory.model_copy(update={"pve_version": "8.4.1", "guest_configs": configs})
+    return replace(inventory, pve_version="8.4.1", guest_configs=configs)
 
 
 def _near(pixel: tuple[int, int, int], colour: tuple[int, int, int]) -> bool:

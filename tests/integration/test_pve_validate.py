@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -228,8 +229,8 @@ def test_generated_hosts_get_configs_proxmox_accepts(tmp_path: Path) -> None:
     @settings(max_examples=40, deadline=None, database=None, derandomize=True)
     @given(random_hosts(), st.integers(1, 2), st.booleans(), st.booleans())
     def render_one(inventory: Inventory, vm_count: int, mapped: bool, hotplug: bool) -> None:
-        inventory = inventory.model_copy(
-            update={"guest_configs": _guests(hotplug), "pve_version": "8.4.1", "char_majors": UVM}
+        inventory = replace(
+            inventory, guest_configs=_guests(hotplug), pve_version="8.4.1", char_majors=UVM
         )
         policy = _policy(inventory, vm_count, mapped)
         try:
@@ -260,7 +261,7 @@ def _split_edit(kind: str, text: str) -> str | None:
     inventory = _ct200()
     path = guest_config("lxc" if kind == "lxc" else "vm", 200 if kind == "lxc" else 300)
     configs = {**inventory.guest_configs, path: text}
-    inventory = inventory.model_copy(update={"guest_configs": configs})
+    inventory = replace(inventory, guest_configs=configs)
     plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
     try:
         changes = render(inventory, plan)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ def test_the_entries_said_unreadable_are_those_proxmox_leaves_out(
     config = tmp_path / Path(path).name
     config.write_text(text)
     configs = {**inventory.guest_configs, path: text}
-    plan = plan_split(inventory.model_copy(update={"guest_configs": configs}), policy)
+    plan = plan_split(replace(inventory, guest_configs=configs), policy)
     said = {m[1] for w in plan.warnings if (m := re.search(r"^(?:VM|CT) \d+: (\w+): ", w))}
     refused = refused_keys(kind, config)
     assert refused, "Proxmox refuses some of these values"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def ct200() -> Inventory:
 
 
 def with_configs(configs: dict[str, str]) -> Inventory:
-    return ct200().model_copy(update={"guest_configs": {**ct200().guest_configs, **configs}})
+    return replace(ct200(), guest_configs={**ct200().guest_configs, **configs})
 
 
 def rendered(inventory: Inventory, policy: SplitPolicy) -> ChangeSet:
@@ -92,11 +93,10 @@ def with_caps(text: str | None = None) -> Inventory:
     capability."""
     caps = [f"/dev/nvidia-caps/nvidia-cap{n}" for n in (1, 2, 12, 99)]
     inventory = with_configs({CT_200: text}) if text else ct200()
-    return inventory.model_copy(
-        update={
-            "device_nodes": [*inventory.device_nodes, *caps],
-            "nvidia_caps": [NvidiaCap(proc_path=GI_ACCESS, minor=12, mode=0o444)],
-        }
+    return replace(
+        inventory,
+        device_nodes=[*inventory.device_nodes, *caps],
+        nvidia_caps=[NvidiaCap(proc_path=GI_ACCESS, minor=12, mode=0o444)],
     )
 
 
@@ -151,11 +151,10 @@ def test_the_instances_of_a_mig_gpu_the_next_boot_numbers_anew_get_their_new_nod
     change with it, by NVIDIA's fixed table, so the container gets the nodes of the new minor
     and the unit makes them from the new /proc file."""
     old = instance_cap(1, 1)  # GPU instance 1 of the GPU at minor 1: nvidia-cap147
-    moving = with_caps().model_copy(
-        update={
-            "nvidia_caps": [old],
-            "device_nodes": [*with_caps().device_nodes, f"/dev/nvidia-caps/nvidia-cap{old.minor}"],
-        }
+    moving = replace(
+        with_caps(),
+        nvidia_caps=[old],
+        device_nodes=[*with_caps().device_nodes, f"/dev/nvidia-caps/nvidia-cap{old.minor}"],
     )
     changes = rendered(moving, SplitPolicy(lxc=200, host_gpus=["0000:11:00.0", "0000:61:00.0"]))
     devs = dev_entries(changes)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,31 +43,26 @@ KFD_MAJOR = 234
 
 
 def on(gpu: Gpu, index: int, vendor: str, driver: str) -> Gpu:
-    functions = [
-        f.model_copy(update={"vendor_id": vendor, "driver": driver}) for f in gpu.function_info
-    ]
-    return gpu.model_copy(
-        update={
-            "vendor_id": vendor,
-            "driver": driver,
-            "nvidia_minor": None,
-            "function_info": functions,
-            # card0 is the BMC's display; the GPUs follow in PCI order.
-            "drm_nodes": [f"card{index + 1}", f"renderD{128 + index + 1}"],
-        }
+    functions = [replace(f, vendor_id=vendor, driver=driver) for f in gpu.function_info]
+    return replace(
+        gpu,
+        vendor_id=vendor,
+        driver=driver,
+        nvidia_minor=None,
+        function_info=functions,
+        drm_nodes=[f"card{index + 1}", f"renderD{128 + index + 1}"],
     )
 
 
 def host(vendor: str = "1002", driver: str = "amdgpu", kfd: bool = True) -> Inventory:
     base = ct200({CT_200: CONTAINER})
     gpus = [on(gpu, i, vendor, driver) for i, gpu in enumerate(base.gpus)]
-    return base.model_copy(
-        update={
-            "gpus": gpus,
-            "pve_version": "8.4.1",
-            "char_majors": {"drm": 226, "kfd": KFD_MAJOR},
-            "device_nodes": ["/dev/kfd"] if kfd else ["/dev/dri/card0"],
-        }
+    return replace(
+        base,
+        gpus=gpus,
+        pve_version="8.4.1",
+        char_majors={"drm": 226, "kfd": KFD_MAJOR},
+        device_nodes=["/dev/kfd"] if kfd else ["/dev/dri/card0"],
     )
 
 
@@ -107,7 +104,7 @@ def test_the_gpus_leaving_for_vfio_drop_their_nodes_and_the_renumbering_is_told(
     assert not any(f"/dev/dri/{leaving[0].drm_nodes[1]}" in v for v in dev_entries(config))
     # Node 1's GPUs come after node 0's, so node 0's numbers stay: no warning.
     assert not any("/dev/dri numbers may change" in w for w in warnings)
-    kept_last = inventory.model_copy(update={"gpus": list(reversed_numbers(inventory.gpus))})
+    kept_last = replace(inventory, gpus=list(reversed_numbers(inventory.gpus)))
     _, warnings = container(kept_last)
     assert any("/dev/dri numbers may change" in w for w in warnings)
 
@@ -115,9 +112,7 @@ def test_the_gpus_leaving_for_vfio_drop_their_nodes_and_the_renumbering_is_told(
 def reversed_numbers(gpus: list[Gpu]) -> list[Gpu]:
     """The same GPUs with node 1's probed first (lower DRM numbers than node 0's)."""
     names = [gpu.drm_nodes for gpu in gpus]
-    return [
-        gpu.model_copy(update={"drm_nodes": n}) for gpu, n in zip(gpus, names[::-1], strict=True)
-    ]
+    return [replace(gpu, drm_nodes=n) for gpu, n in zip(gpus, names[::-1], strict=True)]
 
 
 def test_a_missing_kfd_is_told_not_given() -> None:
@@ -149,8 +144,8 @@ def test_the_advice_names_the_vendors_variable(
 
 def test_nodes_without_captured_names_fall_back_to_by_path_with_a_warning() -> None:
     inventory = host()
-    gpus = [gpu.model_copy(update={"drm_nodes": []}) for gpu in inventory.gpus]
-    config, warnings = container(inventory.model_copy(update={"gpus": gpus}))
+    gpus = [replace(gpu, drm_nodes=[]) for gpu in inventory.gpus]
+    config, warnings = container(replace(inventory, gpus=gpus))
     assert "/dev/dri/by-path/pci-0000:01:00.0-render" in dev_entries(config)
     assert any("node names were not captured" in w for w in warnings)
 
@@ -158,7 +153,7 @@ def test_nodes_without_captured_names_fall_back_to_by_path_with_a_warning() -> N
 # --- raw lxc.* containers: kfd's rule is written at each boot, with that boot's major -----------
 
 #: pve-container before 5.0.7 takes no devN entries: the container gets raw lxc.* lines.
-RAW = {"pve_container_version": "5.0.6"}
+RAW: dict[str, Any] = {"pve_container_version": "5.0.6"}
 #: What a modprobe of amdgpu adds to /proc/devices: kfd's character device, at a major the
 #: kernel picks as amdgpu loads (register_chrdev with major 0 in amdkfd's kfd_chardev.c).
 STANDIN_MODPROBE = """\
@@ -171,7 +166,7 @@ fi
 
 
 def raw_changes(inventory: Inventory | None = None) -> ChangeSet:
-    inventory = (inventory or host()).model_copy(update=RAW)
+    inventory = replace(inventory or host(), **RAW)
     return render(inventory, plan_split(inventory, SplitPolicy(lxc=200)), RenderOptions())
 
 
@@ -255,7 +250,7 @@ def test_a_boot_without_kfd_fails_the_unit_naming_it(tmp_path: Path) -> None:
 def test_an_amd_only_host_gets_the_unit_only_for_raw_containers() -> None:
     unit = {f.path: f.after for f in raw_changes().files}.get(NODES_UNIT) or ""
     assert "Description=/dev/kfd cgroup rule for containers (proxgpu)" in unit
-    with_dev_entries = host().model_copy(update={"pve_container_version": "5.2.3"})
+    with_dev_entries = replace(host(), pve_container_version="5.2.3")
     plan = plan_split(with_dev_entries, SplitPolicy(lxc=200))
     assert NODES_UNIT not in {f.path for f in render(with_dev_entries, plan).files}
 

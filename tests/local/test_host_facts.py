@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from proxgpu.host.local import DirectoryHost
@@ -143,7 +144,7 @@ def test_an_unreadable_proc_fb_is_not_read_not_no_framebuffer(tmp_path: Path) ->
 def test_the_plan_of_a_booted_host_warns_about_each(tmp_path: Path) -> None:
     inventory = inspect(DirectoryHost(str(real_host(tmp_path))))
     # nvidia is not loaded on this copy: Secure Boot may be why.
-    inventory = inventory.model_copy(update={"nvidia_driver_version": None})
+    inventory = replace(inventory, nvidia_driver_version=None)
     warnings = plan_split(inventory, SplitPolicy(lxc=200)).warnings
     assert any(w.startswith(f"{GPU} holds the host's boot framebuffer (EFI VGA") for w in warnings)
     secure = "Secure Boot is on and the nvidia module is not loaded"

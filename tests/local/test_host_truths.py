@@ -5,6 +5,7 @@ NVSwitches (from example trees with those sysfs files added), and the advice Pro
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -68,9 +69,9 @@ def test_the_kept_gpus_are_renumbered_in_probe_order_not_address_order() -> None
     # node 1's bridge comes first. Here 0000:11 was probed before 0000:01.
     probe = {"0000:11:00.0": 0, "0000:81:00.0": 1, "0000:01:00.0": 2, "0000:91:00.0": 3}
     rest = {a: 4 + n for n, a in enumerate(["0000:61:00.0", "0000:71:00.0"])}
-    gpus = [g.model_copy(update={"nvidia_minor": {**probe, **rest}.get(g.address, 6 + n)})
+    gpus = [replace(g, nvidia_minor={**probe, **rest}.get(g.address, 6 + n))
             for n, g in enumerate(ct200().gpus)]  # fmt: skip
-    inventory = ct200().model_copy(update={"gpus": gpus})
+    inventory = replace(ct200(), gpus=gpus)
     policy = SplitPolicy(lxc=200, host_gpus=["0000:01:00.0", "0000:11:00.0"])
     changes = rendered(inventory, policy)
     said = next(w for w in changes.warnings if "numbers its GPUs anew" in w)
@@ -89,12 +90,10 @@ def test_driverctl_binding_keeps_the_minors_nvidia_gave_at_probe() -> None:
 def test_driverctl_numbers_a_gpu_back_from_vfio_among_all_it_probes() -> None:
     # 0000:01:00.0 sits on vfio-pci today; with driverctl nvidia probes all eight at boot.
     gpus = [
-        gpu.model_copy(update={"driver": "vfio-pci", "nvidia_minor": None})
-        if gpu.address == "0000:01:00.0"
-        else gpu
+        replace(gpu, driver="vfio-pci", nvidia_minor=None) if gpu.address == "0000:01:00.0" else gpu
         for gpu in ct200().gpus
     ]
-    inventory = ct200().model_copy(update={"gpus": gpus})
+    inventory = replace(ct200(), gpus=gpus)
     policy = SplitPolicy(lxc=200, host_gpus=["0000:01:00.0", "0000:11:00.0"])
     changes = rendered(inventory, policy, "driverctl")
     assert sorted(container_nvidia_nodes(changes)) == ["/dev/nvidia0", "/dev/nvidia1"]
@@ -104,7 +103,7 @@ def test_another_containers_minor_is_judged_by_the_binding_the_plan_is_rendered_
     # CT 202 uses 0000:91:00.0 as /dev/nvidia5: kept alone with node 1, it is /dev/nvidia1 after
     # the modprobe binding's boot and still /dev/nvidia5 after driverctl's.
     configs = {**ct200().guest_configs, "/etc/pve/lxc/202.conf": "dev0: /dev/nvidia5\n"}
-    inventory = ct200().model_copy(update={"guest_configs": configs})
+    inventory = replace(ct200(), guest_configs=configs)
     policy = SplitPolicy(lxc=200, host_gpus=NODE_1)
     with pytest.raises(PlanRefusedError) as refused:
         plan_inventory(inventory, policy, RenderOptions(bind_method="modprobe"))
@@ -120,7 +119,7 @@ def test_another_containers_minor_is_judged_by_the_binding_the_plan_is_rendered_
 
 def with_modprobe_file(name: str, text: str) -> Inventory:
     files = {**ct200().host_files, f"/etc/modprobe.d/{name}": text}
-    return ct200().model_copy(update={"host_files": files})
+    return replace(ct200(), host_files=files)
 
 
 def test_an_earlier_install_command_for_vfio_pci_is_refused() -> None:
@@ -164,7 +163,7 @@ def test_the_initramfs_hook_carries_the_vfio_modules() -> None:
 
 @pytest.mark.parametrize(("pve", "affinity"), [("7.2-3", False), ("7.3-1", True), ("8.4.1", True)])
 def test_vm_affinity_only_where_proxmox_has_it(pve: str, affinity: bool) -> None:
-    inventory = ct200().model_copy(update={"pve_version": pve})
+    inventory = replace(ct200(), pve_version=pve)
     changes = rendered(inventory, SplitPolicy(lxc=200, vms=[(300, None)]))
     config = GuestConfig.parse(after(changes, VM_300))
     assert (config.get("affinity") is not None) is affinity
@@ -202,9 +201,7 @@ def vm_300_advice(inventory: Inventory) -> str:
 
 
 def with_vm_300(inventory: Inventory, config: str) -> Inventory:
-    return inventory.model_copy(
-        update={"guest_configs": {**inventory.guest_configs, VM_300: config}}
-    )
+    return replace(inventory, guest_configs={**inventory.guest_configs, VM_300: config})
 
 
 def test_the_advised_cpu_and_bios_are_what_qemu_server_starts(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -107,7 +108,7 @@ def test_gpu_filter_by_vendor_and_class() -> None:
 
 
 def test_json_contract_names_and_types(example_host: Path) -> None:
-    data = json.loads(inspect(DirectoryHost(str(example_host))).model_dump_json())
+    data = json.loads(json.dumps(asdict(inspect(DirectoryHost(str(example_host))))))
     assert isinstance(data["hostname"], str)
     assert isinstance(data["warnings"], list)
     for node in data["numa_nodes"]:

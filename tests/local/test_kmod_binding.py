@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,7 +60,7 @@ def test_each_kmod_is_the_release_it_is_named_for(kmod: Kmod) -> None:
 
 
 def _with_files(inventory: Inventory, files: dict[str, str]) -> Inventory:
-    return inventory.model_copy(update={"kernel": KERNEL, "host_files": files})
+    return replace(inventory, kernel=KERNEL, host_files=files)
 
 
 def _changes(inventory: Inventory, policy: SplitPolicy | None = None) -> ChangeSet:
@@ -92,15 +94,15 @@ def _loads_vfio_first(lines: list[str], driver: str) -> bool:
 
 def _amd_host() -> Inventory:
     """Two AMD GPUs (Radeon PRO W7900 IDs), one per node, each with its HDMI audio function."""
-    ids = {"vendor_id": "1002", "device_id": "744c", "class_code": "0x030000"}
+    ids: dict[str, Any] = {"vendor_id": "1002", "device_id": "744c", "class_code": "0x030000"}
     gpus = []
     for bus, node in (("01", 0), ("81", 1)):
         gpu = make_gpu(bus, node, audio=True, driver="amdgpu")
         info = [
-            f.model_copy(update=ids if f.address == gpu.address else {"vendor_id": "1002"})
+            replace(f, **ids if f.address == gpu.address else {"vendor_id": "1002"})
             for f in gpu.function_info
         ]
-        gpus.append(gpu.model_copy(update={**ids, "function_info": info}))
+        gpus.append(replace(gpu, **{**ids, "function_info": info}))
     return make_inventory(gpus)
 
 
@@ -136,7 +138,7 @@ def test_amdgpu_gets_vfio_pci_first_and_keeps_an_admins_post_module(
     kmod: Kmod, tmp_path: Path
 ) -> None:
     admin = {"/etc/modprobe.d/amdgpu-extra.conf": "softdep amdgpu post: amdgpu_extra\n"}
-    inventory = _amd_host().model_copy(update={"host_files": admin})
+    inventory = replace(_amd_host(), host_files=admin)
     modules = [*gpu_modules(KERNEL), extra_module(KERNEL, "amdgpu_extra")]
     root, _ = _host(kmod, tmp_path, inventory, modules)
     lines = show_depends(kmod, root, KERNEL, "amdgpu")
@@ -269,14 +271,12 @@ def test_blacklisting_another_claimant_of_the_kept_gpus_is_fine() -> None:
     """Found on the e2e host, whose GPUs' IDs name bochs first while nvidia drives them: kept
     GPUs lose nothing to a blacklist of another module that could claim them, only to one of
     the module that drives them."""
-    ids = {"vendor_id": "1234", "device_id": "1111", "class_code": "0x038000"}
+    ids: dict[str, Any] = {"vendor_id": "1234", "device_id": "1111", "class_code": "0x038000"}
     gpus = []
     for gpu in ct200().gpus:
-        info = [
-            f.model_copy(update=ids) if f.address == gpu.address else f for f in gpu.function_info
-        ]
-        gpus.append(gpu.model_copy(update={**ids, "function_info": info}))
-    standins = ct200().model_copy(update={"gpus": gpus})
+        info = [replace(f, **ids) if f.address == gpu.address else f for f in gpu.function_info]
+        gpus.append(replace(gpu, **{**ids, "function_info": info}))
+    standins = replace(ct200(), gpus=gpus)
     fine = {"/etc/modprobe.d/testhost-blacklist.conf": "blacklist bochs\n"}
     assert _changes(_with_files(standins, fine)).changed
     with pytest.raises(RenderError, match="nvidia would not load by itself"):
@@ -310,20 +310,19 @@ def test_one_notion_of_the_module_that_drives_a_gpu() -> None:
     driver bound now without a module link (where the capture read them) is built in; one not
     loaded now is its module by name; a capture without module links cannot tell built-ins."""
     blacklist = {"/etc/modprobe.d/x.conf": "blacklist nvidia\n"}
-    links = ct200().model_copy(update={"driver_modules": {"snd_hda_intel": "snd_hda_intel"}})
+    links = replace(ct200(), driver_modules={"snd_hda_intel": "snd_hda_intel"})
     built_in = _changes(_with_files(links, blacklist))
     # modprobe.d cannot keep a built-in driver from its GPUs, and nothing loads before it.
     assert any("driver nvidia is built into the kernel" in w for w in built_in.warnings)
     gpus = [
-        g.model_copy(
-            update={
-                "driver": None,
-                "function_info": [f.model_copy(update={"driver": None}) for f in g.function_info],
-            }
+        replace(
+            g,
+            driver=None,
+            function_info=[replace(f, driver=None) for f in g.function_info],
         )
         for g in links.gpus
     ]
-    unbound = links.model_copy(update={"gpus": gpus})
+    unbound = replace(links, gpus=gpus)
     with pytest.raises(RenderError, match="nvidia would not load by itself"):
         _changes(_with_files(unbound, blacklist))
     unknown = _changes(_with_files(ct200(), {}))

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -240,9 +241,10 @@ def test_moving_the_mig_gpu_to_vfio_warns_naming_its_instances(
 def test_the_warning_names_the_containers_that_lose_their_instance() -> None:
     """CT 200 and CT 201 run on instances of GPU 0 (their configs as proxgpu wrote them); a plan
     giving both node 1's GPUs instead moves GPU 0 and takes the instances from them."""
-    files = {f.path: f.after for f in render(mig_host(), plan_split(mig_host(), TWO)).files}
+    changes = render(mig_host(), plan_split(mig_host(), TWO))
+    files = {f.path: f.after for f in changes.files if f.after is not None}
     configs = {**mig_host().guest_configs, CT_200: files[CT_200], CT_201: files[CT_201]}
-    using = mig_host().model_copy(update={"guest_configs": configs})
+    using = replace(mig_host(), guest_configs=configs)
     plan = plan_split(using, SplitPolicy(lxc=200, shared_lxc=[201], vfio_nodes=[0]))
     (warning,) = [w for w in plan.warnings if "MIG mode" in w]
     assert "; CT 200 (GI 2 CI 0) and CT 201 (GI 9 CI 0) use them and lose them (" in warning
@@ -250,10 +252,9 @@ def test_the_warning_names_the_containers_that_lose_their_instance() -> None:
 
 def test_a_container_with_an_instance_and_one_with_the_other_kept_gpu_coexist() -> None:
     policy = SplitPolicy(lxc=202, lxc_mig=[MigSpec(vmid=200, gpu="0", gi=2)])
-    inventory = mig_host().model_copy(
-        update={
-            "guest_configs": {**mig_host().guest_configs, "/etc/pve/lxc/202.conf": "arch: amd64\n"}
-        }
+    inventory = replace(
+        mig_host(),
+        guest_configs={**mig_host().guest_configs, "/etc/pve/lxc/202.conf": "arch: amd64\n"},
     )
     plan = plan_split(inventory, policy)
     roles = {(g.role, tuple(g.gpus), tuple(x.vmid for x in g.guests)) for g in plan.groups}
@@ -388,10 +389,10 @@ def test_a_mig_gpu_the_next_boot_numbers_anew_gets_the_nodes_of_its_new_minor() 
     inventory = mig_host()
     instances = inventory.gpu("0000:18:00.0").mig_instances
     gpus = [
-        g.model_copy(update={"mig_instances": instances if g.address == "0000:ab:00.0" else []})
+        replace(g, mig_instances=instances if g.address == "0000:ab:00.0" else [])
         for g in inventory.gpus
     ]
-    moved = inventory.model_copy(update={"gpus": gpus})
+    moved = replace(inventory, gpus=gpus)
     mig = [MigSpec(vmid=200, gpu="ab:00.0", gi=2)]
     plan = plan_split(moved, SplitPolicy(lxc_mig=mig, vfio_gpus=["9a:00.0"]))
     changes = render(moved, plan)

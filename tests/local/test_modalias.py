@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -175,7 +176,7 @@ def _host(kmod: Kmod, tmp_path: Path, files: dict[str, str]) -> tuple[Path, Inve
     inventory = inspect(DirectoryHost(str(root)))
     changes = render(inventory, plan_split(inventory, SPLIT))
     write_files(root, {c.path: c.after for c in changes.files})
-    return root, inventory.model_copy(update={"warnings": changes.warnings})
+    return root, replace(inventory, warnings=changes.warnings)
 
 
 def _inserted(lines: list[str]) -> list[str]:

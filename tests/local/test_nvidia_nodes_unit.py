@@ -16,6 +16,7 @@ import re
 import shutil
 import stat
 import subprocess
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -269,8 +270,9 @@ def test_a_host_that_has_not_loaded_nvidia_uvm_keeps_the_container_s_uvm_nodes(
     tmp_path: Path, pve_container: str
 ) -> None:
     inventory = without_uvm(tmp_path)
-    status = {"pve_container_version": pve_container}
-    changes = rendered(SplitPolicy(lxc=200), inventory.model_copy(update=status))
+    changes = rendered(
+        SplitPolicy(lxc=200), replace(inventory, pve_container_version=pve_container)
+    )
     assert {"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} <= given_nodes(changes)
     root = boot_root(tmp_path, nvidia_modprobe=False)
     assert run_script(changes, root).returncode == 0
@@ -315,7 +317,7 @@ def test_without_devn_entries_the_unit_writes_the_cgroup_rules_with_this_boot_s_
 def test_devn_entries_where_pve_container_parses_them(
     tmp_path: Path, pve_container: str | None, pve_manager: str, dev_entries: bool
 ) -> None:
-    inventory = with_mig(tmp_path, pve_container).model_copy(update={"pve_version": pve_manager})
+    inventory = replace(with_mig(tmp_path, pve_container), pve_version=pve_manager)
     assert inventory.pve_container_version == pve_container
     config = GuestConfig.parse(text(rendered(SplitPolicy(lxc=200), inventory), CT_200) or "")
     assert any(re.fullmatch(r"dev\d+", k) for k, _ in config.entries()) is dev_entries
@@ -360,9 +362,9 @@ def test_a_container_left_without_nvidia_gpus_loses_the_unit() -> None:
     first = rendered(SplitPolicy(lxc=200))
     written = {path: text(first, path) or "" for path in UNIT_FILES}
     # As inspection sees the host once the unit is there and the GPUs moved to another driver.
-    gpus = [g.model_copy(update={"driver": "amdgpu"}) for g in ct200().gpus]
+    gpus = [replace(g, driver="amdgpu") for g in ct200().gpus]
     files = {**ct200().host_files, **written}
-    inventory = ct200().model_copy(update={"host_files": files, "gpus": gpus})
+    inventory = replace(ct200(), host_files=files, gpus=gpus)
     changes = rendered(SplitPolicy(lxc=200, host_gpus=["0000:01:00.0"]), inventory)
     assert [text(changes, path) for path in UNIT_FILES] == [None] * len(UNIT_FILES)
 
@@ -476,11 +478,10 @@ def raw_host(tmp_path: Path, vmids: list[int], extra: dict[str, str] | None = No
     inventory = with_mig(tmp_path, pve_container="5.0.6")
     configs = {f"/etc/pve/lxc/{v}.conf": RAW_CONTAINER.format(name=f"ct{v}") for v in vmids}
     kept = {path: text for path, text in inventory.guest_configs.items() if path != CT_200}
-    return inventory.model_copy(
-        update={
-            "guest_configs": {**kept, **configs},
-            "host_files": {**inventory.host_files, **(extra or {})},
-        }
+    return replace(
+        inventory,
+        guest_configs={**kept, **configs},
+        host_files={**inventory.host_files, **(extra or {})},
     )
 
 
@@ -529,7 +530,7 @@ def test_a_container_still_on_the_shared_rules_file_keeps_only_its_own_rules_the
         "lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file\n"
     )
     configs = {**inventory.guest_configs, "/etc/pve/lxc/905.conf": legacy}
-    inventory = inventory.model_copy(update={"guest_configs": configs})
+    inventory = replace(inventory, guest_configs=configs)
     changes = rendered(SplitPolicy(lxc_subsets=[(117, 1)]), inventory)
     assert text(changes, "/etc/pve/lxc/905.conf") in (None, legacy), "CT 905 is left as it is"
     assert any(f"CT 905 still includes {SHARED_RULES}" in w for w in changes.warnings)

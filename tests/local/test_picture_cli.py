@@ -10,6 +10,7 @@ import re
 import shlex
 import socket
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -139,8 +140,11 @@ def test_the_legend_frames_a_shared_group_only_where_there_is_one(
 
 
 def test_the_legend_names_the_roles_guests_and_muted_devices_the_picture_shows() -> None:
-    bmc = make_gpu("03", 0, model="ASPEED Graphics Family").model_copy(
-        update={"vendor_id": "1a03", "device_id": "2000", "driver": "ast"}
+    bmc = replace(
+        make_gpu("03", 0, model="ASPEED Graphics Family"),
+        vendor_id="1a03",
+        device_id="2000",
+        driver="ast",
     )
     gpus = [make_gpu("41", 0, minor=0), make_gpu("c1", 1, minor=1)]
     plain = _legend(inventory_svg(make_inventory(gpus)))

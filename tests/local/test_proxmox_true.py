@@ -7,6 +7,7 @@ off, a second VM, memory hotplug, a VMID out of range, a GPU outside every IOMMU
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def ct200() -> Inventory:
 
 def with_configs(configs: dict[str, str], inventory: Inventory | None = None) -> Inventory:
     inventory = inventory or ct200()
-    return inventory.model_copy(update={"guest_configs": {**inventory.guest_configs, **configs}})
+    return replace(inventory, guest_configs={**inventory.guest_configs, **configs})
 
 
 def with_vm_301() -> Inventory:
@@ -47,18 +48,15 @@ def with_vm_301() -> Inventory:
 def iommu_off(inventory: Inventory) -> Inventory:
     """``inventory`` as the same host boots with the IOMMU off: no GPU has an IOMMU group."""
     gpus = [
-        gpu.model_copy(
-            update={
-                "iommu_group": None,
-                "function_info": [
-                    f.model_copy(update={"iommu_group": None}) for f in gpu.function_info
-                ],
-                "iommu_group_peers": [],
-            }
+        replace(
+            gpu,
+            iommu_group=None,
+            function_info=[replace(f, iommu_group=None) for f in gpu.function_info],
+            iommu_group_peers=[],
         )
         for gpu in inventory.gpus
     ]
-    return inventory.model_copy(update={"iommu_enabled": False, "gpus": gpus})
+    return replace(inventory, iommu_enabled=False, gpus=gpus)
 
 
 def refusal(inventory: Inventory, policy: SplitPolicy) -> PlanRefusedError:
@@ -197,12 +195,9 @@ def test_the_ends_of_the_vmid_range_are_fine(vmid: int) -> None:
 
 def test_a_vfio_gpu_without_iommu_group_is_refused_while_the_iommu_is_on() -> None:
     gpus = [
-        g.model_copy(update={"iommu_group": None}) if g.address == "0000:81:00.0" else g
-        for g in ct200().gpus
+        replace(g, iommu_group=None) if g.address == "0000:81:00.0" else g for g in ct200().gpus
     ]
-    error = refusal(
-        ct200().model_copy(update={"gpus": gpus}), SplitPolicy(lxc=200, vms=[(300, None)])
-    )
+    error = refusal(replace(ct200(), gpus=gpus), SplitPolicy(lxc=200, vms=[(300, None)]))
     assert [p.code for p in error.problems] == ["no-iommu-group"]
     assert error.problems[0].what.startswith("0000:81:00.0 would go to vfio-pci")
     assert "--host-gpus 0000:81:00.0" in error.problems[0].fix
@@ -224,27 +219,22 @@ def with_aspeed() -> Inventory:
         numa_node=0,
         iommu_group=7,
     )
-    bmc = (
-        ct200()
-        .gpus[0]
-        .model_copy(
-            update={
-                "address": ASPEED,
-                "vendor_id": "1a03",
-                "device_id": "2000",
-                "class_code": "0x030000",
-                "model": "ASPEED Graphics Family",
-                "driver": "ast",
-                "iommu_group": 7,
-                "functions": [ASPEED],
-                "function_info": [function],
-                "iommu_group_peers": [],
-                "nvidia_minor": None,
-                "boot_vga": True,
-            }
-        )
+    bmc = replace(
+        ct200().gpus[0],
+        address=ASPEED,
+        vendor_id="1a03",
+        device_id="2000",
+        class_code="0x030000",
+        model="ASPEED Graphics Family",
+        driver="ast",
+        iommu_group=7,
+        functions=[ASPEED],
+        function_info=[function],
+        iommu_group_peers=[],
+        nvidia_minor=None,
+        boot_vga=True,
     )
-    return ct200().model_copy(update={"gpus": [bmc, *ct200().gpus]})
+    return replace(ct200(), gpus=[bmc, *ct200().gpus])
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ without its GPU lines, or with them where a test is about a container holding GP
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ def with_containers(*vmids: int, holding: str | None = None) -> Inventory:
     if holding is not None:
         configs[CT.format(202)] = gpuless(202) + holding
     guest_configs = {**ct200().guest_configs, **configs}
-    return ct200().model_copy(update={"guest_configs": guest_configs})
+    return replace(ct200(), guest_configs=guest_configs)
 
 
 SHARED = SplitPolicy(lxc=200, shared_lxc=[201], vms=[(300, None)])
@@ -151,9 +152,7 @@ def test_ansible_takes_one_container_or_a_list() -> None:
 def test_the_memory_of_every_sharing_container_is_weighed_against_the_node() -> None:
     inventory = with_containers(201)
     big = gpuless(201).replace("memory: 262144", "memory: 900000")
-    inventory = inventory.model_copy(
-        update={"guest_configs": {**inventory.guest_configs, CT.format(201): big}}
-    )
+    inventory = replace(inventory, guest_configs={**inventory.guest_configs, CT.format(201): big})
     warnings = plan_split(inventory, SHARED).warnings
     assert [w for w in warnings if "MiB of memory" in w] == [
         f"CT 201 has 900000 MiB of memory and its memory is kept on NUMA node 0, which has "
@@ -165,11 +164,10 @@ def test_planning_one_counted_container_again_keeps_the_gpu_nodes_the_other_was_
     inventory = with_containers(201)
     both = SplitPolicy(lxc_subsets=[(200, 2), (201, 2)], vms=[(300, None)])
     applied = {f.path: f.after or "" for f in render(inventory, plan_split(inventory, both)).files}
-    inventory = inventory.model_copy(
-        update={
-            "guest_configs": {**inventory.guest_configs, CT.format(201): applied[CT.format(201)]},
-            "host_files": {**inventory.host_files, NODES_SCRIPT: applied[NODES_SCRIPT]},
-        }
+    inventory = replace(
+        inventory,
+        guest_configs={**inventory.guest_configs, CT.format(201): applied[CT.format(201)]},
+        host_files={**inventory.host_files, NODES_SCRIPT: applied[NODES_SCRIPT]},
     )
     one = SplitPolicy(lxc_subsets=[(200, 2)], vms=[(300, None)])
     changes = render(inventory, plan_split(inventory, one))

@@ -5,6 +5,7 @@ JSON), the report and the Ansible result, and never for a guest that needs none.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -46,10 +47,8 @@ def test_a_container_with_a_mig_instance_needs_the_same_user_space() -> None:
 
 def test_a_container_given_amd_gpus_needs_no_nvidia_user_space() -> None:
     amd = [make_gpu(bus, 1, driver="amdgpu") for bus in ("c1", "d1")]
-    inventory = with_gpus(ct200(), *(g.model_copy(update={"vendor_id": "1002"}) for g in amd))
-    inventory = inventory.model_copy(
-        update={"gpus": [g for g in inventory.gpus if g.vendor_id == "1002"]}
-    )
+    inventory = with_gpus(ct200(), *(replace(g, vendor_id="1002") for g in amd))
+    inventory = replace(inventory, gpus=[g for g in inventory.gpus if g.vendor_id == "1002"])
     plan = plan_split(inventory, SplitPolicy(lxc=200))
     assert plan.groups and plan.userspace == []
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -94,7 +95,7 @@ def test_a_vgpu_with_no_instance_left_is_refused_with_the_counts() -> None:
     policy = SplitPolicy(vfio_gpus=["91:00.0"], vgpus=[(400, "nvidia-1158")])
     inventory = vgpu_host()
     gpus = [g for g in inventory.gpus if g.numa_node == 1]
-    only_node_1 = inventory.model_copy(update={"gpus": gpus})
+    only_node_1 = replace(inventory, gpus=gpus)
     with pytest.raises(PlanRefusedError) as caught:
         plan_split(only_node_1, policy)
     (problem,) = caught.value.problems
@@ -138,9 +139,7 @@ def test_planning_again_after_the_vgpu_is_written_adds_nothing() -> None:
         if f.path == VM_400
     )
     assert text is not None
-    again = vgpu_host().model_copy(
-        update={"guest_configs": {**vgpu_host().guest_configs, VM_400: text}}
-    )
+    again = replace(vgpu_host(), guest_configs={**vgpu_host().guest_configs, VM_400: text})
     ((_, _, uses),) = vgpu_group(plan_split(again, policy))
     assert [u.added for u in uses] == [False, False]
     assert VM_400 not in [f.path for f in render(again, plan_split(again, policy)).changed_files()]

@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -129,7 +130,7 @@ def test_a_vf_passed_through_whole_keeps_its_gpu_too() -> None:
     """A VF exists only while its GPU's driver keeps SR-IOV on: a VM given one without mdev=
     (qemu-server binds that VF to vfio-pci) needs the GPU kept, not passed through."""
     configs = {**host().guest_configs, VM_400: "hostpci0: 0000:91:00.6,pcie=1\n"}
-    inventory = host().model_copy(update={"guest_configs": configs})
+    inventory = replace(host(), guest_configs=configs)
     plan = plan_split(inventory, SplitPolicy(lxc=200))
     assert ("0000:91:00.0", [VgpuUse(vmid=400, mdev_type=None, function="0000:91:00.6")]) in (
         vgpu_groups(plan)
@@ -180,14 +181,14 @@ def test_a_type_the_busy_gpu_cannot_make_goes_on_a_vf_of_a_gpu_bound_for_vfio() 
 def test_planning_again_after_the_vgpu_is_written_adds_nothing() -> None:
     policy = SplitPolicy(lxc=200, vgpus=[(400, "nvidia-1155")])
     text = vm_text(host(), plan_split(host(), policy), VM_400)
-    again = host().model_copy(update={"guest_configs": {**host().guest_configs, VM_400: text}})
+    again = replace(host(), guest_configs={**host().guest_configs, VM_400: text})
     ((_, uses),) = vgpu_groups(plan_split(again, policy))
     assert not any(u.added for u in uses) and uses[-1].function == "0000:81:00.5"
 
 
 def test_no_free_vf_left_is_refused_with_each_gpus_count() -> None:
     """The 8Q the GPU at 81:00 runs is known to it; 48Q, which its VFs no longer list, is not."""
-    only_node_1 = host().model_copy(update={"gpus": [g for g in host().gpus if g.numa_node == 1]})
+    only_node_1 = replace(host(), gpus=[g for g in host().gpus if g.numa_node == 1])
     policy = SplitPolicy(vfio_gpus=["91:00.0"], vgpus=[(400, "nvidia-1158")])
     with pytest.raises(PlanRefusedError) as caught:
         plan_split(only_node_1, policy)

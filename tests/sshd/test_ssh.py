@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_inspecting_a_tree_over_ssh_equals_inspecting_it_locally(
         # out of the tree.
         assert host.commands_run == 1, "inspecting a tree is one round trip"
     assert remote.source == sshd.target
-    assert same_inventory(remote.model_dump(), inspect(DirectoryHost(root)).model_dump())
+    assert same_inventory(asdict(remote), asdict(inspect(DirectoryHost(root))))
 
 
 def test_inspecting_this_machine_over_ssh_equals_inspecting_it_locally(
@@ -50,7 +51,7 @@ def test_inspecting_this_machine_over_ssh_equals_inspecting_it_locally(
 ) -> None:
     with SSHHost(sshd.target, client_options(sshd, tmp_path)) as host:
         remote = inspect(host)
-    assert same_inventory(remote.model_dump(), inspect(LocalHost()).model_dump())
+    assert same_inventory(asdict(remote), asdict(inspect(LocalHost())))
 
 
 def test_commands_keep_their_arguments_intact(sshd: Sshd, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ would have built it from sysfs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from proxgpu.inspection.inventory import Gpu, Inventory, NumaNode, PciFunction
@@ -150,7 +151,7 @@ def eight_by_eight() -> Inventory:
             port = f"0000:{node * 0x20:02x}:0{slot // 2 + 1}.1"
             switch = f"0000:{node * 0x20 + 0x10 + slot // 2:02x}:00.0"
             path = [port, switch, f"0000:{node * 0x20 + 0x18 + slot // 2:02x}:0{slot % 2}.0"]
-            gpus.append(gpu.model_copy(update={"pci_path": path}))
+            gpus.append(replace(gpu, pci_path=path))
     nodes = {node: f"{node * 16}-{node * 16 + 15}" for node in range(8)}
     return make_inventory(gpus, nodes)
 
@@ -158,30 +159,29 @@ def eight_by_eight() -> Inventory:
 def bmc_display(bus: str = "02", node: int | None = 0) -> Gpu:
     """An ASPEED AST2600 on ast, as inspection reads a server's BMC display."""
     gpu = make_gpu(bus, node, driver="ast", model="ASPEED Graphics Family")
-    ids = {"vendor_id": "1a03", "device_id": "2000"}
-    functions = [f.model_copy(update=ids) for f in gpu.function_info]
-    return gpu.model_copy(
-        update={
+    ids: dict[str, Any] = {"vendor_id": "1a03", "device_id": "2000"}
+    functions = [replace(f, **ids) for f in gpu.function_info]
+    return replace(
+        gpu,
+        **{
             **ids,
             "class_code": "0x030000",
             "bmc_display": True,
             "function_info": functions,
-        }
+        },
     )
 
 
 def with_gpus(inventory: Inventory, *gpus: Gpu, vfio: tuple[str, ...] = ()) -> Inventory:
     """The inventory with more GPUs, and those at ``vfio`` bound to vfio-pci (no Device Minor)."""
     moved = [
-        gpu.model_copy(update={"driver": "vfio-pci", "nvidia_minor": None})
-        if gpu.address in vfio
-        else gpu
+        replace(gpu, driver="vfio-pci", nvidia_minor=None) if gpu.address in vfio else gpu
         for gpu in inventory.gpus
     ]
-    return inventory.model_copy(update={"gpus": [*moved, *gpus]})
+    return replace(inventory, gpus=[*moved, *gpus])
 
 
 def container(inventory: Inventory, minors: list[int]) -> Inventory:
     """The inventory as read inside an LXC container given these /dev/nvidiaN."""
     nodes = ["/dev/nvidiactl", *(f"/dev/nvidia{minor}" for minor in minors)]
-    return inventory.model_copy(update={"container": "/dev/.lxc-boot-id", "device_nodes": nodes})
+    return replace(inventory, container="/dev/.lxc-boot-id", device_nodes=nodes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from proxgpu.planning import Plan, plan_split
@@ -324,10 +326,9 @@ def test_driver_keep_on_a_gpu_going_to_vfio_waits_for_the_binding() -> None:
 def test_driver_keep_on_a_gpu_already_on_vfio_says_nothing_more() -> None:
     inventory = ct200({VM_310: f"{KEEP}\n"})
     gpus = [
-        g.model_copy(update={"driver": "vfio-pci"}) if g.address == "0000:81:00.0" else g
-        for g in inventory.gpus
+        replace(g, driver="vfio-pci") if g.address == "0000:81:00.0" else g for g in inventory.gpus
     ]
-    plan = plan_split(inventory.model_copy(update={"gpus": gpus}), SplitPolicy(lxc=200))
+    plan = plan_split(replace(inventory, gpus=gpus), SplitPolicy(lxc=200))
     assert not [w for w in plan.warnings if "through with driver=keep" in w]
 
 

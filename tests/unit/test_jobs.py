@@ -4,6 +4,9 @@ count."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
 from proxgpu.errors import UsageError
@@ -20,18 +23,18 @@ from tests.support.factories import (
 
 
 def on(gpu: Gpu, vendor: str, driver: str) -> Gpu:
-    return gpu.model_copy(update={"vendor_id": vendor, "driver": driver, "nvidia_minor": None})
+    return replace(gpu, vendor_id=vendor, driver=driver, nvidia_minor=None)
 
 
 def vendor_host(vendor: str, driver: str) -> Inventory:
     base = ct200()
-    return base.model_copy(update={"gpus": [on(gpu, vendor, driver) for gpu in base.gpus]})
+    return replace(base, gpus=[on(gpu, vendor, driver) for gpu in base.gpus])
 
 
-def changed(inventory: Inventory, address: str, **fields: object) -> Inventory:
+def changed(inventory: Inventory, address: str, **fields: Any) -> Inventory:
     """The inventory with the GPU at ``address`` changed as ``fields`` say."""
-    gpus = [g.model_copy(update=fields) if g.address == address else g for g in inventory.gpus]
-    return inventory.model_copy(update={"gpus": gpus})
+    gpus = [replace(g, **fields) if g.address == address else g for g in inventory.gpus]
+    return replace(inventory, gpus=gpus)
 
 
 def mig_instance(gi: int, uuid: str | None) -> MigInstance:
@@ -187,7 +190,7 @@ def test_a_refusal_names_the_mig_gpu_and_its_mig_devices_to_use_instead() -> Non
 
 
 def test_a_host_whose_only_gpu_is_in_mig_mode_places_no_job() -> None:
-    inventory = make_inventory([make_gpu("18", 0, minor=0).model_copy(update={"mig_mode": True})])
+    inventory = make_inventory([replace(make_gpu("18", 0, minor=0), mig_mode=True)])
     with pytest.raises(UsageError, match=r"node 0 has 0, node 1 has 0 \(not counted: CUDA GPU 0"):
         place_job(inventory, 1)
 
@@ -204,7 +207,5 @@ def test_a_gpu_serving_vgpus_keeps_its_index_but_no_job_gets_it() -> None:
         "software describes no CUDA work on the host beside them, so no job is placed there"
     ]
     # Types offered but no vGPU made: the GPU is whole.
-    idle = changed(
-        ct200(), "0000:11:00.0", mdev_types=[running.model_copy(update={"instances": []})]
-    )
+    idle = changed(ct200(), "0000:11:00.0", mdev_types=[replace(running, instances=[])])
     assert place_job(idle, 2).environment["CUDA_VISIBLE_DEVICES"] == "0,1"

@@ -4,6 +4,8 @@ without it (kvm64, qemu64, qemu-server's x86-64 levels) stays at 40, and the VM'
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from proxgpu.planning import plan_split
@@ -99,9 +101,10 @@ def test_a_model_the_table_does_not_know_errs_towards_the_warning() -> None:
 
 def vm_warnings(cpu: str) -> list[str]:
     inventory = ct200({VM_300: Q35 + cpu})
-    gpus = [gpu.model_copy(update={"bar_bytes": GPU, "bar64_bytes": GPU}) for gpu in inventory.gpus]
-    host = {"cpu_vendor": "AuthenticAMD", "cpu_phys_bits": 52, "cpu_pdpe1gb": True}
-    inventory = inventory.model_copy(update={"gpus": gpus, **host})
+    gpus = [replace(gpu, bar_bytes=GPU, bar64_bytes=GPU) for gpu in inventory.gpus]
+    inventory = replace(
+        inventory, gpus=gpus, cpu_vendor="AuthenticAMD", cpu_phys_bits=52, cpu_pdpe1gb=True
+    )
     plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, 4)]))
     return [w for w in plan.warnings if w.startswith("VM 300")]
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
 from proxgpu.errors import PlanRefusedError
@@ -19,13 +22,13 @@ VM_300 = "/etc/pve/qemu-server/300.conf"
 BAR1 = 128 << 30
 
 
-def with_gpus(inventory: Inventory, **fields: object) -> Inventory:
-    gpus = [gpu.model_copy(update=fields) for gpu in inventory.gpus]
-    return inventory.model_copy(update={"gpus": gpus})
+def with_gpus(inventory: Inventory, **fields: Any) -> Inventory:
+    gpus = [replace(gpu, **fields) for gpu in inventory.gpus]
+    return replace(inventory, gpus=gpus)
 
 
 def hgx(configs: dict[str, str] | None = None) -> Inventory:
-    return ct200(configs).model_copy(update={"nvswitches": NVSWITCHES})
+    return replace(ct200(configs), nvswitches=NVSWITCHES)
 
 
 def test_a_split_across_an_nvlink_fabric_is_refused() -> None:
@@ -66,7 +69,7 @@ def test_without_nvswitches_the_same_split_is_planned() -> None:
     ],
 )
 def test_blackwell_by_id_or_name(device_id: str, model: str | None, expected: bool) -> None:
-    gpu = ct200().gpus[0].model_copy(update={"device_id": device_id, "model": model})
+    gpu = replace(ct200().gpus[0], device_id=device_id, model=model)
     assert is_blackwell(gpu) is expected
 
 
@@ -88,14 +91,14 @@ def test_no_reset_advice_for_gpus_that_reset_well() -> None:
 
 
 #: The ct200 example's CPU: AMD EPYC with 52 physical address bits and 1 GiB pages.
-EPYC = {"cpu_vendor": "AuthenticAMD", "cpu_phys_bits": 52, "cpu_pdpe1gb": True}
+EPYC: dict[str, Any] = {"cpu_vendor": "AuthenticAMD", "cpu_phys_bits": 52, "cpu_pdpe1gb": True}
 #: Its GPUs' 64-bit prefetchable BARs: VRAM (BAR1) and BAR3.
 BARS64 = [BAR1, 32 << 20]
 
 
-def vm_warnings(config: str, count: int = 4, **host: object) -> list[str]:
+def vm_warnings(config: str, count: int = 4, **host: Any) -> list[str]:
     inventory = with_gpus(ct200({VM_300: config}), bar_bytes=[64 << 20, *BARS64])
-    inventory = with_gpus(inventory, bar64_bytes=BARS64).model_copy(update={**EPYC, **host})
+    inventory = replace(with_gpus(inventory, bar64_bytes=BARS64), **{**EPYC, **host})
     plan = plan_split(inventory, SplitPolicy(lxc=200, vms=[(300, count)]))
     return [w for w in plan.warnings if w.startswith("VM 300")]
 
@@ -135,7 +138,7 @@ def test_eight_gpus_take_two_tib_because_each_port_is_aligned_to_its_128_gib_bar
     every = [gpu.address for gpu in ct200().gpus]
     inventory = with_gpus(ct200({VM_300: Q35}), bar_bytes=BARS64, bar64_bytes=BARS64)
     policy = SplitPolicy(vfio_gpus=every, vms=[(300, None)])
-    plan = plan_split(inventory.model_copy(update=EPYC), policy)
+    plan = plan_split(replace(inventory, **EPYC), policy)
     (warning,) = [w for w in plan.warnings if w.startswith("VM 300")]
     # Today's 128 GiB window: 7 x 256 GiB + 128 GiB + 32 MiB, then the PCI bridges' 4 x 512 MiB
     # at 512 MiB alignment: 1922.5 GiB. Over 1 TiB, so 44 bits (2 TiB), not 43.
@@ -188,7 +191,7 @@ def test_a_custom_cpu_model_is_not_guessed() -> None:
 
 def test_small_bars_need_nothing() -> None:
     inventory = with_gpus(ct200({VM_300: Q35}), bar_bytes=[256 << 20], bar64_bytes=[256 << 20])
-    plan = plan_split(inventory.model_copy(update=EPYC), SplitPolicy(lxc=200, vms=[(300, 4)]))
+    plan = plan_split(replace(inventory, **EPYC), SplitPolicy(lxc=200, vms=[(300, 4)]))
     assert not [w for w in plan.warnings if w.startswith("VM 300")]
 
 

@@ -4,6 +4,7 @@ overlap, roles and guests from a plan, the text tree, and the report's self-cont
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 import pytest
 
@@ -113,12 +114,10 @@ def test_eight_nodes_wrap_into_rows_so_the_text_keeps_its_size() -> None:
 def test_a_shared_iommu_group_is_framed_around_exactly_its_devices() -> None:
     switch = bridge("0000:80:01.1", 40, node=1)
     gpus = [
-        make_gpu(bus, 1, group=40, peers=(switch,)).model_copy(
-            update={"pci_path": ["0000:80:01.1"]}
-        )
+        replace(make_gpu(bus, 1, group=40, peers=(switch,)), pci_path=["0000:80:01.1"])
         for bus in ("83", "84")
     ]
-    alone = make_gpu("01", 0).model_copy(update={"pci_path": ["0000:00:01.1"]})
+    alone = replace(make_gpu("01", 0), pci_path=["0000:00:01.1"])
     picture = lay_out(make_inventory([alone, *gpus]))
     frames = [rect for rect in picture.rects if rect.css == "pg-frame"]
     assert len(frames) == 1
@@ -151,8 +150,8 @@ def _policy() -> SplitPolicy:
 
 
 def test_a_bmc_display_and_a_stranger_in_a_gpus_group_are_muted() -> None:
-    bmc = make_gpu("02", 0, model="ASPEED Graphics Family").model_copy(
-        update={"vendor_id": "1a03", "device_id": "2000"}
+    bmc = replace(
+        make_gpu("02", 0, model="ASPEED Graphics Family"), vendor_id="1a03", device_id="2000"
     )
     stranger = make_fn("0000:03:00.0", 1, node=0, class_code="0x010802", driver="nvme")
     gpu = make_gpu("01", 0, group=1, peers=(stranger,))
@@ -209,7 +208,7 @@ def test_refused_plan_report_says_why_and_shows_the_host_as_it_is() -> None:
 def test_report_redacts_secrets_in_the_diff() -> None:
     vm = "cipassword: $5$hunter2secret\nmemory: 4096\nmachine: q35\n"
     configs = {"/etc/pve/qemu-server/300.conf": vm, "/etc/pve/lxc/200.conf": "cores: 8\n"}
-    inventory = ct200(configs).model_copy(update={"pve_version": "8.4.1"})
+    inventory = replace(ct200(configs), pve_version="8.4.1")
     html = _report(plan_report(inventory, _policy()))
     assert "/etc/pve/qemu-server/300.conf" in html
     assert "hunter2secret" not in html

@@ -5,6 +5,7 @@ print it: BMC displays and vfio-pci GPUs get no index, and in a container only t
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -106,8 +107,8 @@ def test_in_a_container_minors_not_in_pci_order_still_number_by_address() -> Non
 
 
 def test_other_runtimes_number_only_their_drivers_gpus() -> None:
-    amd = make_gpu("c1", 1, driver="amdgpu").model_copy(update={"vendor_id": "1002"})
-    intel = make_gpu("41", 0, driver="xe").model_copy(update={"vendor_id": "8086"})
+    amd = replace(make_gpu("c1", 1, driver="amdgpu"), vendor_id="1002")
+    intel = replace(make_gpu("41", 0, driver="xe"), vendor_id="8086")
     inventory = with_gpus(ct200(), amd, intel, bmc_display())
     assert [g.address for g in numbered(inventory, ROCM)] == ["0000:c1:00.0"]
     assert [g.address for g in numbered(inventory, LEVEL_ZERO)] == ["0000:41:00.0"]
@@ -116,7 +117,7 @@ def test_other_runtimes_number_only_their_drivers_gpus() -> None:
 
 def test_pci_order_compares_numbers_not_text() -> None:
     vmd, plain = make_gpu("01", 0), make_gpu("02", 0)
-    vmd = vmd.model_copy(update={"address": "10000:01:00.0"})
+    vmd = replace(vmd, address="10000:01:00.0")
     assert sorted([vmd, plain], key=pci_order) == [plain, vmd]
 
 
@@ -140,12 +141,10 @@ def in_mig_mode(address: str, *, uuid: str | None = None) -> Inventory:
                     mode=0o444)  # fmt: skip
     instance = MigInstance(gi=1, ci=0, gi_cap=cap, ci_cap=cap, uuid=uuid)
     gpus = [
-        g.model_copy(update={"mig_mode": True, "mig_instances": [instance]})
-        if g.address == address
-        else g
+        replace(g, mig_mode=True, mig_instances=[instance]) if g.address == address else g
         for g in ct200().gpus
     ]
-    return ct200().model_copy(update={"gpus": gpus})
+    return replace(ct200(), gpus=gpus)
 
 
 def test_check_gpus_says_a_gpu_in_mig_mode_is_no_whole_cuda_device() -> None:

@@ -3,6 +3,9 @@ framebuffer, legacy VGA, Secure Boot, resets and qemu-server's new_id."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
 from proxgpu.inspection.inventory import Gpu, Inventory, PciFunction
@@ -14,15 +17,13 @@ MOVED = "0000:81:00.0"
 KEPT = "0000:01:00.0"
 
 
-def changed(inventory: Inventory, address: str, **fields: object) -> Inventory:
-    gpus = [g.model_copy(update=fields) if g.address == address else g for g in inventory.gpus]
-    return inventory.model_copy(update={"gpus": gpus})
+def changed(inventory: Inventory, address: str, **fields: Any) -> Inventory:
+    gpus = [replace(g, **fields) if g.address == address else g for g in inventory.gpus]
+    return replace(inventory, gpus=gpus)
 
 
-def every(inventory: Inventory, **fields: object) -> Inventory:
-    return inventory.model_copy(
-        update={"gpus": [g.model_copy(update=fields) for g in inventory.gpus]}
-    )
+def every(inventory: Inventory, **fields: Any) -> Inventory:
+    return replace(inventory, gpus=[replace(g, **fields) for g in inventory.gpus])
 
 
 def warnings(inventory: Inventory, word: str) -> list[str]:
@@ -34,7 +35,7 @@ def warnings(inventory: Inventory, word: str) -> list[str]:
 
 def booted(kernel: str, framebuffers: list[str] | None) -> Inventory:
     inventory = changed(ct200(), MOVED, boot_vga=True)
-    return inventory.model_copy(update={"kernel": kernel, "framebuffers": framebuffers})
+    return replace(inventory, kernel=kernel, framebuffers=framebuffers)
 
 
 @pytest.mark.parametrize("name", ["EFI VGA", "simpledrmdrmfb", "VESA VGA"])
@@ -80,7 +81,7 @@ def test_a_host_whose_proc_fb_was_not_read_gets_what_to_check() -> None:
 
 def test_an_unread_proc_fb_does_not_matter_when_the_kernel_makes_no_framebuffer() -> None:
     inventory = booted("6.8.12-11-pve", None)
-    quiet = inventory.model_copy(update={"kernel_cmdline": "quiet initcall_blacklist=sysfb_init"})
+    quiet = replace(inventory, kernel_cmdline="quiet initcall_blacklist=sysfb_init")
     assert warnings(quiet, "framebuffer") == []
     assert warnings(changed(inventory, MOVED, boot_vga=False), "framebuffer") == []
 
@@ -100,19 +101,17 @@ def test_a_drm_driver_s_framebuffer_today_hides_the_firmware_s_of_the_next_boot(
 
 def test_a_command_line_without_sysfb_makes_no_framebuffer_to_warn_about() -> None:
     inventory = booted("6.8.12-11-pve", ["nvidia-drmdrmfb"])
-    quiet = inventory.model_copy(
-        update={"kernel_cmdline": "quiet initcall_blacklist=acpi_cpufreq_init,sysfb_init"}
+    quiet = replace(
+        inventory, kernel_cmdline="quiet initcall_blacklist=acpi_cpufreq_init,sysfb_init"
     )
     assert warnings(quiet, "framebuffer") == []
     # efifb:off leaves simplefb and simpledrm, which sysfb_init makes: the warning stays.
-    efifb_off = inventory.model_copy(update={"kernel_cmdline": "quiet video=efifb:off"})
+    efifb_off = replace(inventory, kernel_cmdline="quiet video=efifb:off")
     assert len(warnings(efifb_off, "framebuffer")) == 1
 
 
 def test_a_kept_boot_gpu_keeps_its_framebuffer() -> None:
-    inventory = changed(ct200(), KEPT, boot_vga=True).model_copy(
-        update={"framebuffers": ["EFI VGA"]}
-    )
+    inventory = replace(changed(ct200(), KEPT, boot_vga=True), framebuffers=["EFI VGA"])
     assert warnings(inventory, "framebuffer") == []
 
 
@@ -126,25 +125,24 @@ def vga(inventory: Inventory, bmc: bool = True) -> Inventory:
     """Every GPU a VGA controller below its own root port, as the ct200 example's are, and a
     BMC's ASPEED display on the host's root bus."""
     gpus = [
-        g.model_copy(update={"class_code": "0x030000", "pci_path": [f"0000:{g.address[5:7]}:01.1"]})
+        replace(g, class_code="0x030000", pci_path=[f"0000:{g.address[5:7]}:01.1"])
         for g in inventory.gpus
     ]
     function = make_fn(ASPEED, 7, class_code="0x030000", vendor_id="1a03", device_id="2000")
-    aspeed = gpus[0].model_copy(
-        update={
-            "address": ASPEED,
-            "vendor_id": "1a03",
-            "device_id": "2000",
-            "driver": "ast",
-            "functions": [ASPEED],
-            "function_info": [function.model_copy(update={"driver": "ast"})],
-            "iommu_group_peers": [],
-            "nvidia_minor": None,
-            "bmc_display": True,
-            "pci_path": [],
-        }
+    aspeed = replace(
+        gpus[0],
+        address=ASPEED,
+        vendor_id="1a03",
+        device_id="2000",
+        driver="ast",
+        functions=[ASPEED],
+        function_info=[replace(function, driver="ast")],
+        iommu_group_peers=[],
+        nvidia_minor=None,
+        bmc_display=True,
+        pci_path=[],
     )
-    return inventory.model_copy(update={"gpus": [aspeed, *gpus] if bmc else gpus})
+    return replace(inventory, gpus=[aspeed, *gpus] if bmc else gpus)
 
 
 def test_vga_gpus_moved_beside_a_legacy_vga_device_get_the_disable_vga_advice() -> None:
@@ -159,8 +157,8 @@ def test_kept_nvidia_gpus_decode_no_legacy_vga_of_their_own() -> None:
 
 
 def test_disable_vga_already_set_is_not_advised_again() -> None:
-    inventory = vga(ct200()).model_copy(
-        update={"host_files": {"/etc/modprobe.d/vfio.conf": "options vfio-pci disable_vga=1\n"}}
+    inventory = replace(
+        vga(ct200()), host_files={"/etc/modprobe.d/vfio.conf": "options vfio-pci disable_vga=1\n"}
     )
     assert warnings(inventory, "disable_vga") == []
 
@@ -179,9 +177,7 @@ def test_3d_controllers_decode_no_vga_anyway() -> None:
 def test_secure_boot_without_a_loaded_nvidia(
     secure_boot: bool | None, version: str | None, warned: bool
 ) -> None:
-    inventory = ct200().model_copy(
-        update={"secure_boot": secure_boot, "nvidia_driver_version": version}
-    )
+    inventory = replace(ct200(), secure_boot=secure_boot, nvidia_driver_version=version)
     found = warnings(inventory, "Secure Boot")
     assert bool(found) is warned
     if warned:
@@ -192,17 +188,17 @@ def test_secure_boot_without_a_loaded_nvidia(
 
 
 def with_resets(gpu: Gpu, methods: list[str]) -> list[PciFunction]:
-    return [f.model_copy(update={"reset_methods": methods}) for f in gpu.function_info]
+    return [replace(f, reset_methods=methods) for f in gpu.function_info]
 
 
 def reset_case(methods: list[str], pci_path: list[str] | None, nic: bool = False) -> list[str]:
     inventory = ct200()
     gpu = inventory.gpu(MOVED)
-    functions = [f.model_copy(update={"pci_path": pci_path}) for f in with_resets(gpu, methods)]
+    functions = [replace(f, pci_path=pci_path) for f in with_resets(gpu, methods)]
     inventory = changed(inventory, MOVED, function_info=functions)
     if nic:
         nic_fn = make_fn("0000:81:00.2", 300, class_code="0x020000", vendor_id="15b3")
-        inventory = inventory.model_copy(update={"nics": [nic_fn]})
+        inventory = replace(inventory, nics=[nic_fn])
     return warnings(inventory, "reset of its own")
 
 
@@ -239,7 +235,7 @@ def test_unread_reset_methods_say_nothing() -> None:
 
 
 def test_driverless_kept_twins_are_what_new_id_would_take() -> None:
-    inventory = every(ct200(), driver=None).model_copy(update={"nvidia_driver_version": None})
+    inventory = replace(every(ct200(), driver=None), nvidia_driver_version=None)
     # The moved ones are on vfio-pci already; the kept ones lost nvidia.
     for address in ("0000:81:00.0", "0000:91:00.0", "0000:e1:00.0", "0000:f1:00.0"):
         inventory = changed(inventory, address, driver="vfio-pci")
