@@ -11,7 +11,8 @@ proxgpu ships for running on the host (:mod:`proxgpu.ansible.proxgpu_split`) and
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from proxgpu.apply import ApplyOptions
 from proxgpu.apply.options import ACTION_TIMEOUT
@@ -20,7 +21,8 @@ from proxgpu.planning import SplitPolicy
 from proxgpu.rendering import RenderOptions
 
 
-class SplitRequest(NamedTuple):
+@dataclass(frozen=True)
+class SplitRequest:
     """The split, the rendering choices and the GPUs the options ask for."""
 
     policy: SplitPolicy

@@ -9,18 +9,16 @@ first, with ``scripts/busy.sh`` (one command, whatever the number of functions).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-from pydantic import Field
+from dataclasses import dataclass, field
 
 from proxgpu.errors import DeviceBusyError, HostUnreachableError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import ScriptRecord, run_script
-from proxgpu.model import FrozenModel
 from proxgpu.pci import normalize_pci_address
 
 
-class BusyDevice(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class BusyDevice:
     """A function that is in use, and why: who holds its device nodes, persistence mode;
     ``in_kernel`` when something inside the kernel holds it (only a reboot frees it for sure);
     ``removals`` the commands that remove the vGPUs that exist on it or its VFs (its driver
@@ -34,7 +32,7 @@ class BusyDevice(FrozenModel):
     driver: str | None
     reasons: list[str]
     in_kernel: bool = False
-    removals: list[str] = Field(default_factory=list)
+    removals: list[str] = field(default_factory=list)
 
 
 def find_busy(host: Host, addresses: Sequence[str], timeout: float = 60.0) -> list[BusyDevice]:

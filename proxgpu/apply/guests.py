@@ -15,6 +15,7 @@ never as a pass, and not as drift either (a stopped guest is no difference from 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from proxgpu.apply.remote import describe
@@ -23,7 +24,6 @@ from proxgpu.host.base import Host
 from proxgpu.inspection.containerlibs import read_container_libs
 from proxgpu.inspection.inside import ContainerSight, VmSight, look_inside
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.model import FrozenModel
 from proxgpu.paths import guest_config
 from proxgpu.pci import NVIDIA_DRIVER
 from proxgpu.planning.advice import userspace_needs
@@ -34,7 +34,8 @@ from proxgpu.pve.config import GuestConfig
 Verdict = Literal["ok", "drift", "unchecked"]
 
 
-class GuestCheck(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class GuestCheck:
     """One finding of verify at a guest: ``verdict`` ``ok``, ``drift`` or ``unchecked`` (it
     could not be looked at: ``line`` says why and what to do), and the ``line`` saying it."""
 

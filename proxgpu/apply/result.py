@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from pydantic import Field
+from dataclasses import dataclass, field
 
 from proxgpu.apply.rebind import Binding
-from proxgpu.model import FrozenModel
 from proxgpu.rendering.changes import Action
 
 #: What an apply with nothing to write says, in its text and in its JSON alike.
 NO_CHANGES = "nothing to do: the host already matches the plan"
 
 
-class ApplyResult(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class ApplyResult:
     """What an apply did (or, with ``dry_run``, would do).
 
     ``files`` are the paths written; ``actions`` every action of the change set, ``actions_run``
@@ -28,12 +27,12 @@ class ApplyResult(FrozenModel):
     changed: bool
     dry_run: bool = False
     journal_id: str | None = None
-    files: list[str] = Field(default_factory=list)
-    actions: list[Action] = Field(default_factory=list)
-    actions_run: list[list[str]] = Field(default_factory=list)
-    live: list[Binding] = Field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    actions_run: list[list[str]] = field(default_factory=list)
+    live: list[Binding] = field(default_factory=list)
     reboot_required: bool = False
-    messages: list[str] = Field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
 
     @classmethod
     def unchanged(cls, host: str, live: bool, notes: Sequence[str] = ()) -> ApplyResult:

@@ -8,8 +8,7 @@ lock, the files the apply created are removed, and the follow-up actions run aga
 from __future__ import annotations
 
 import hashlib
-
-from pydantic import Field
+from dataclasses import dataclass, field, replace
 
 from proxgpu.apply import lock, signing
 from proxgpu.apply.actions import run_actions as run_actions_on
@@ -41,12 +40,12 @@ from proxgpu.apply.trust import check_trusted
 from proxgpu.errors import FileChangedError, RollbackError
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import read_files
-from proxgpu.model import FrozenModel
 from proxgpu.paths import PCI_MAPPING, guest_label, with_guest
 from proxgpu.rendering.changes import ChangeSet, FileChange
 
 
-class RollbackResult(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class RollbackResult:
     """What a rollback restored (``files``), removed and ran.
 
     >>> RollbackResult(host="pve1", journal_id=None).files
@@ -55,10 +54,10 @@ class RollbackResult(FrozenModel):
 
     host: str
     journal_id: str | None
-    files: list[str] = Field(default_factory=list)
-    actions_run: list[list[str]] = Field(default_factory=list)
-    live: list[Binding] = Field(default_factory=list)
-    messages: list[str] = Field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    actions_run: list[list[str]] = field(default_factory=list)
+    live: list[Binding] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
     #: A dry run's answer: each file as it is now (``before``) and as the rollback would leave
     #: it (``after``; ``None``: removed), and the actions it would run again. ``None`` otherwise.
     preview: ChangeSet | None = None
@@ -310,7 +309,7 @@ class _Rollback:
             locked = False
             if problem is not None:
                 notes.append(f"the lock was not released ({problem}): break it with --break-lock")
-            return result.model_copy(update={"messages": [*result.messages, *notes]})
+            return replace(result, messages=[*result.messages, *notes])
         finally:
             if locked:
                 release_quietly(host, layout, self.lock_id)

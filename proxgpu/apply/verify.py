@@ -9,7 +9,7 @@ running guest holds of its GPUs.
 
 from __future__ import annotations
 
-from pydantic import Field
+from dataclasses import dataclass, field
 
 from proxgpu.apply.entries import entry_drift, partly_ours
 from proxgpu.apply.guests import GuestCheck, guest_checks
@@ -23,7 +23,6 @@ from proxgpu.host.base import Host
 from proxgpu.host.scripts import read_files
 from proxgpu.inspection import inspect
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.model import FrozenModel
 from proxgpu.paths import MODPROBE_CONF, with_guest
 from proxgpu.pci import VFIO_DRIVER
 from proxgpu.planning.mig import mig_drift
@@ -32,7 +31,8 @@ from proxgpu.rendering.binding import softdep_drift
 from proxgpu.rendering.conflicts import binding_conflicts
 
 
-class VerifyReport(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class VerifyReport:
     """Whether the host still matches an apply: ``drift`` holds one line per difference.
 
     >>> VerifyReport(host="pve1", drifted=False).drift
@@ -41,16 +41,16 @@ class VerifyReport(FrozenModel):
 
     host: str
     drifted: bool
-    drift: list[str] = Field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
     #: Functions not yet on their planned driver because the host has not rebooted since the
     #: apply that needs it: expected, not drift.
-    pending_reboot: list[str] = Field(default_factory=list)
+    pending_reboot: list[str] = field(default_factory=list)
     #: The driver each function the plan moves to vfio-pci is bound to now (``None``: none), when
     #: the drivers were read.
-    moved: dict[str, str | None] = Field(default_factory=dict)
+    moved: dict[str, str | None] = field(default_factory=dict)
     #: What was found at each guest the plan gives GPUs; a ``drift`` one's line is in ``drift``
     #: too, an ``unchecked`` one is no pass (it says why and what to do).
-    guests: list[GuestCheck] = Field(default_factory=list)
+    guests: list[GuestCheck] = field(default_factory=list)
 
 
 def applied_entry(

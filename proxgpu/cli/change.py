@@ -7,7 +7,7 @@ nothing to change, 2 changes (or a reboot) pending, 1 any error.
 from __future__ import annotations
 
 import sys
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from proxgpu.apply import ApplyOptions, ApplyResult, apply_changes
 from proxgpu.apply.result import NO_CHANGES
@@ -41,7 +41,7 @@ def host_plan(line: CommandLine, host: Host, say: Say) -> Shown:
 
 def plan_shown(line: CommandLine, host: str, proposed: Proposal) -> Shown:
     """A proposal as ``plan`` shows it (a cluster's node comes planned already)."""
-    inventory, plan, changes = proposed
+    inventory, plan, changes = proposed.inventory, proposed.plan, proposed.changes
     document = plan_document(plan, changes, inventory)
     pending: list[str] = document["reboot_pending"]
     out = line.out.replace("{host}", line.one_of or host) if line.out else None
@@ -85,7 +85,7 @@ def _what_to_apply(line: CommandLine, host: Host) -> Proposed:
     name; checked to be for this host; its inventory is not saved: the compare-and-swap on
     every file stands in for it)."""
     if not line.plan:
-        return Proposed(*propose(host, *line.split(), line.gpus))
+        return Proposed.of(propose(host, *line.split(), line.gpus))
     beside = list(dict.fromkeys(word for word in line.request if word.startswith("--")))
     if beside:
         raise UsageError(
@@ -110,7 +110,7 @@ def cmd_apply(line: CommandLine) -> int:
         proposed = _what_to_apply(line, host)
         proceed = line.dry_run or line.yes or not proposed.changes.changed
         if not (line.json or (line.quiet and proceed)):
-            print(_shown_plan(line, *proposed), end="")
+            print(_shown_plan(line, proposed), end="")
         if not proceed and not confirm(f"Apply these changes to {host.name}?"):
             print("Nothing changed.", file=sys.stderr)
             return 1
@@ -127,12 +127,18 @@ def host_apply(line: CommandLine, host: Host, say: Say) -> Shown:
     return apply_shown(line, host, _what_to_apply(line, host), say)
 
 
-class Proposed(NamedTuple):
+@dataclass(frozen=True)
+class Proposed:
     """What an apply applies: a fresh proposal (with its inventory) or a saved plan."""
 
     inventory: Inventory | None
     plan: Plan
     changes: ChangeSet
+
+    @classmethod
+    def of(cls, proposal: Proposal) -> Proposed:
+        """A fresh proposal, its inventory with it."""
+        return cls(proposal.inventory, proposal.plan, proposal.changes)
 
 
 def apply_shown(line: CommandLine, host: Host, proposed: Proposed, say: Say) -> Shown:
@@ -143,7 +149,7 @@ def apply_shown(line: CommandLine, host: Host, proposed: Proposed, say: Say) -> 
 
 def applied_shown(line: CommandLine, proposed: Proposed, result: ApplyResult) -> Shown:
     """An apply's result as ``apply`` shows it: the plan, its diff, what was done."""
-    text = _shown_plan(line, *proposed) + _result_text(result, proposed.changes)
+    text = _shown_plan(line, proposed) + _result_text(result, proposed.changes)
     code = PENDING if line.detailed and result.changed else 0
     return Shown(text, apply_document(proposed.plan, result, proposed.changes), code)
 
@@ -167,8 +173,7 @@ def _result_text(result: ApplyResult, changes: ChangeSet) -> str:
     return "".join(f"{line}\n" for line in result.messages if not (said and line == NO_CHANGES))
 
 
-def _shown_plan(
-    line: CommandLine, inventory: Inventory | None, plan: Plan, changes: ChangeSet
-) -> str:
-    text = render_plan(plan, inventory) + "\n\n" if inventory is not None else ""
-    return text + render_changes(shown(changes), color=line.color)
+def _shown_plan(line: CommandLine, proposed: Proposed) -> str:
+    inventory = proposed.inventory
+    text = render_plan(proposed.plan, inventory) + "\n\n" if inventory is not None else ""
+    return text + render_changes(shown(proposed.changes), color=line.color)

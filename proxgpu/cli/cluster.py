@@ -127,7 +127,7 @@ def _applied(
         if outcome.result is None:
             outcomes[name] = Outcome(name, error=outcome.error, seconds=outcome.seconds)
         else:
-            shown = applied_shown(line, Proposed(*proposals[name]), outcome.result)
+            shown = applied_shown(line, Proposed.of(proposals[name]), outcome.result)
             outcomes[name] = Outcome(name, result=shown, seconds=outcome.seconds)
     return outcomes
 

@@ -25,6 +25,7 @@ from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.build import build_inventory
 from proxgpu.inspection.capture import gather, write_tree
+from proxgpu.model import plain
 from proxgpu.pipeline.documents import shown
 from proxgpu.planning.advice import check_gpu_set
 from proxgpu.redact import redact_document
@@ -59,7 +60,7 @@ def host_verify(line: CommandLine, host: Host, say: Say) -> Shown:
         f"{host.name}: {check.line}" for check in report.guests if check.verdict == "unchecked"
     )
     code = DriftError.exit_code if report.drifted else 0
-    return Shown(_lines(lines + looked), report.model_dump(mode="json"), code, notes)
+    return Shown(_lines(lines + looked), plain(report), code, notes)
 
 
 def cmd_rollback(line: CommandLine) -> int:
@@ -82,7 +83,7 @@ def host_rollback(line: CommandLine, host: Host, say: Say) -> Shown:
     if result.preview is not None:
         # A dry run shows each file as the diff from now to what the rollback would leave.
         text = render_changes(shown(result.preview), color=line.color) + text
-    return Shown(text, redact_document(result.model_dump(mode="json")))
+    return Shown(text, redact_document(plain(result)))
 
 
 def cmd_history(line: CommandLine) -> int:
@@ -139,7 +140,7 @@ def host_check_gpus(line: CommandLine, host: Host, say: Say) -> Shown:
     code = 0
     if not check.numa_local:
         code = UNKNOWN_NODE if any(p.numa_node is None for p in check.gpus) else STRADDLES
-    return Shown(check.explanation + "\n", check.model_dump(mode="json"), code)
+    return Shown(check.explanation + "\n", plain(check), code)
 
 
 def cmd_snapshot(line: CommandLine) -> int:

@@ -17,6 +17,7 @@ from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.hosts import open_host
 from proxgpu.errors import UsageError
 from proxgpu.inspection import inspect
+from proxgpu.model import plain
 from proxgpu.pipeline.launch import bound_command, run_job, same_machine
 from proxgpu.planning.jobs import JobPlacement, place_job
 
@@ -44,7 +45,7 @@ def cmd_run(line: CommandLine) -> int:
         print(f"proxgpu: {said}", file=sys.stderr)
     if line.dry_run:
         if line.json:
-            document = {"host": inventory.hostname, **job.model_dump(mode="json")}
+            document = {"host": inventory.hostname, **plain(job)}
             print(json.dumps({**document, "command": argv, "summary": said}, indent=2))
         else:
             for key, value in job.environment.items():

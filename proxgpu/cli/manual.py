@@ -10,10 +10,11 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 
-class ExitCode(NamedTuple):
+@dataclass(frozen=True)
+class ExitCode:
     """One exit status: ``short`` for ``--help``'s table, ``meaning`` for the man page."""
 
     code: int

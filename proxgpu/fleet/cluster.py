@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from proxgpu.apply import ApplyOptions, ApplyResult, apply_changes
@@ -175,7 +175,7 @@ class ClusterPlan:
             if lead not in planned:
                 raise UsageError(f"{lead}, which holds the mapping, is not among the nodes run")
             proposal = planned[lead]
-            planned[lead] = proposal._replace(changes=with_change(proposal.changes, self.mapping))
+            planned[lead] = replace(proposal, changes=with_change(proposal.changes, self.mapping))
         return planned
 
 
@@ -195,7 +195,7 @@ def plan_cluster(
 
     :raises RenderError: when a named guest is on no node read, as a single host refuses it.
     """
-    options = (options or RenderOptions()).model_copy(update={"mapping": mapping})
+    options = replace(options or RenderOptions(), mapping=mapping)
 
     def one(host: Host, say: Say) -> Inventory:
         inventory = inspect(host, gpu_filter)
@@ -243,7 +243,7 @@ def _holding(
 
     def one(host: Host, say: Say) -> Proposal:
         proposal = needing[say.name]
-        return proposal._replace(plan=read_holdings(host, proposal.inventory, proposal.plan))
+        return replace(proposal, plan=read_holdings(host, proposal.inventory, proposal.plan))
 
     targets = {n: nodes.targets[n] for n in needing}
     read = each_host(targets, one, connect=connect, forks=forks)
@@ -394,8 +394,9 @@ def pool_mapping(
     mapping = PciMappingConfig.parse(before or "")
     existing = mapping.entries(name) if name in mapping.ids() else []
     merged = list(existing)
-    for node, (inventory, plan, _) in proposals.items():
-        gpus = [inventory.gpu(a) for g in plan.groups if g.role.moves_to_vfio for a in g.gpus]
+    for node, proposal in proposals.items():
+        moved = (a for g in proposal.plan.groups if g.role.moves_to_vfio for a in g.gpus)
+        gpus = [proposal.inventory.gpu(a) for a in moved]
         if gpus:
             merged = with_node_maps(merged, map_entries(gpus, node), node)
     if merged != existing:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from proxgpu.callback import require_callable
 from proxgpu.errors import ProxgpuError
@@ -35,7 +35,8 @@ FORKS = 5
 HEARTBEAT = 10.0
 
 
-class Target(NamedTuple):
+@dataclass(frozen=True)
+class Target:
     """How one host is reached: an SSH target, a tree (on the remote host with both), or, with
     neither, this machine (see :func:`proxgpu.host.connect`).
 

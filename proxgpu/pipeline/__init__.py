@@ -18,7 +18,7 @@ front end prints), :mod:`~proxgpu.pipeline.saved` (the saved-plan file of ``plan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from proxgpu.apply import (
     CHECK_ONLY,
@@ -40,7 +40,8 @@ from proxgpu.rendering.changes import ChangeSet
 from proxgpu.rendering.context import require_guests
 
 
-class Proposal(NamedTuple):
+@dataclass(frozen=True)
+class Proposal:
     """What a host needs for a split: its inventory, the plan and the rendered change set."""
 
     inventory: Inventory

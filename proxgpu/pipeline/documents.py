@@ -12,6 +12,7 @@ from typing import Any
 from proxgpu.apply import ApplyResult
 from proxgpu.apply.verify import driver_drift
 from proxgpu.inspection import Inventory
+from proxgpu.model import plain
 from proxgpu.planning import Plan
 from proxgpu.redact import redact_secrets
 from proxgpu.rendering.changes import ChangeSet
@@ -77,6 +78,6 @@ def apply_document(plan: Plan, result: ApplyResult, changes: ChangeSet) -> dict[
     """An apply as ``apply --json`` prints it: the plan, what was done, the diff."""
     return {
         "plan": plan.model_dump(mode="json"),
-        "result": result.model_dump(mode="json"),
+        "result": plain(result),
         "diff": shown(changes).ansible_diff(),
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from proxgpu.apply import signing
 from proxgpu.apply.remote import sha
@@ -19,7 +19,8 @@ PLAN_FILE_KIND = "proxgpu-plan"
 PLAN_FILE_VERSION = 1
 
 
-class SavedPlan(NamedTuple):
+@dataclass(frozen=True)
+class SavedPlan:
     """A plan saved by ``plan --out``: the host it was made for, the plan, its change set."""
 
     host: str

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection
-
-from pydantic import Field
+from dataclasses import dataclass, field
 
 from proxgpu.cpulist import format_cpulist, parse_cpulist
 from proxgpu.errors import UsageError
 from proxgpu.inspection.inventory import Gpu, Inventory
-from proxgpu.model import FrozenModel
 from proxgpu.planning import wording
 from proxgpu.planning.placement import GpuPlacement
 from proxgpu.planning.runtimes import (
@@ -42,7 +40,8 @@ from proxgpu.planning.runtimes import (
 )
 
 
-class JobPlacement(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class JobPlacement:
     """The GPUs, CPUs and memory node one job gets, and the environment that selects the GPUs.
 
     ``gpus`` carry the runtime's indexes (``runtime`` names it); ``environment`` holds its
@@ -61,9 +60,9 @@ class JobPlacement(FrozenModel):
     cpus: str
     gpus: list[GpuPlacement]
     environment: dict[str, str]
-    unset: list[str] = Field(default_factory=list)
+    unset: list[str] = field(default_factory=list)
     numbering: str
-    passed_over: list[str] = Field(default_factory=list)
+    passed_over: list[str] = field(default_factory=list)
 
 
 def place_job(

@@ -8,6 +8,7 @@ name here: ``planning.model.SplitPolicy``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -174,7 +175,8 @@ class MigUse(FrozenModel):
         return [f"{gi}/access", f"{gi}/ci{self.ci}/access"]
 
 
-class Problem(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class Problem:
     """One reason to refuse a plan: what is wrong and what to do about it.
 
     >>> Problem(code="iommu-off", what="IOMMU is off", fix="turn it on").fix

@@ -3,12 +3,11 @@ indexes, addresses and NUMA nodes, and whether they are NUMA-local."""
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from proxgpu.model import FrozenModel
+from dataclasses import dataclass, field
 
 
-class GpuPlacement(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class GpuPlacement:
     """Where one GPU of a checked or chosen set sits: its index (CUDA's, or its runtime's, with
     the GPUs in PCI bus order), address and NUMA node. ``not_whole`` says why it is no whole GPU
     for a job (in MIG mode, serving vGPUs), and ``mig_devices`` are the ``MIG-<UUID>`` values
@@ -23,10 +22,11 @@ class GpuPlacement(FrozenModel):
     model: str | None
     numa_node: int | None
     not_whole: str | None = None
-    mig_devices: list[str] = Field(default_factory=list)
+    mig_devices: list[str] = field(default_factory=list)
 
 
-class GpuSetCheck(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class GpuSetCheck:
     """Whether a set of GPUs shares one known NUMA node, and why (or why not).
 
     The GPUs' indexes are CUDA's: ``ordering`` is the environment that makes CUDA number them so.

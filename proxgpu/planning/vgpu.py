@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from proxgpu.inspection.inventory import Gpu
 from proxgpu.pci import normalize_pci_address
@@ -38,7 +38,8 @@ from proxgpu.planning.model import Role, VgpuUse
 from proxgpu.pve.claims import DeviceClaim
 
 
-class LiveVgpu(NamedTuple):
+@dataclass(frozen=True)
+class LiveVgpu:
     """A vGPU that exists now: on ``function`` (the GPU's own, or one of its VFs), of
     ``mdev_type``, as mediated device ``uuid`` (``None``: a VF's vGPU of NVIDIA's own
     interface, its ``nvidia/current_vgpu_type``).

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Literal
 
 from proxgpu.model import FrozenModel
@@ -60,7 +61,8 @@ class GuestRef(FrozenModel):
         return f"{'CT' if self.type == 'lxc' else 'VM'} {self.vmid}"
 
 
-class DeviceClaim(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class DeviceClaim:
     """One config line by which a guest holds a device.
 
     Exactly one of ``pci_address`` (as written: ``81:00``, ``0000:81:00.0``) and ``nvidia_minor``

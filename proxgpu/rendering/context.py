@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from proxgpu.errors import NOT_UTF8_FIX, NOT_UTF8_WHY, RenderError
 from proxgpu.inspection.inventory import Inventory, PciFunction
-from proxgpu.model import FrozenModel
 from proxgpu.paths import LXC_CONFIG_DIR, guest_config
 from proxgpu.planning.model import VMID_MAX, VMID_MIN, Plan
 from proxgpu.planning.policy import BindMethod
@@ -16,7 +15,8 @@ from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering.changes import FileChange
 
 
-class RenderOptions(FrozenModel):
+@dataclass(frozen=True, kw_only=True)
+class RenderOptions:
     """Choices that change the files but not the split.
 
     ``bind_method``: ``modprobe`` (a softdep plus an ``install`` hook that writes

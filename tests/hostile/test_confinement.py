@@ -50,7 +50,8 @@ BACKUPS = "var/lib/proxgpu/backups"
 def apply_split(tree: Path) -> str:
     """Apply the ct200 split to ``tree``; its journal id."""
     with DirectoryHost(str(tree)) as host:
-        _, plan, changes = propose(host, POLICY)
+        proposal = propose(host, POLICY)
+        plan, changes = proposal.plan, proposal.changes
         result = apply_changes(host, changes, plan=plan)
     assert result.journal_id is not None
     return result.journal_id
@@ -71,7 +72,8 @@ def swap_before(mocker: MockerFixture, step: str, swap: Callable[[], None]) -> N
 def planned(tree: Path) -> tuple[Any, Any]:
     """The ct200 split's plan and changes for ``tree``, as read now."""
     with DirectoryHost(str(tree)) as host:
-        _, plan, changes = propose(host, POLICY)
+        proposal = propose(host, POLICY)
+        plan, changes = proposal.plan, proposal.changes
     return plan, changes
 
 

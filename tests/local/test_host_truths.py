@@ -20,6 +20,7 @@ from proxgpu.inspection.inventory import Inventory
 from proxgpu.paths import INITRAMFS_HOOK
 from proxgpu.pipeline import plan_inventory
 from proxgpu.planning import SplitPolicy, plan_split
+from proxgpu.planning.policy import BindMethod
 from proxgpu.pve.config import GuestConfig
 from proxgpu.rendering import RenderOptions, render
 from proxgpu.rendering.changes import ChangeSet
@@ -37,8 +38,10 @@ def ct200() -> Inventory:
     return inspect(DirectoryHost(str(EXAMPLES / "ct200")))
 
 
-def rendered(inventory: Inventory, policy: SplitPolicy, bind_method: str = "modprobe") -> ChangeSet:
-    options = RenderOptions.model_validate({"bind_method": bind_method})
+def rendered(
+    inventory: Inventory, policy: SplitPolicy, bind_method: BindMethod = "modprobe"
+) -> ChangeSet:
+    options = RenderOptions(bind_method=bind_method)
     return render(inventory, plan_split(inventory, policy), options)
 
 

@@ -10,6 +10,7 @@ import re
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,7 +73,7 @@ def after(changes: ChangeSet, path: str) -> str:
     return texts[0]
 
 
-def rendered(inventory: Inventory, policy: SplitPolicy, **options: str) -> ChangeSet:
+def rendered(inventory: Inventory, policy: SplitPolicy, **options: Any) -> ChangeSet:
     return render(inventory, plan_split(inventory, policy), RenderOptions(**options))
 
 

@@ -45,7 +45,8 @@ LOCK = "run/lock/proxgpu"
 def applied(root: Path) -> str:
     """Apply the ct200 split to the tree at ``root``; return the journal id."""
     with DirectoryHost(str(root)) as host:
-        _, plan, changes = propose(host, POLICY)
+        proposal = propose(host, POLICY)
+        plan, changes = proposal.plan, proposal.changes
         result = apply_changes(host, changes, plan=plan)
     assert result.journal_id is not None
     return result.journal_id
@@ -139,7 +140,8 @@ def test_apply_refuses_a_tree_whose_directory_links_outside(tmp_path: Path) -> N
     shutil.rmtree(root / "etc/modprobe.d")
     (root / "etc/modprobe.d").symlink_to(elsewhere)
     with DirectoryHost(str(root)) as host:
-        _, plan, changes = propose(host, POLICY)
+        proposal = propose(host, POLICY)
+        plan, changes = proposal.plan, proposal.changes
         with pytest.raises(PreflightError, match="outside") as refused:
             apply_changes(host, changes, plan=plan)
     assert "/etc/modprobe.d/00-proxgpu-vfio.conf" in str(refused.value)
@@ -181,7 +183,8 @@ def test_a_lock_that_cannot_be_released_does_not_undo_the_apply(
     for name, value in failing_mv(tmp_path).items():
         monkeypatch.setenv(name, value)
     with DirectoryHost(str(root)) as host:
-        _, plan, changes = propose(host, POLICY)
+        proposal = propose(host, POLICY)
+        plan, changes = proposal.plan, proposal.changes
         result = apply_changes(host, changes, plan=plan)
         assert [e.status for e in history(host)] == ["applied"]
     assert "numa: 1" in (root / VM).read_text(), "the files stay applied"
@@ -200,7 +203,8 @@ def test_an_ownerless_lock_is_broken_with_a_message(tmp_path: Path) -> None:
     root = copy_example(tmp_path)
     (root / LOCK / "leftover").mkdir(parents=True)
     with DirectoryHost(str(root)) as host:
-        _, plan, changes = propose(host, POLICY)
+        proposal = propose(host, POLICY)
+        plan, changes = proposal.plan, proposal.changes
         with pytest.raises(ConcurrentApplyError, match=r"no owner file.*--break-lock"):
             apply_changes(host, changes, plan=plan)
         result = apply_changes(host, changes, options=ApplyOptions(break_lock=True), plan=plan)
@@ -300,7 +304,8 @@ def test_a_config_that_is_not_utf8_is_refused_naming_the_byte(tmp_path: Path) ->
     root = copy_example(tmp_path)
     config = root / VM
     with DirectoryHost(str(root)) as host:
-        _, plan, changes = propose(host, POLICY)
+        proposal = propose(host, POLICY)
+        plan, changes = proposal.plan, proposal.changes
         config.write_bytes(config.read_bytes().replace(b"train", b"tr\xe4in"))
         with pytest.raises(FileChangedError, match="not UTF-8 \\(byte 0xe4"):
             apply_changes(host, changes, plan=plan)
@@ -323,7 +328,7 @@ def test_a_plan_never_changes_a_config_that_is_not_utf8(tmp_path: Path) -> None:
     )
     # A plan that leaves the file alone still plans: only a change to it is refused.
     with DirectoryHost(str(root)) as host:
-        _, _, changes = propose(host, SplitPolicy(lxc=200))
+        changes = propose(host, SplitPolicy(lxc=200)).changes
     assert "/" + VM not in [f.path for f in changes.files if f.before != f.after]
 
 

@@ -15,7 +15,8 @@ are those of the module proxgpu ships for running on the host
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from proxgpu.ansible.proxgpu_split import ARGUMENTS
 from proxgpu.ansible.request import change_options, gpu_filter, split_request
@@ -26,6 +27,7 @@ from proxgpu.errors import DriftError
 from proxgpu.host import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
+from proxgpu.model import plain
 from proxgpu.pipeline import SplitResult, reboot_awaited, split_host
 from proxgpu.pipeline.undoing import undo
 
@@ -56,7 +58,8 @@ VERIFY_ARGUMENTS: dict[str, Any] = {
 }
 
 
-class Mode(NamedTuple):
+@dataclass(frozen=True)
+class Mode:
     """How the task runs: ``--check`` (nothing is written) and ``--diff`` (file changes shown)."""
 
     check: bool = False
@@ -88,9 +91,9 @@ def split(host: Host, params: dict[str, Any], *, check: bool) -> SplitResult:
 
     :raises ProxgpuError: as :func:`proxgpu.pipeline.split_host` does.
     """
-    policy, options, gpus = split_request(params)
+    request = split_request(params)
     how = change_options(params, check=check)
-    return split_host(host, policy, options, gpu_filter=gpus, how=how)
+    return split_host(host, request.policy, request.options, gpu_filter=request.gpu_filter, how=how)
 
 
 def reboot_required(host: Host, result: SplitResult) -> bool:
@@ -140,7 +143,7 @@ def verify_task(host: Host, params: dict[str, Any], mode: Mode) -> tuple[dict[st
     trust = bool(params.get("trust_unsigned"))
     entry = applied_entry(host, params["to"], trust_unsigned=trust)
     report = verify(host, entry, guests=params.get("guests", True))
-    result: dict[str, Any] = {"changed": False, "verify": report.model_dump(mode="json")}
+    result: dict[str, Any] = {"changed": False, "verify": plain(report)}
     if report.drifted:
         result |= {"failed": True, **failure(DriftError(host.name, report.drift))}
     unchecked = [check.line for check in report.guests if check.verdict == "unchecked"]
