@@ -1,4 +1,4 @@
-"""Shell completion and the manual page, both generated from the argument parser.
+"""Shell completion, generated from the argument parser.
 
 ``proxgpu completion bash|zsh|fish`` prints a completion script made by shtab from
 :func:`~proxgpu.cli.parser.build_parser`, so it can never lag behind the options. Every option
@@ -6,20 +6,16 @@ whose value is a file (``FILE``, ``KEY``) or a directory (``DIR``) completes pat
 completes the hosts named in ssh_config (``Host`` lines without patterns) and known_hosts (plain,
 not hashed, entries); ``--lxc`` and ``--vm`` the VMIDs of this machine's guests, where it is a
 Proxmox VE node (reading ``/etc/pve`` is cheap; asking a remote host is not). The manual
-page ``man/proxgpu.1`` is made the same way by argparse-manpage, a development tool: it is
-generated into the source tree (``python -m proxgpu.cli.completion man > man/proxgpu.1``),
-shipped in the sdist, and a test fails when it no longer matches the parser.
+page is generated from the same parser by ``tools/manpage.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from types import ModuleType
 
 from proxgpu.cli.commandline import CommandLine
-from proxgpu.cli.manual import TYPICAL, roff_sections
 from proxgpu.errors import ProxgpuError
 
 #: The shells ``proxgpu completion`` writes scripts for.
@@ -177,46 +173,6 @@ def _mark(parser: argparse.ArgumentParser, shtab: ModuleType) -> None:
             action.complete = kinds[kind]  # type: ignore[attr-defined]
 
 
-def man_page(parser: argparse.ArgumentParser | None = None) -> str:
-    """The roff source of the proxgpu(1) manual page, from ``parser`` (default: proxgpu's).
-
-    It holds no date and no version, so that it changes only when the parser does.
-
-    >>> man_page().startswith(".TH PROXGPU")
-    True
-
-    :raises ProxgpuError: when argparse-manpage (a development tool) is not installed.
-    """
-    try:
-        # argparse-manpage ships no type information.
-        from argparse_manpage.manpage import Manpage  # type: ignore[import-untyped]  # noqa: PLC0415
-    except ImportError as exc:
-        raise ProxgpuError(f"the man page needs argparse-manpage: {exc}") from exc
-    # argparse wraps usage lines to the terminal's width (COLUMNS first): fix it, so that the
-    # page is the same in every terminal and in CI.
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "80"
-    try:
-        parser = parser or _parser()
-        page = Manpage(parser)
-        # NAME's one line, as whatis(1) and apropos(1) show it.
-        page.description = (parser.description or "").rstrip(".")
-        page.date = ""
-        page.source = "proxgpu"
-        page.manual = "User Commands"
-        # The epilog's exit-code table is EXIT STATUS's short form: the page gives it in full.
-        page.add_section("comments", "=", page.format_text(TYPICAL))
-        for heading, roff in roff_sections().items():
-            page.add_section(heading, "=", roff)
-        text = str(page)
-    finally:
-        if saved is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = saved
-    return text if text.endswith("\n") else text + "\n"
-
-
 def cmd_completion(line: CommandLine) -> int:
     r"""``proxgpu completion SHELL``: print the completion script.
 
@@ -231,14 +187,3 @@ def cmd_completion(line: CommandLine) -> int:
     """
     sys.stdout.write(completion_script(line.shell))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m proxgpu.cli.completion man|bash|zsh``: print the man page or a script."""
-    what = (sys.argv[1:] if argv is None else argv) or ["man"]
-    sys.stdout.write(man_page() if what[0] == "man" else completion_script(what[0]))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

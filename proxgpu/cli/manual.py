@@ -1,5 +1,6 @@
-"""What ``--help`` ends with and the man page adds to the options: exit codes, environment,
-files and examples. Plain data, imported by the parser: nothing here may slow ``--help`` down.
+"""What ``--help`` ends with: a typical use and the exit codes (the man page, made by
+``tools/manpage.py``, gives each code's meaning in full). Plain data, imported by the parser:
+nothing here may slow ``--help`` down.
 
 >>> EXIT_CODES[2].code, EXIT_CODES[2].short
 (2, 'usage')
@@ -9,7 +10,6 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -56,45 +56,6 @@ EXIT_CODES = (
     ExitCode(141, "pipe closed", "the reader of the output went away (proxgpu ... | head)"),
 )
 
-#: The environment variables proxgpu reads, and what each does.
-ENVIRONMENT = (
-    ("NO_COLOR", "no colour with --color auto (an explicit --color always still colours)"),
-    ("TERM", "dumb: no colour with --color auto"),
-    ("PROXGPU_DEBUG", "set: an internal error prints its traceback instead of one line"),
-    ("XDG_CONFIG_HOME", "where this machine's signing key is kept (default ~/.config)"),
-    ("SSH_AUTH_SOCK", "the ssh-agent whose keys SSH offers"),
-)
-
-#: The files proxgpu reads or writes, and why.
-FILES = (
-    ("~/.ssh/config", "SSH settings for --host (or --ssh-config FILE)"),
-    ("~/.ssh/known_hosts", "the host keys SSH verifies against (or --known-hosts FILE)"),
-    ("~/.config/proxgpu/key", "this machine's key, signing saved plans and journal entries"),
-    ("/var/lib/proxgpu/journal/", "on the host: one entry per apply and rollback"),
-    ("/var/lib/proxgpu/backups/", "on the host: the files as they were before each apply"),
-    ("/run/lock/proxgpu", "on the host: held while an apply or rollback runs"),
-    ("/etc/pve/lxc/VMID.conf", "the container's config: its GPUs, cpuset and cores"),
-    ("/etc/pve/qemu-server/VMID.conf", "the VM's config: its hostpci entries and pinning"),
-    ("/etc/modprobe.d/00-proxgpu-vfio.conf", "the boot-time binding to vfio-pci"),
-)
-
-#: Commands a new user starts from, with what each does.
-EXAMPLES = (
-    ("proxgpu inspect --host root@pve1", "the GPUs, NUMA nodes and IOMMU groups of pve1"),
-    (
-        "proxgpu plan --host root@pve1 --lxc 200 --vm 300",
-        "the split and every file change it needs, changing nothing",
-    ),
-    ("proxgpu apply --host root@pve1 --lxc 200 --vm 300", "the same, applied after asking"),
-    ("proxgpu verify --host root@pve1", "exit 17 when the host drifted from the last apply"),
-    ("proxgpu rollback --host root@pve1", "undo the last apply"),
-    ("proxgpu run --tp 4 -- vllm serve MODEL", "run on 4 GPUs of one NUMA node, bound to it"),
-    (
-        "proxgpu completion fish > ~/.config/fish/completions/proxgpu.fish",
-        "tab completion for fish (bash and zsh too)",
-    ),
-)
-
 
 #: How the commands go together, at the end of ``--help`` and in the man page.
 TYPICAL = (
@@ -115,23 +76,3 @@ def help_epilog() -> str:
         "With --detailed-exitcode: 0 no changes, 2 changes pending, 1 any error.\n"
         "Each code, the environment, files and examples: man proxgpu"
     )
-
-
-def roff_sections() -> dict[str, str]:
-    """The man page's EXIT STATUS, ENVIRONMENT, FILES and EXAMPLES, as roff."""
-    return {
-        "exit status": _tagged((str(e.code), e.meaning) for e in EXIT_CODES),
-        "environment": _tagged(ENVIRONMENT),
-        "files": _tagged(FILES),
-        "examples": _tagged(EXAMPLES),
-    }
-
-
-def _tagged(items: Iterable[tuple[str, str]]) -> str:
-    return "\n".join(f".TP\n.B {_roff(tag)}\n{_roff(text)}" for tag, text in items)
-
-
-def _roff(text: str) -> str:
-    # A backslash and a leading dot or quote are roff's; hyphens in options are minus signs.
-    text = text.replace("\\", "\\e").replace("-", "\\-")
-    return "\\&" + text if text[:1] in (".", "'") else text

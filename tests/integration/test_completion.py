@@ -17,7 +17,6 @@ from proxgpu.cli.completion import (
     SHELLS,
     cmd_completion,
     completion_script,
-    man_page,
     value_kind,
 )
 from proxgpu.cli.manual import EXIT_CODES
@@ -25,6 +24,7 @@ from proxgpu.cli.parser import build_parser
 from proxgpu.errors import ProxgpuError
 from tests.support.tools import find_tool, require_tool
 from tests.support.trees import REPO
+from tools.manpage import man_page
 
 MAN_PAGE = REPO / "man" / "proxgpu.1"
 
@@ -66,7 +66,7 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
 
 def test_man_page_matches_the_parser() -> None:
     assert man_page() == MAN_PAGE.read_text(), (
-        "man/proxgpu.1 is out of date: python -m proxgpu.cli.completion man > man/proxgpu.1"
+        "man/proxgpu.1 is out of date: python tools/manpage.py > man/proxgpu.1"
     )
 
 

@@ -1,0 +1,1 @@
+"""Development tools: the build backend (backend/) and the man page generator."""
