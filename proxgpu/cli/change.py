@@ -14,7 +14,7 @@ from proxgpu.apply.result import NO_CHANGES
 from proxgpu.cli.commandline import CommandLine, next_command
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes, render_plan
-from proxgpu.cli.shown import Shown, StepPrinter, emit, run_one
+from proxgpu.cli.shown import Shown, StepPrinter, emit
 from proxgpu.errors import UsageError
 from proxgpu.fleet import Say
 from proxgpu.host.base import Host
@@ -27,11 +27,6 @@ from proxgpu.rendering.changes import ChangeSet
 
 #: Exit code of ``--detailed-exitcode`` when something is pending.
 PENDING = 2
-
-
-def cmd_plan(line: CommandLine) -> int:
-    """Show the split and the exact file changes it needs, without changing anything."""
-    return run_one(line, host_plan)
 
 
 def host_plan(line: CommandLine, host: Host, say: Say) -> Shown:

@@ -141,10 +141,12 @@ class CommandLine:
 def read(args: argparse.Namespace, detailed: bool = False) -> CommandLine:
     """What the options in ``args`` say, as :class:`CommandLine`.
 
-    :raises UsageError: for a split option the policy cannot take (``--lxc 20x``), or a host
-        list that is not one.
+    :raises UsageError: for a split option the policy cannot take (``--lxc 20x``), a host list
+        that is not one, or ``inspect --json`` with a picture (``--tree``, ``--format svg``).
     """
     values = vars(args)
+    if values.get("json") and (values.get("tree") or values.get("format", "text") != "text"):
+        raise UsageError("--json prints the inventory: leave out --tree and --format svg")
     reached = [o for o in values.get("host_options", ()) if o[0] not in ("host", "root", "cluster")]
     policy, render = _split(args) if "split_options" in values else (None, None)
     return CommandLine(
@@ -185,10 +187,6 @@ def read(args: argparse.Namespace, detailed: bool = False) -> CommandLine:
         reach=tuple(given(args, reached)),
         request=tuple(given(args, values.get("split_options", ()))),
     )
-
-
-def _color(choice: str) -> bool:
-    return wants_color(choice, tty=sys.stdout.isatty(), environ=os.environ)
 
 
 def _expand(values: list[str] | None) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from proxgpu.cli.change import apply_options, confirm
 from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.hosts import open_host
 from proxgpu.cli.plan_text import render_changes
-from proxgpu.cli.shown import Shown, StepPrinter, emit, run_one
+from proxgpu.cli.shown import Shown, StepPrinter, emit
 from proxgpu.cli.text import table
 from proxgpu.errors import DriftError, UsageError
 from proxgpu.fleet import Say
@@ -35,14 +35,9 @@ STRADDLES = 18
 UNKNOWN_NODE = 19
 
 
-def cmd_verify(line: CommandLine) -> int:
-    """Compare the host with the last (or the named) apply; exit 17 on drift."""
-    return run_one(line, host_verify)
-
-
 def host_verify(line: CommandLine, host: Host, say: Say) -> Shown:
-    """One host's verify (see :func:`cmd_verify`): a guest that could not be looked at is a
-    note on stderr, never part of a pass."""
+    """One host's verify: compare it with the last (or the named) apply, exit 17 on drift; a
+    guest that could not be looked at is a note on stderr, never part of a pass."""
     entry = applied_entry(host, line.to, trust_unsigned=line.trust_unsigned)
     report = verify(host, entry, guests=line.guests)
     looked = [f"  {check.line}" for check in report.guests if check.verdict == "ok"]
@@ -86,13 +81,8 @@ def host_rollback(line: CommandLine, host: Host, say: Say) -> Shown:
     return Shown(text, redact_document(plain(result)))
 
 
-def cmd_history(line: CommandLine) -> int:
-    """List the journal, oldest first."""
-    return run_one(line, host_history)
-
-
 def host_history(line: CommandLine, host: Host, say: Say) -> Shown:
-    """One host's journal (see :func:`cmd_history`)."""
+    """One host's journal, oldest entry first."""
     journal = read_journal(host)
     notes = [
         f"{host.name}: {path}: {why}; the other entries are listed"
@@ -141,11 +131,6 @@ def host_check_gpus(line: CommandLine, host: Host, say: Say) -> Shown:
     if not check.numa_local:
         code = UNKNOWN_NODE if any(p.numa_node is None for p in check.gpus) else STRADDLES
     return Shown(check.explanation + "\n", plain(check), code)
-
-
-def cmd_snapshot(line: CommandLine) -> int:
-    """Capture what inspection reads into a directory that ``--root`` reads back."""
-    return run_one(line, host_snapshot)
 
 
 def host_snapshot(line: CommandLine, host: Host, say: Say) -> Shown:

@@ -10,9 +10,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 from proxgpu.cli.commandline import CommandLine
-from proxgpu.cli.shown import Shown, run_one
+from proxgpu.cli.shown import Shown
 from proxgpu.cli.text import render_inventory
-from proxgpu.errors import UsageError
 from proxgpu.host.base import Host
 from proxgpu.inspection import inspect
 from proxgpu.inspection.document import inventory_document
@@ -20,18 +19,6 @@ from proxgpu.inspection.document import inventory_document
 if TYPE_CHECKING:
     # Only a type here: the fleet's engine (threads, futures) loads with several hosts.
     from proxgpu.fleet import Say
-
-
-def cmd_inspect(line: CommandLine) -> int:
-    """Print the host's inventory."""
-    check_inspect(line)
-    return run_one(line, host_inspect, line.output)
-
-
-def check_inspect(line: CommandLine) -> None:
-    """Refuse options that cannot go together, before any host is read."""
-    if line.json and (line.tree or line.format != "text"):
-        raise UsageError("--json prints the inventory: leave out --tree and --format svg")
 
 
 def host_inspect(line: CommandLine, host: Host, say: Say) -> Shown:

@@ -2,8 +2,10 @@
 it, whether it plans every node of a cluster first, and whether ``-o`` is its output.
 
 A command's module (``module``, under :mod:`proxgpu.cli`) is imported only when the command
-runs, so that ``--help`` loads none. It holds ``cmd_NAME(line)``, the run for one host, and for
-a command that runs host by host ``host_NAME(line, host, say)``, one host's work among several.
+runs, so that ``--help`` loads none. A command that runs host by host has
+``host_NAME(line, host, say)``, one host's work: one host is a fleet of one, printed by
+:func:`~proxgpu.cli.shown.run_one`. ``cmd_NAME(line)``, where a module has it, runs the command
+instead (asking before a change, or a command of no host).
 
 >>> COMMANDS["apply"].fleet, COMMANDS["apply"].plans_first, COMMANDS["report"].per_host
 ('rolling', True, False)
@@ -43,7 +45,11 @@ class Command:
 
     def run(self, line: CommandLine) -> int:
         """Run it for the one host (or none) ``line`` names; the exit code."""
-        return int(getattr(self._module(), f"cmd_{self._function}")(line))
+        own = getattr(self._module(), f"cmd_{self._function}", None)
+        if own is not None:
+            return int(own(line))
+        output = line.output if self.output_is_result else None
+        return int(import_module("proxgpu.cli.shown").run_one(line, self.host_work(), output))
 
     def host_work(self) -> HostWork:
         """Its work on one host of several, its module imported when the first host is open:

@@ -68,6 +68,15 @@ def test_json_and_a_picture_cannot_go_together(capsys: pytest.CaptureFixture[str
     assert code == 2
 
 
+def test_json_and_a_picture_are_refused_for_several_hosts_before_any_is_reached(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Closed loopback ports: reaching either would fail with exit 3, not a usage error.
+    hosts = ["--host", "127.0.0.1:1", "--host", "127.0.0.1:2"]
+    assert main(["inspect", *hosts, "--format", "svg", "--json"]) == 2
+    assert "leave out --tree and --format svg" in capsys.readouterr().err
+
+
 def test_report_writes_one_html_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report.html"
     root = str(EXAMPLES / "ct200")
