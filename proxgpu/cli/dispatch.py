@@ -19,7 +19,6 @@ from proxgpu.cli.commandline import CommandLine, read
 from proxgpu.cli.console import report_error, setup_logging
 from proxgpu.cli.hosts import close_unused, open_early
 from proxgpu.cli.registry import COMMANDS, Command
-from proxgpu.cli.roots import check_not_a_cluster_snapshot
 from proxgpu.errors import ProxgpuError, UsageError
 from proxgpu.redact import redact_secrets
 
@@ -68,8 +67,6 @@ def _route(line: CommandLine) -> int:
 
 def _run(line: CommandLine, command: Command) -> int:
     """Run the command for one host (or none); its exit code."""
-    if line.root and not line.host:
-        check_not_a_cluster_snapshot(line.root)
     start = time.monotonic()
     # The SSH handshake then overlaps the command's imports (see .hosts).
     open_early(line)

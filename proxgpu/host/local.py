@@ -20,6 +20,7 @@ import time
 from proxgpu.errors import CommandOutputTooLargeError, CommandTimeoutError, UsageError
 from proxgpu.host.base import DEFAULT_TIMEOUT, CommandResult, Host
 from proxgpu.host.pipes import exchange
+from proxgpu.paths import MEMBERS, PCI_DEVICES
 
 
 class LocalHost(Host):
@@ -110,7 +111,17 @@ class DirectoryHost(LocalHost):
     """A directory laid out like a host's absolute paths (a snapshot, an offline image).
 
     Reading commands run locally against the tree; nothing runs *on* the captured host, so live
-    steps and post-actions are listed rather than run.
+    steps and post-actions are listed rather than run. A cluster snapshot (``DIR/NODE/`` trees,
+    as ``snapshot --cluster`` writes) is no host's tree: read as one it would fail deep in
+    inspection ("no PCI devices found"), so it is refused here, naming its nodes.
+
+    >>> DirectoryHost("examples/hosts/cluster-3")
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.UsageError: examples/hosts/cluster-3: a cluster snapshot (nodes pve1, pve2, \
+pve3): add --cluster, or name one node's tree (--root examples/hosts/cluster-3/pve1)
+
+    :raises UsageError: when ``root`` is no directory, or a cluster snapshot.
     """
 
     is_live = False
@@ -121,6 +132,21 @@ class DirectoryHost(LocalHost):
         if not os.path.isdir(root):
             what = "not a directory" if os.path.lexists(root) else "no such directory"
             raise UsageError(f"{root}: {what} (--root names a host's tree)")
+        _not_a_cluster_snapshot(root)
+
+
+def _not_a_cluster_snapshot(root: str) -> None:
+    # A few stat calls: a host's tree has its PCI devices; a snapshot has NODE/.members trees.
+    if os.path.isdir(os.path.join(root, PCI_DEVICES.strip("/"))):
+        return
+    members = MEMBERS.lstrip("/")
+    with os.scandir(root) as entries:
+        nodes = sorted(e.name for e in entries if os.path.isfile(os.path.join(e.path, members)))
+    if nodes:
+        raise UsageError(
+            f"{root}: a cluster snapshot (nodes {', '.join(nodes)}): add --cluster, "
+            f"or name one node's tree (--root {os.path.join(root, nodes[0])})"
+        )
 
 
 def process_running(pid: int) -> bool:

@@ -178,3 +178,13 @@ def test_a_command_parsed_by_its_own_options_reads_as_with_every_commands(
 def test_the_whole_parser_answers_what_names_no_command() -> None:
     for argv in (["--version"], ["inspekt"], []):
         assert parser_for(argv).format_help() == build_parser().format_help()
+
+
+def test_a_cluster_snapshot_read_as_one_host_is_refused_naming_its_nodes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    snapshot = str(Path(CT200).parent / "cluster-3")
+    assert main(["plan", "--root", snapshot, "--lxc", "200"]) == 2
+    err = capsys.readouterr().err
+    assert f"{snapshot}: a cluster snapshot (nodes pve1, pve2, pve3): add --cluster" in err
+    assert main(["plan", "--root", snapshot, "--cluster", "--lxc", "200"]) != 2
