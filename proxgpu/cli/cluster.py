@@ -37,9 +37,9 @@ def run_cluster(line: CommandLine, command: Command) -> int:
         raise UsageError("--cluster takes one --host of the cluster (or --root of a snapshot)")
     nodes = cluster_nodes(line)
     if command.name == "snapshot":
-        from proxgpu.cli.snapshot import snapshot_cluster  # noqa: PLC0415 - this command only
+        from proxgpu.cli.snapshot import show_snapshot  # noqa: PLC0415 - this command only
 
-        return snapshot_cluster(line, nodes)
+        return show_snapshot(line, nodes)
     if command.name == "report":  # one file, a section per node
         from proxgpu.cli.report import write_report  # noqa: PLC0415 - this command only
 

@@ -36,13 +36,22 @@ if TYPE_CHECKING:
         apply_cluster,
         find_nodes,
         plan_cluster,
+        snapshot_cluster,
         snapshot_nodes,
     )
 
 # The cluster rules bring the whole apply stack (journal, rendering, Jinja2); a one-host command
 # that needs only the engine's Say must not pay for them at start-up, so they load on first use.
 _CLUSTER = frozenset(
-    ("ClusterNodes", "ClusterPlan", "apply_cluster", "find_nodes", "plan_cluster", "snapshot_nodes")
+    (
+        "ClusterNodes",
+        "ClusterPlan",
+        "apply_cluster",
+        "find_nodes",
+        "plan_cluster",
+        "snapshot_cluster",
+        "snapshot_nodes",
+    )
 )
 
 
@@ -67,5 +76,6 @@ __all__ = [
     "find_nodes",
     "plan_cluster",
     "roll_out",
+    "snapshot_cluster",
     "snapshot_nodes",
 ]

@@ -38,6 +38,7 @@ from proxgpu.host import Host, connect
 from proxgpu.host.scripts import read_files
 from proxgpu.host.sshcommon import parse_target
 from proxgpu.inspection import GpuFilter, Inventory, inspect
+from proxgpu.inspection.capture import Capture, as_cluster_node, gather, guest_files, write_tree
 from proxgpu.paths import MEMBERS, PCI_MAPPING, guest_config
 from proxgpu.pipeline import Proposal, plan_inventory, read_holdings
 from proxgpu.planning import SplitPolicy
@@ -341,6 +342,49 @@ def read_members(host: Host) -> ClusterMembers:
     :raises SysfsError: when the file is missing or is not pmxcfs' member list.
     """
     return parse_members(members_file(host).decode("utf-8", "replace"), host.name)
+
+
+def snapshot_cluster(
+    nodes: ClusterNodes,
+    out: str | Path,
+    *,
+    connect: Connect | None = None,
+    forks: int = FORKS,
+) -> dict[str, int | ProxgpuError]:
+    """Capture every online node of ``nodes``, then write each one's tree to ``out/NODE/``
+    with the cluster's shared ``/etc/pve`` as that node sees it (every node's guest configs
+    under ``etc/pve/nodes/``, ``.members``, ``mapping/``), so that :func:`snapshot_nodes`
+    reads the cluster back offline. Each node's entries written, or why it could not be read
+    (it then has no tree).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     written = snapshot_cluster(snapshot_nodes("examples/hosts/cluster-3"), out)
+    ...     again = snapshot_nodes(out)
+    >>> sorted(written), sorted(again.targets)
+    (['pve1', 'pve2', 'pve3'], ['pve1', 'pve2', 'pve3'])
+
+    :raises UsageError: when ``out`` exists and is not empty.
+    """
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out}: exists and is not empty; choose a new directory")
+
+    def read(host: Host, say: Say) -> tuple[Capture, bytes]:
+        return gather(host, modes=True), members_file(host)
+
+    outcomes = each_host(nodes.targets, read, connect=connect, forks=forks)
+    found = {name: outcome.or_error() for name, outcome in outcomes.items()}
+    captured = {n: r for n, r in found.items() if not isinstance(r, ProxgpuError)}
+    guests = {n: guest_files(capture) for n, (capture, _) in captured.items()}
+    written: dict[str, int | ProxgpuError] = {}
+    for name, result in found.items():
+        if isinstance(result, ProxgpuError):
+            written[name] = result
+            continue
+        capture, members = result
+        written[name] = write_tree(as_cluster_node(capture, name, guests, members), str(out / name))
+    return written
 
 
 def members_file(host: Host) -> bytes:
