@@ -105,7 +105,13 @@ def _inside_checks(
     cts, machines = look_inside(host, ask_ct, ask_vm)
     fixes = {need.vmid: need for need in needs}
     checks = [_locked(guest, lock) for guest, lock in locks.items()]
-    checks += [_container(inventory, c, containers[c.vmid], fixes.get(c.vmid)) for c in cts]
+    instances: dict[int, list[str]] = {}
+    for use in (use for group in plan.groups for use in group.mig):
+        instances.setdefault(use.vmid, []).append(f"GI {use.gi} CI {use.ci}")
+    checks += [
+        _container(inventory, c, containers[c.vmid], fixes.get(c.vmid), instances.get(c.vmid))
+        for c in cts
+    ]
     checks += [_vm(inventory, v, vms[v.vmid]) for v in machines]
     return checks
 
@@ -152,7 +158,11 @@ def _locked(guest: str, lock: str) -> GuestCheck:
 
 
 def _container(
-    inventory: Inventory, sight: ContainerSight, gpus: list[str], need: UserSpace | None
+    inventory: Inventory,
+    sight: ContainerSight,
+    gpus: list[str],
+    need: UserSpace | None,
+    instances: list[str] | None = None,
 ) -> GuestCheck:
     vmid = sight.vmid
     guest = f"CT {vmid}"
@@ -174,13 +184,19 @@ def _container(
         fix = f": {need.step()}" if need is not None and "mismatch" in sight.detail else ""
         line = f"{guest}: nvidia-smi inside it fails ({sight.detail}){fix}"
         return GuestCheck(guest=guest, verdict="drift", line=line)
-    return _compare(inventory, guest, sight.gpus, gpus)
+    return _compare(inventory, guest, sight.gpus, gpus, instances)
 
 
 def _compare(
-    inventory: Inventory, guest: str, listed: tuple[tuple[str, str], ...], gpus: list[str]
+    inventory: Inventory,
+    guest: str,
+    listed: tuple[tuple[str, str], ...],
+    gpus: list[str],
+    instances: list[str] | None = None,
 ) -> GuestCheck:
-    """The GPUs listed inside against those planned: by UUID where the host knows it."""
+    """The GPUs listed inside against those planned: by UUID where the host knows it. A
+    container of MIG ``instances`` is checked for their GPUs: nvidia-smi's GPU list does not
+    name MIG devices, and the line says so rather than claim them."""
     uuids = {gpu.nvidia_uuid: gpu.address for gpu in inventory.gpus if gpu.nvidia_uuid}
     seen = {uuids.get(uuid, address): uuid for uuid, address in listed}
     named = {gpu.address: gpu.nvidia_uuid for gpu in inventory.gpus}
@@ -195,6 +211,12 @@ def _compare(
         line = f"{guest}: nvidia-smi inside it {'; it '.join(said)}"
         return GuestCheck(guest=guest, verdict="drift", line=line)
     line = f"{guest}: nvidia-smi inside it lists exactly its GPUs, {', '.join(gpus)}"
+    if instances:
+        line = (
+            f"{guest}: nvidia-smi inside it lists exactly the GPUs of its MIG instances "
+            f"({', '.join(instances)}), {', '.join(gpus)}; which MIG devices it sees is not "
+            "checked"
+        )
     return GuestCheck(guest=guest, verdict="ok", line=line)
 
 

@@ -29,9 +29,11 @@ from proxgpu.errors import HostUnreachableError
 from proxgpu.inspection import inside, inspect
 from proxgpu.inspection.inventory import Inventory
 from proxgpu.planning import Plan, SplitPolicy, plan_split
+from proxgpu.planning.requests import MigSpec
 from tests.support.sshd import Sshd, client_options
 from tests.support.standins import ToolsHost, fake_tool
 from tests.support.tools import require_tool
+from tests.support.trees import copy_example
 
 pytestmark = pytest.mark.sshd
 
@@ -398,3 +400,23 @@ def test_verify_without_guests_looks_at_none(host: ToolsHost, plan: Plan, tools:
     answer(tools, "Failed to initialize NVML: Driver/library version mismatch\n", 18)
     assert verify(host, plan, guests=False).guests == []
     assert not (tools / "asked").exists(), "no container was asked"
+
+
+def test_a_mig_container_is_checked_for_its_gpu_and_says_its_mig_devices_are_not(
+    sshd: Sshd, tmp_path: Path, tools: Path
+) -> None:
+    # nvidia-smi's GPU list names the GPU holding the instance, not its MIG devices.
+    mig = copy_example(tmp_path, "mig", dest="mig")
+    options = client_options(sshd, tmp_path)
+    with ToolsHost(sshd.target, options, str(mig), tools) as opened:
+        inventory = inspect(opened)
+        policy = SplitPolicy(lxc_mig=[MigSpec(vmid=200, gpu="0", gi=2)])
+        plan = plan_split(inventory, policy)
+        (gpu,) = {use_gpu for g in plan.groups if g.mig for use_gpu in g.gpus}
+        answer(tools, listing(inventory, [gpu]))
+        checks = containers(guest_checks(opened, inventory, plan))
+    assert checks[-1] == (
+        "ok",
+        "CT 200: nvidia-smi inside it lists exactly the GPUs of its MIG instances (GI 2 CI 0), "
+        f"{gpu}; which MIG devices it sees is not checked",
+    )
