@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 #: Seconds between two reads of a followed action's output.
 POLL = 1.0
 #: The most characters of one output line said (the rest is cut).
-LINE = 300
+LINE_CHARS = 300
 #: The exit code of ``follow.sh`` when it cannot make the log (the action did not run).
 NO_LOG = 125
 
@@ -121,7 +121,7 @@ class _Tail:
     @property
     def most(self) -> int:
         """The most bytes one read asks for: the last ``lines`` lines, as cut for showing."""
-        return self.lines * (LINE + 1)
+        return self.lines * (LINE_CHARS + 1)
 
     def said(self, records: list[ScriptRecord], *, ended: bool = False) -> None:
         """Say the whole lines of one read that were not said yet (only its last ``lines``);
@@ -144,7 +144,7 @@ class _Tail:
             whole = len(data) if ended else data.rfind(b"\n") + 1
             self.offset = max(self.offset, start + whole)
             for line in data[:whole].decode("utf-8", "replace").splitlines()[-self.lines :]:
-                self.say("output", line[:LINE].replace("\t", " "))
+                self.say("output", line[:LINE_CHARS].replace("\t", " "))
 
 
 @contextlib.contextmanager

@@ -17,16 +17,12 @@ import re
 from collections.abc import Sequence
 
 from proxgpu.paths import GRUB_DEFAULT, GUEST_CONFIG, KERNEL_CMDLINE, PCI_MAPPING
-from proxgpu.pve.config import GuestConfig
+from proxgpu.pve.config import GuestConfig, is_raw_key
 from proxgpu.pve.mapping import PciMappingConfig
 from proxgpu.rendering.cmdline import grub_with_parameters
 
 #: One ``(key, value)`` line of a config.
 Entry = tuple[str, str]
-
-
-def _is_raw(key: str) -> bool:
-    return key.startswith("lxc.")
 
 
 def partly_ours(path: str) -> bool:
@@ -75,15 +71,15 @@ def _config_drift(left: str, other: str, now: str, who: str) -> list[str]:
     """
     want, was, have = (GuestConfig.parse(t).entries() for t in (left, other, now))
     lines = _word_drift(
-        [f"{k}: {v}" for k, v in want if _is_raw(k)],
-        [f"{k}: {v}" for k, v in was if _is_raw(k)],
-        [f"{k}: {v}" for k, v in have if _is_raw(k)],
+        [f"{k}: {v}" for k, v in want if is_raw_key(k)],
+        [f"{k}: {v}" for k, v in was if is_raw_key(k)],
+        [f"{k}: {v}" for k, v in have if is_raw_key(k)],
         who,
         "",
     )
     # The last entry of a key wins, as in Proxmox.
     want_keys, was_keys, have_keys = (
-        {k: v for k, v in entries if not _is_raw(k)} for entries in (want, was, have)
+        {k: v for k, v in entries if not is_raw_key(k)} for entries in (want, was, have)
     )
     for key in dict.fromkeys([*want_keys, *was_keys]):
         wanted, found = want_keys.get(key), have_keys.get(key)
@@ -181,9 +177,9 @@ def _undo_config(before: str, after: str, now: str) -> str:
     """
     was, wrote = GuestConfig.parse(before).entries(), GuestConfig.parse(after).entries()
     config = GuestConfig.parse(now)
-    _undo_raw(config, [e for e in was if _is_raw(e[0])], [e for e in wrote if _is_raw(e[0])])
-    old = {k: v for k, v in was if not _is_raw(k)}
-    new = {k: v for k, v in wrote if not _is_raw(k)}
+    _undo_raw(config, [e for e in was if is_raw_key(e[0])], [e for e in wrote if is_raw_key(e[0])])
+    old = {k: v for k, v in was if not is_raw_key(k)}
+    new = {k: v for k, v in wrote if not is_raw_key(k)}
     for key in dict.fromkeys([*new, *old]):
         if old.get(key) == new.get(key):
             continue
@@ -198,7 +194,7 @@ def _undo_config(before: str, after: str, now: str) -> str:
 def _undo_raw(config: GuestConfig, was: list[Entry], wrote: list[Entry]) -> None:
     """Raw ``lxc.*`` lines back in their old order, then those added since by someone else (LXC
     reads them in order: a mount entry after another may depend on it)."""
-    have = [e for e in config.entries() if _is_raw(e[0])]
+    have = [e for e in config.entries() if is_raw_key(e[0])]
     wanted = [*was, *(e for e in have if e not in wrote and e not in was)]
     if wanted == have:
         return

@@ -29,7 +29,7 @@ _held_here: set[str] = set()
 
 
 @contextmanager
-def holding(lock_id: str) -> Iterator[None]:
+def held_here(lock_id: str) -> Iterator[None]:
     """Mark ``lock_id`` as held by a running operation of this process while the block runs."""
     _held_here.add(lock_id)
     try:

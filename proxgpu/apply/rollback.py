@@ -108,7 +108,7 @@ def rollback(
     run = _Rollback(host, entry, progress_of(progress), how)
     known = {e.id for e in journal.entries} | {e.lock for e in journal.entries if e.lock}
     known |= {path.rsplit("/", 1)[1].removesuffix(".json") for path in journal.unreadable}
-    with lock.holding(run.lock_id):
+    with lock.held_here(run.lock_id):
         return run.locked_run(explicit=to is not None, known=known)
 
 

@@ -153,7 +153,7 @@ class _Apply:
     def run(self, inventory: Inventory | None) -> ApplyResult:
         dry_run, live = self.how.dry_run, self.how.live
         self.say("preflight", f"checking {len(self.changes)} files on {self.host.name}")
-        with lock.holding(self.lock_id):
+        with lock.held_here(self.lock_id):
             try:
                 paths = [w.path for w in self.where]
                 if dry_run:

@@ -207,7 +207,7 @@ def plan_cluster(
         n: o.or_error()
         for n, o in each_host(nodes.targets, one, connect=connect, forks=forks).items()
     }
-    check_guests(policy, nodes, read)
+    refuse_unknown_guests(policy, nodes, read)
     proposals = {
         n: found if isinstance(found, ProxgpuError) else _plan_node(found, policy, options)
         for n, found in read.items()
@@ -287,7 +287,7 @@ def _same_name(host: Host, hostname: str, name: str) -> None:
         )
 
 
-def check_guests(
+def refuse_unknown_guests(
     policy: SplitPolicy, nodes: ClusterNodes, found: Mapping[str, Inventory | ProxgpuError]
 ) -> None:
     """Refuse the first guest ``policy`` names that no node read holds, as a single host

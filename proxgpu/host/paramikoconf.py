@@ -120,7 +120,7 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 
 @dataclass
-class Resolved:
+class ResolvedHost:
     hostname: str
     port: int
     user: str
@@ -194,7 +194,7 @@ def _parsed(text: str) -> Config:
     return config
 
 
-def resolve(target: str, options: SSHOptions, config: Config) -> Resolved:
+def resolve(target: str, options: SSHOptions, config: Config) -> ResolvedHost:
     user, alias, port = parse_target(target)
     entry = config.lookup_at(alias, port or options.port)
     identity = [options.identity_file] if options.identity_file else entry.get("identityfile", [])
@@ -208,7 +208,7 @@ def resolve(target: str, options: SSHOptions, config: Config) -> Resolved:
     # StrictHostKeyChecking accept-new (or no) trusts a key seen for the first time, like
     # --accept-new-host-key; a changed key is refused whatever it says.
     strict = entry.get("stricthostkeychecking", "yes").lower()
-    return Resolved(
+    return ResolvedHost(
         hostname=entry.get("hostname", alias),
         port=port or options.port or int(entry.get("port", 22)),
         user=user or options.user or entry.get("user") or _local_user(),
@@ -300,7 +300,7 @@ def _local_user() -> str:
 class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
     """Refuse unknown keys, or append them when the caller accepted new keys explicitly."""
 
-    def __init__(self, display: str, dest: Resolved, known: KnownHosts) -> None:
+    def __init__(self, display: str, dest: ResolvedHost, known: KnownHosts) -> None:
         self.display = display
         self.known_hosts = dest.known_hosts
         self.accept_new = dest.accept_new

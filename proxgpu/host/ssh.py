@@ -36,7 +36,7 @@ from proxgpu.host.knownhosts import KnownHosts, read_known_hosts
 from proxgpu.host.paramikoconf import (
     Config,
     KnownHostsPolicy,
-    Resolved,
+    ResolvedHost,
     disabled_algorithms,
     fingerprint,
     forget_key,
@@ -105,7 +105,7 @@ class SSHHost(SSHTarget):
             self._close_clients()
             raise
 
-    def _connect(self, dest: Resolved, config: Config) -> None:
+    def _connect(self, dest: ResolvedHost, config: Config) -> None:
         sock: Any = None
         if dest.proxy_jump and dest.proxy_jump.lower() != "none":
             for hop in dest.proxy_jump.split(","):
@@ -118,7 +118,7 @@ class SSHHost(SSHTarget):
             sock = paramiko.ProxyCommand(dest.proxy_command)
         self._open(dest, sock)
 
-    def _tunnel(self, dest: Resolved) -> paramiko.Channel:
+    def _tunnel(self, dest: ResolvedHost) -> paramiko.Channel:
         transport = self._clients[-1].get_transport()
         assert transport is not None  # _open only keeps connected clients
         try:
@@ -133,7 +133,7 @@ class SSHHost(SSHTarget):
                 self.name, f"jump host cannot reach {dest.hostname}: {exc}"
             ) from exc
 
-    def _open(self, dest: Resolved, sock: Any) -> None:
+    def _open(self, dest: ResolvedHost, sock: Any) -> None:
         display = known_hosts_name(dest.hostname, dest.port)
         known = read_known_hosts(dest.known_hosts_files)
         client = paramiko.SSHClient()
@@ -163,7 +163,7 @@ class SSHHost(SSHTarget):
     def _handshake(
         self,
         client: paramiko.SSHClient,
-        dest: Resolved,
+        dest: ResolvedHost,
         sock: Any,
         display: str,
         known: KnownHosts,

@@ -14,7 +14,7 @@ from proxgpu.planning.placement import GpuPlacement, GpuSetCheck
 from proxgpu.planning.runtimes import (
     CUDA,
     RUNTIMES,
-    mig_uuids,
+    known_mig_uuids,
     none_seen,
     not_whole,
     numbered,
@@ -72,7 +72,7 @@ CUDA's default, FASTEST_FIRST, may differ)
             model=gpu.model,
             numa_node=gpu.numa_node if only is None else only,
             not_whole=not_whole(gpu),
-            mig_devices=mig_uuids(gpu),
+            mig_devices=known_mig_uuids(gpu),
         )
         for gpu in sorted(chosen.values(), key=pci_order)
     ]

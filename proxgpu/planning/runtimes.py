@@ -221,7 +221,7 @@ def mig_selection(gpu: Gpu) -> str:
     ...                   class_code="0x030200", functions=[], function_info=[]))
     'CUDA_VISIBLE_DEVICES=MIG-<UUID> (nvidia-smi -L lists them under the GPU)'
     """
-    uuids = mig_uuids(gpu)
+    uuids = known_mig_uuids(gpu)
     if not uuids or len(uuids) < len(gpu.mig_instances):
         return "CUDA_VISIBLE_DEVICES=MIG-<UUID> (nvidia-smi -L lists them under the GPU)"
     return "CUDA_VISIBLE_DEVICES=" + " or ".join(
@@ -229,6 +229,6 @@ def mig_selection(gpu: Gpu) -> str:
     )
 
 
-def mig_uuids(gpu: Gpu) -> list[str]:
+def known_mig_uuids(gpu: Gpu) -> list[str]:
     """The ``MIG-<UUID>`` of each of ``gpu``'s MIG devices inspection knows, in GI, CI order."""
     return [instance.uuid for instance in gpu.mig_instances if instance.uuid is not None]

@@ -19,11 +19,10 @@ from proxgpu.paths import guest_config
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import PlanGroup
 from proxgpu.pve.claims import GuestRef
-from proxgpu.pve.config import GuestConfig, hostpci_devices, parse_property_string
+from proxgpu.pve.config import HOSTPCI_KEY, GuestConfig, hostpci_devices, parse_property_string
 
 #: qemu-server's PCI ID (lower-case hex, as its pattern is matched).
 _PCI_ID = re.compile(r"(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}(?:\.[a-f0-9])?")
-_HOSTPCI = re.compile(r"hostpci\d+")
 _DEV = re.compile(r"dev\d+")
 
 
@@ -53,7 +52,7 @@ def warn_unreadable_entries(ctx: Context, groups: list[PlanGroup]) -> None:
 def _unreadable(guest: GuestRef, text: str) -> Iterator[tuple[str, str]]:
     """The device entries of a config's main section that Proxmox cannot read."""
     vm = guest.type == "vm"
-    device, readable = (_HOSTPCI, _readable_hostpci) if vm else (_DEV, _readable_dev)
+    device, readable = (HOSTPCI_KEY, _readable_hostpci) if vm else (_DEV, _readable_dev)
     for key, value in GuestConfig.parse(text).entries():
         if device.fullmatch(key) and not readable(value):
             yield key, value

@@ -28,7 +28,7 @@ from typing import Literal
 
 from proxgpu.model import FrozenModel
 from proxgpu.paths import GUEST_CONFIG, PCI_MAPPING
-from proxgpu.pve.config import GuestConfig, hostpci_devices, parse_property_string
+from proxgpu.pve.config import HOSTPCI_KEY, GuestConfig, hostpci_devices, parse_property_string
 from proxgpu.pve.mapping import PciMappingConfig
 
 NVIDIA_MAJOR = 195
@@ -37,7 +37,6 @@ NVIDIA_MAJOR = 195
 _NVIDIA_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 _NVIDIA_CAP_NODE = re.compile(r"^/dev/nvidia-caps/nvidia-cap(\d+)$")
 _NVIDIA_RULE = re.compile(rf"^c\s+{NVIDIA_MAJOR}:(\*|\d+)(?:\s|$)")
-_HOSTPCI = re.compile(r"^hostpci\d+$")
 _CGROUP_ALLOW = ("lxc.cgroup2.devices.allow", "lxc.cgroup.devices.allow")
 
 
@@ -113,7 +112,7 @@ def device_claims(configs: Mapping[str, str], node: str) -> list[DeviceClaim]:
         # Only the main section holds devices: pending changes and snapshots do not.
         for key, value in GuestConfig.parse(configs[path]).entries():
             line = f"{key}: {value}"
-            if guest.type == "vm" and _HOSTPCI.match(key):
+            if guest.type == "vm" and HOSTPCI_KEY.fullmatch(key):
                 mdev, keep = hostpci_mdev(value), hostpci_keeps_binding(value)
                 claims.extend(
                     DeviceClaim(

@@ -41,13 +41,12 @@ _KEY = r"[a-z][a-z0-9_\-]*"
 _RAW_KEY = r"lxc\.[a-z0-9_.\-]+"
 KEY_RE = re.compile(_KEY)
 _RAW_KEY_RE = re.compile(_RAW_KEY)
+#: A VM config's PCI passthrough keys: ``hostpci0`` to ``hostpciN`` (matched whole).
+HOSTPCI_KEY = re.compile(r"hostpci\d+")
 _HEADER_RE = re.compile(r"\[(?P<name>[^\]]*)\]\s*")
 _RAW_RE = re.compile(rf"(?P<key>{_RAW_KEY})(?P<sep>:\s*|\s*=\s*)(?P<value>.*?)\s*")
 _ENTRY_RE = re.compile(rf"(?P<key>{_KEY})(?P<sep>:\s*)(?P<value>.*?)\s*")
 _PENDING_NAMES = frozenset({"pending", "pve:pending"})
-
-
-_MAPPING_PROP_RE = re.compile(r"\s+(?P<key>\S+)(?:\s+(?P<value>.*?))?\s*")
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,12 @@ def _parse_entry(text: str) -> _Entry | None:
     return _Entry(match["key"], match["sep"], match["value"]) if match else None
 
 
-def _is_raw(key: str) -> bool:
+def is_raw_key(key: str) -> bool:
+    """Whether ``key`` is a raw LXC key (``lxc.*``), which Proxmox keeps below its own.
+
+    >>> is_raw_key("lxc.mount.entry"), is_raw_key("dev0")
+    (True, False)
+    """
     return key.startswith("lxc.")
 
 
@@ -232,7 +236,7 @@ class GuestConfig(LineFile):
         check_value(value)
         matches = [(i, entry) for i, entry in self._main_entries() if entry.key == key]
         if not matches:
-            self._insert(self._new_entry_pos(_is_raw(key)), [f"{key}: {value}"])
+            self._insert(self._new_entry_pos(is_raw_key(key)), [f"{key}: {value}"])
             return
         first, entry = matches[0]
         self._replace(first, first + 1, [f"{key}{entry.sep}{value}"])
@@ -347,8 +351,8 @@ class GuestConfig(LineFile):
 
     def _new_entry_pos(self, raw: bool) -> int:
         entries = self._main_entries()
-        normal = [i for i, entry in entries if not _is_raw(entry.key)]
-        raws = [i for i, entry in entries if _is_raw(entry.key)]
+        normal = [i for i, entry in entries if not is_raw_key(entry.key)]
+        raws = [i for i, entry in entries if is_raw_key(entry.key)]
         if raw and raws:
             return raws[-1] + 1
         if normal:
@@ -366,7 +370,7 @@ class GuestConfig(LineFile):
 
     @staticmethod
     def _check_raw(key: str, value: str) -> None:
-        if not _is_raw(key):
+        if not is_raw_key(key):
             raise ValueError(f"{key!r} is not a raw lxc.* key")
         _check_key(key)
         check_value(value)
