@@ -7,7 +7,6 @@ nothing to change, 2 changes (or a reboot) pending, 1 any error.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
 from proxgpu.apply import ApplyOptions, ApplyResult, apply_changes
 from proxgpu.apply.result import NO_CHANGES
@@ -18,11 +17,9 @@ from proxgpu.cli.shown import Shown, StepPrinter, emit
 from proxgpu.errors import UsageError
 from proxgpu.fleet import Say
 from proxgpu.host.base import Host
-from proxgpu.inspection import Inventory
 from proxgpu.pipeline import Proposal, propose
 from proxgpu.pipeline.documents import apply_document, plan_document, shown
-from proxgpu.pipeline.saved import load_plan, save_plan
-from proxgpu.planning import Plan
+from proxgpu.pipeline.saved import SavedPlan, load_plan, save_plan
 from proxgpu.rendering.changes import ChangeSet
 
 #: Exit code of ``--detailed-exitcode`` when something is pending.
@@ -80,7 +77,7 @@ def _what_to_apply(line: CommandLine, host: Host) -> Proposed:
     name; checked to be for this host; its inventory is not saved: the compare-and-swap on
     every file stands in for it)."""
     if not line.plan:
-        return Proposed.of(propose(host, *line.split(), line.gpus))
+        return propose(host, *line.split(), line.gpus)
     beside = list(dict.fromkeys(word for word in line.request if word.startswith("--")))
     if beside:
         raise UsageError(
@@ -92,7 +89,7 @@ def _what_to_apply(line: CommandLine, host: Host) -> Proposed:
     saved = load_plan(path, trust_unsigned=line.trust_unsigned)
     if saved.host != host.name:
         raise UsageError(f"{path}: made for {saved.host}, not {host.name}")
-    return Proposed(None, saved.plan, saved.changes)
+    return saved
 
 
 def cmd_apply(line: CommandLine) -> int:
@@ -122,18 +119,8 @@ def host_apply(line: CommandLine, host: Host, say: Say) -> Shown:
     return apply_shown(line, host, _what_to_apply(line, host), say)
 
 
-@dataclass(frozen=True)
-class Proposed:
-    """What an apply applies: a fresh proposal (with its inventory) or a saved plan."""
-
-    inventory: Inventory | None
-    plan: Plan
-    changes: ChangeSet
-
-    @classmethod
-    def of(cls, proposal: Proposal) -> Proposed:
-        """A fresh proposal, its inventory with it."""
-        return cls(proposal.inventory, proposal.plan, proposal.changes)
+#: What an apply applies: a fresh proposal (with its inventory) or a saved plan (without).
+Proposed = Proposal | SavedPlan
 
 
 def apply_shown(line: CommandLine, host: Host, proposed: Proposed, say: Say) -> Shown:
@@ -155,7 +142,8 @@ def apply_options(line: CommandLine) -> ApplyOptions:
 
 
 def _apply(line: CommandLine, host: Host, proposed: Proposed, say: Say) -> ApplyResult:
-    changes, plan, inventory = proposed.changes, proposed.plan, proposed.inventory
+    changes, plan = proposed.changes, proposed.plan
+    inventory = proposed.inventory if isinstance(proposed, Proposal) else None
     options = apply_options(line)
     return apply_changes(host, changes, options, plan=plan, inventory=inventory, progress=say)
 
@@ -169,6 +157,8 @@ def _result_text(result: ApplyResult, changes: ChangeSet) -> str:
 
 
 def _shown_plan(line: CommandLine, proposed: Proposed) -> str:
-    inventory = proposed.inventory
-    text = render_plan(proposed.plan, inventory) + "\n\n" if inventory is not None else ""
+    # A saved plan keeps no inventory to describe the plan with: its diff says it all.
+    text = ""
+    if isinstance(proposed, Proposal):
+        text = render_plan(proposed.plan, proposed.inventory) + "\n\n"
     return text + render_changes(shown(proposed.changes), color=line.color)

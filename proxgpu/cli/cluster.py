@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from proxgpu.cli.change import Proposed, applied_shown, apply_options, plan_shown
+from proxgpu.cli.change import applied_shown, apply_options, plan_shown
 from proxgpu.cli.commandline import CommandLine
 from proxgpu.cli.fleet import (
     EventPrinter,
@@ -127,7 +127,7 @@ def _applied(
         if outcome.result is None:
             outcomes[name] = Outcome(name, error=outcome.error, seconds=outcome.seconds)
         else:
-            shown = applied_shown(line, Proposed.of(proposals[name]), outcome.result)
+            shown = applied_shown(line, proposals[name], outcome.result)
             outcomes[name] = Outcome(name, result=shown, seconds=outcome.seconds)
     return outcomes
 

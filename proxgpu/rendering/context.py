@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
+from typing import get_args
 
-from proxgpu.errors import NOT_UTF8_FIX, NOT_UTF8_WHY, RenderError
+from proxgpu.errors import NOT_UTF8_FIX, NOT_UTF8_WHY, RenderError, UsageError
 from proxgpu.inspection.inventory import Inventory, PciFunction
 from proxgpu.paths import LXC_CONFIG_DIR, guest_config
 from proxgpu.planning.model import VMID_MAX, VMID_MIN, Plan
@@ -28,11 +29,24 @@ class RenderOptions:
     :mod:`proxgpu.rendering.nodes`); on
     by default, since Proxmox refuses to start a container whose ``devN`` node is missing and
     the nvidia module makes none by itself.
+
+    >>> RenderOptions(bind_method="udev")
+    Traceback (most recent call last):
+    ...
+    proxgpu.errors.UsageError: bind_method 'udev': choose modprobe or driverctl
+
+    :raises UsageError: for a binding method proxgpu does not write.
     """
 
     bind_method: BindMethod = "modprobe"
     mapping: str | None = None
     nvidia_nodes_unit: bool = True
+
+    def __post_init__(self) -> None:
+        # A script's value is not checked by mypy: an unknown one would render modprobe's files.
+        methods = get_args(BindMethod)
+        if self.bind_method not in methods:
+            raise UsageError(f"bind_method {self.bind_method!r}: choose {' or '.join(methods)}")
 
 
 @dataclass
