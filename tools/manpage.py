@@ -100,7 +100,7 @@ def man_page(parser: argparse.ArgumentParser | None = None) -> str:
 def roff_sections() -> dict[str, str]:
     """The man page's EXIT STATUS, ENVIRONMENT, FILES and EXAMPLES, as roff."""
     return {
-        "exit status": _tagged((str(e.code), e.meaning) for e in EXIT_CODES),
+        "exit status": _tagged((str(code), meaning) for code, _, meaning in EXIT_CODES),
         "environment": _tagged(ENVIRONMENT),
         "files": _tagged(FILES),
         "examples": _tagged(EXAMPLES),
