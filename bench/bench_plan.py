@@ -8,8 +8,9 @@ every check does real work. It is built with the test suite's own factory
 * numa: the default split with a container target (8 GPUs host, 56 vfio in 7 groups);
 * vms: the same plus seven VMs of 8 GPUs each, placed one per node.
 
-The floor is rebuilding the inventory from its own dump (``Inventory.model_validate``): the
-cheapest thing any consumer of an inventory does. Run: python bench/bench_plan.py [iterations]
+The floor is rebuilding the inventory from its own dump
+(``TypeAdapter(Inventory).validate_python``): the cheapest thing any consumer of an inventory
+does. Run: python bench/bench_plan.py [iterations]
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from types import ModuleType
 
 from proxgpu.cli.commandline import CommandLine
 from proxgpu.errors import ProxgpuError
@@ -39,31 +40,84 @@ known && NF >= 2 && $1 !~ /^[#|@]/ {
 #: The files the host names come from, as ssh reads them by default.
 _HOST_FILES = "~/.ssh/config ~/.ssh/known_hosts /etc/ssh/ssh_config /etc/ssh/ssh_known_hosts"
 
-#: What completes each kind of value, as shtab takes it: each shell's call, and the functions
-#: they call (``templates/completion.SHELL.j2``), put before the script.
-_CALLS = {
-    "host": {"bash": "_proxgpu_hosts", "zsh": "_proxgpu_hosts", "fish": "(__proxgpu_hosts)"},
-    "lxc": {"bash": "_proxgpu_lxc", "zsh": "_proxgpu_vmids lxc", "fish": "(__proxgpu_vmids lxc)"},
+#: Each shell's functions for hosts (the awk program over the files that exist) and VMIDs.
+_HOSTS_PREAMBLE = {
+    "bash": f"""
+_proxgpu_host_names() {{
+  local f files=()
+  for f in {_HOST_FILES}; do [[ -r $f ]] && files+=("$f"); done
+  ((${{#files[@]}})) && {_HOST_NAMES} "${{files[@]}}" | sort -u
+}}
+# [USER@]HOST: the user part is kept, the host part completed.
+_proxgpu_hosts() {{
+  local user=""
+  [[ $1 == *@* ]] && user="${{1%%@*}}@"
+  compgen -P "$user" -W "$(_proxgpu_host_names)" -- "${{1#*@}}"
+}}
+_proxgpu_vmids() {{
+  local f ids=()
+  for f in /etc/pve/"$2"/*.conf; do [[ -e $f ]] && ids+=("$(basename "$f" .conf)"); done
+  compgen -W "${{ids[*]}}" -- "$1"
+}}
+_proxgpu_lxc() {{ _proxgpu_vmids "$1" lxc; }}
+_proxgpu_qemu() {{ _proxgpu_vmids "$1" qemu-server; }}
+""",
+    "zsh": f"""
+_proxgpu_hosts() {{
+  local f; local -a files names
+  for f in {_HOST_FILES}; do [[ -r $f ]] && files+=("$f"); done
+  (( $#files )) && names=(${{(f)"$({_HOST_NAMES} "${{files[@]}}" | sort -u)"}})
+  compset -P '*@'
+  compadd -a names
+}}
+_proxgpu_vmids() {{
+  local -a ids
+  ids=(/etc/pve/$1/*.conf(N:t:r))
+  compadd -a ids
+}}
+""",
+    "fish": f"""
+function __proxgpu_hosts
+  # An empty list, not "", would leave no names at all in $user$name.
+  set -l user (string match -r '^[^@]*@' -- (commandline -ct); or echo)
+  set -l files
+  for f in {_HOST_FILES}
+    test -r $f; and set -a files $f
+  end
+  test (count $files) -gt 0; or return
+  for name in ({_HOST_NAMES} $files | sort -u)
+    echo $user$name
+  end
+end
+function __proxgpu_vmids
+  for f in /etc/pve/$argv[1]/*.conf
+    basename $f .conf
+  end
+end
+""",
+}
+
+#: The completion of each kind of value, as shtab takes it (shell -> what completes it).
+_KINDS: dict[str, dict[str, object]] = {
+    "host": {
+        "bash": "_proxgpu_hosts",
+        "zsh": "_proxgpu_hosts",
+        "fish": "(__proxgpu_hosts)",
+        "preamble": _HOSTS_PREAMBLE,
+    },
+    "lxc": {
+        "bash": "_proxgpu_lxc",
+        "zsh": "_proxgpu_vmids lxc",
+        "fish": "(__proxgpu_vmids lxc)",
+        "preamble": _HOSTS_PREAMBLE,
+    },
     "vm": {
         "bash": "_proxgpu_qemu",
         "zsh": "_proxgpu_vmids qemu-server",
         "fish": "(__proxgpu_vmids qemu-server)",
+        "preamble": _HOSTS_PREAMBLE,
     },
 }
-
-
-def _kinds() -> dict[str, dict[str, object]]:
-    """Each kind of value's completion, with the shells' functions rendered once for all."""
-    # Imported here: Jinja2 is for this subcommand only.
-    from proxgpu.rendering.templating import render_template  # noqa: PLC0415
-
-    preamble = {
-        shell: render_template(
-            f"completion.{shell}.j2", host_files=_HOST_FILES, host_names=_HOST_NAMES
-        )
-        for shell in SHELLS
-    }
-    return {kind: {**calls, "preamble": preamble} for kind, calls in _CALLS.items()}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,7 +144,7 @@ def completion_script(shell: str, parser: argparse.ArgumentParser | None = None)
     except ImportError as exc:
         raise ProxgpuError(f"shell completion needs shtab (pip install shtab): {exc}") from exc
     parser = parser or _parser()
-    _mark(parser, {"file": shtab.FILE, "directory": shtab.DIRECTORY, **_kinds()})
+    _mark(parser, shtab)
     script: str = shtab.complete(parser, shell=shell)
     return script if script.endswith("\n") else script + "\n"
 
@@ -107,12 +161,13 @@ def value_kind(action: argparse.Action) -> str | None:
     return _PATHS.get(action.metavar) if isinstance(action.metavar, str) else None
 
 
-def _mark(parser: argparse.ArgumentParser, kinds: dict[str, object]) -> None:
+def _mark(parser: argparse.ArgumentParser, shtab: ModuleType) -> None:
     """Give every option of ``parser`` and its subcommands the completion of its value."""
+    kinds = {"file": shtab.FILE, "directory": shtab.DIRECTORY, **_KINDS}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for command in dict.fromkeys(action.choices.values()):
-                _mark(command, kinds)
+                _mark(command, shtab)
         elif (kind := value_kind(action)) is not None:
             # shtab reads what completes an option's value from this attribute.
             action.complete = kinds[kind]  # type: ignore[attr-defined]

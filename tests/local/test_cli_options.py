@@ -188,3 +188,13 @@ def test_a_cluster_snapshot_read_as_one_host_is_refused_naming_its_nodes(
     err = capsys.readouterr().err
     assert f"{snapshot}: a cluster snapshot (nodes pve1, pve2, pve3): add --cluster" in err
     assert main(["plan", "--root", snapshot, "--cluster", "--lxc", "200"]) != 2
+
+
+def test_a_report_of_a_cluster_snapshot_read_as_one_host_is_refused_before_writing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    snapshot = str(Path(CT200).parent / "cluster-3")
+    out = tmp_path / "report.html"
+    assert main(["report", "--root", snapshot, "--lxc", "200", "-o", str(out)]) == 2
+    assert "a cluster snapshot (nodes pve1, pve2, pve3)" in capsys.readouterr().err
+    assert not out.exists()
