@@ -210,13 +210,13 @@ def _compare(
     if said:
         line = f"{guest}: nvidia-smi inside it {'; it '.join(said)}"
         return GuestCheck(guest=guest, verdict="drift", line=line)
-    line = f"{guest}: nvidia-smi inside it lists exactly its GPUs, {', '.join(gpus)}"
-    if instances:
-        line = (
-            f"{guest}: nvidia-smi inside it lists exactly the GPUs of its MIG instances "
-            f"({', '.join(instances)}), {', '.join(gpus)}; which MIG devices it sees is not "
-            "checked"
-        )
+    if not instances:
+        line = f"{guest}: nvidia-smi inside it lists exactly its GPUs, {', '.join(gpus)}"
+        return GuestCheck(guest=guest, verdict="ok", line=line)
+    line = (
+        f"{guest}: nvidia-smi inside it lists exactly the GPUs of its MIG instances "
+        f"({', '.join(instances)}), {', '.join(gpus)}; which MIG devices it sees is not checked"
+    )
     return GuestCheck(guest=guest, verdict="ok", line=line)
 
 

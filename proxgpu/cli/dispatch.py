@@ -67,11 +67,6 @@ def _route(line: CommandLine) -> int:
 
 def _run(line: CommandLine, command: Command) -> int:
     """Run the command for one host (or none); its exit code."""
-    if line.root and not line.host:
-        # Before any work: a report would otherwise write a file with the root as an unread host.
-        from proxgpu.host.local import refuse_cluster_snapshot  # noqa: PLC0415 - --root's only
-
-        refuse_cluster_snapshot(line.root)
     start = time.monotonic()
     # The SSH handshake then overlaps the command's imports (see .hosts).
     open_early(line)

@@ -55,6 +55,11 @@ def write_report(
 
         read = each_host(targets, one, connect=connector(line), forks=line.forks)
         sections = {n: o.or_error() for n, o in read.items()}
+        # A host the command line names wrongly (a cluster snapshot as --root) is no unread
+        # host to report: the command is refused, and no file is written.
+        usage = next((s for s in sections.values() if isinstance(s, UsageError)), None)
+        if usage is not None:
+            raise usage
     else:
         sections = {n: _node_section(planned, n) for n in planned.proposals}
         header = ClusterHeader(planned.nodes.summary(), planned.mapping, planned.mapping_name)

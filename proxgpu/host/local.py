@@ -132,17 +132,13 @@ pve3): add --cluster, or name one node's tree (--root examples/hosts/cluster-3/p
         if not os.path.isdir(root):
             what = "not a directory" if os.path.lexists(root) else "no such directory"
             raise UsageError(f"{root}: {what} (--root names a host's tree)")
-        refuse_cluster_snapshot(root)
+        _refuse_cluster_snapshot(root)
 
 
-def refuse_cluster_snapshot(root: str) -> None:
-    """Refuse ``root`` when it is no host's tree but a cluster snapshot's folder of node trees:
-    a few ``stat`` calls (a host's tree has its PCI devices; a snapshot has ``NODE/.members``).
-
-    :raises UsageError: naming the nodes and both ways on.
-    """
-    if not os.path.isdir(root) or os.path.isdir(os.path.join(root, PCI_DEVICES.strip("/"))):
-        return  # missing, or a host's tree: DirectoryHost says what is wrong with it
+def _refuse_cluster_snapshot(root: str) -> None:
+    # A few stat calls: a host's tree has its PCI devices; a snapshot has NODE/.members trees.
+    if os.path.isdir(os.path.join(root, PCI_DEVICES.strip("/"))):
+        return
     members = MEMBERS.lstrip("/")
     with os.scandir(root) as entries:
         nodes = sorted(e.name for e in entries if os.path.isfile(os.path.join(e.path, members)))
