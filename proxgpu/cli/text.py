@@ -69,32 +69,11 @@ def _gpu_details(gpu: Gpu) -> str:
     if gpu.mig_mode:
         devices = [f"GI {i.gi} CI {i.ci} {i.uuid or '(UUID unknown)'}" for i in gpu.mig_instances]
         facts.append(f"MIG mode: {', '.join(devices) or 'no compute instance'}")
-    if gpu.virtual_functions:
-        facts.append(_virtual_functions(gpu))
+    if gpu.virtual_functions_said:
+        facts.append(gpu.virtual_functions_said)
     if gpu.bmc_display:
         facts.append("BMC display (the board's remote console): never planned unless named")
     return f"    {gpu.address}  " + ", ".join(facts)
-
-
-def _virtual_functions(gpu: Gpu) -> str:
-    """How many SR-IOV virtual functions a GPU has, and which carry a vGPU now.
-
-    >>> from proxgpu.inspection.inventory import VirtualFunction
-    >>> vfs = [VirtualFunction(address="0000:81:00.4"),
-    ...        VirtualFunction(address="0000:81:01.2", current_vgpu_type=1155)]
-    >>> _virtual_functions(Gpu(address="0000:81:00.0", vendor_id="10de", device_id="26b9",
-    ...                        class_code="0x030200", functions=[], function_info=[],
-    ...                        virtual_functions=vfs))
-    '2 SR-IOV virtual functions, a vGPU on 0000:81:01.2 (nvidia-1155)'
-    """
-    count = len(gpu.virtual_functions)
-    said = f"{count} SR-IOV virtual function{'s' * (count != 1)}"
-    live = [
-        f"{vf.address} ({', '.join(vf.live_vgpus)})"
-        for vf in gpu.virtual_functions
-        if vf.live_vgpus
-    ]
-    return f"{said}, a vGPU on {', '.join(live)}" if live else said
 
 
 def _size(size: int) -> str:

@@ -313,6 +313,30 @@ class Gpu:
         """The address without its function number (``0000:81:00``)."""
         return self.address.rsplit(".", 1)[0]
 
+    @property
+    def virtual_functions_said(self) -> str | None:
+        """How many SR-IOV virtual functions it has and which carry a vGPU now, as ``inspect``'s
+        text and tree say it (``None``: it has none).
+
+        >>> vfs = [VirtualFunction(address="0000:81:00.4"),
+        ...        VirtualFunction(address="0000:81:01.2", current_vgpu_type=1155)]
+        >>> Gpu(address="0000:81:00.0", vendor_id="10de", device_id="26b9", class_code="0x030200",
+        ...     functions=[], function_info=[], virtual_functions=vfs).virtual_functions_said
+        '2 SR-IOV virtual functions, a vGPU on 0000:81:01.2 (nvidia-1155)'
+        """
+        count = len(self.virtual_functions)
+        if not count:
+            return None
+        said = f"{count} SR-IOV virtual function{'s' * (count != 1)}"
+        held = [
+            f"{vf.address} ({', '.join(vf.live_vgpus)})"
+            for vf in self.virtual_functions
+            if vf.live_vgpus
+        ]
+        if not held:
+            return f"{said}, no vGPU on them"
+        return f"{said}, {'a vGPU' if len(held) == 1 else 'vGPUs'} on {', '.join(held)}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Inventory:

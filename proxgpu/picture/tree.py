@@ -69,19 +69,8 @@ def _details(node: TreeNode, shared: set[int], roles: dict[str, Assignment] | No
             f".{f.address.rsplit('.', 1)[1]} {_kind(f.class_code)}, driver {f.driver or '-'}"
             for f in node.gpu.function_info[1:]
         ]
-        + _virtual_functions(node.gpu)
+        + ([node.gpu.virtual_functions_said] if node.gpu.virtual_functions_said else [])
     )
-
-
-def _virtual_functions(gpu: Gpu) -> list[str]:
-    """One line for the GPU's SR-IOV virtual functions (parts of it: NVIDIA's vGPUs run on
-    them) and the vGPUs they hold."""
-    vfs = gpu.virtual_functions
-    if not vfs:
-        return []
-    held = [f"{vf.address} ({', '.join(vf.live_vgpus)})" for vf in vfs if vf.live_vgpus]
-    line = f"{len(vfs)} SR-IOV virtual function{'s' if len(vfs) > 1 else ''}"
-    return [f"{line}, vGPUs on {', '.join(held)}" if held else f"{line}, no vGPU on them"]
 
 
 def _gpu_facts(gpu: Gpu, muted: bool, group_text: str, roles: dict[str, Assignment] | None) -> str:

@@ -195,6 +195,12 @@ def test_a_host_that_cannot_be_read_gets_a_section_saying_why(
     assert html.count("Host could not be read") == 2
     assert all(f"<h2>{host}</h2>" in html for host in hosts)
     assert "wrote" in capsys.readouterr().out
+    # --json: each unread host's entry holds the error document every command prints.
+    assert main(["report", "--host", ",".join(hosts), "--lxc", "200", "-o", str(out), "--json"])
+    summaries = json.loads(capsys.readouterr().out)["hosts"]
+    assert [(s["host"], s["error"]["code"], s["error"]["kind"]) for s in summaries] == [
+        (host, 3, "HostUnreachableError") for host in hosts
+    ]
 
 
 def test_a_fleet_report_shows_the_read_hosts_beside_the_unread_one() -> None:

@@ -101,7 +101,7 @@ def test_inspect_says_how_many_vfs_a_gpu_has_and_which_carry_a_vgpu(
         line.split()[0]: line for line in capsys.readouterr().out.splitlines() if "SR-IOV" in line
     }
     assert details[GPU].endswith("8 SR-IOV virtual functions, a vGPU on 0000:81:01.2 (nvidia-1155)")
-    assert details["0000:91:00.0"].endswith(", 8 SR-IOV virtual functions")
+    assert details["0000:91:00.0"].endswith(", 8 SR-IOV virtual functions, no vGPU on them")
 
 
 # --- the VMs' vGPUs keep their GPU --------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_the_cli_json_text_and_tree_show_the_vfs() -> None:
     ) in text
     plan = plan_split(host(), SplitPolicy(lxc=200))
     tree = inventory_tree(host(), assignments(plan))
-    assert "8 SR-IOV virtual functions, vGPUs on 0000:81:01.2 (nvidia-1155)" in tree
+    assert "8 SR-IOV virtual functions, a vGPU on 0000:81:01.2 (nvidia-1155)" in tree
     assert "for vGPU: VM 310, VM 311" in tree
 
 
