@@ -231,12 +231,9 @@ def _vm(inventory: Inventory, sight: VmSight, functions: list[str]) -> GuestChec
             "verify again, or verify without the guests (--no-guests)"
         )
         return GuestCheck(guest=guest, verdict="unchecked", line=line)
-    groups = {
-        f.address: f.iommu_group
-        for gpu in inventory.gpus
-        for f in (*gpu.function_info, *gpu.iommu_group_peers)
-    }
-    gone = [address for address in functions if groups.get(address) is None]
+    known = inventory.gpu_functions
+    groups = {a: known[a].iommu_group if a in known else None for a in functions}
+    gone = [address for address in functions if groups[address] is None]
     if gone:
         line = f"{guest}: {', '.join(gone)} not found on the host (or in no IOMMU group)"
         return GuestCheck(guest=guest, verdict="drift", line=line)

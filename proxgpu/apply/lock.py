@@ -76,10 +76,7 @@ def is_stale(owner: dict[str, str]) -> bool:
 
 def held_error(host: str, lock: str, owner: dict[str, str]) -> ConcurrentApplyError:
     """The refusal when another apply or rollback holds ``lock``, naming its owner."""
-    who = (
-        f"{owner.get('op', 'apply')} {owner.get('id', '?')} ({owner.get('user', '?')}@"
-        f"{owner.get('client', '?')} pid {owner.get('pid', '?')}, since {owner.get('since', '?')})"
-    )
+    who = _owner(owner)
     if not owner:
         who = "no one (it has no owner file: an apply or rollback was cut off while taking it)"
     return ConcurrentApplyError(
@@ -95,8 +92,27 @@ def broken_note(lock: str, owner: dict[str, str]) -> str:
     """What was done when a lock was taken over, and what to check next."""
     if not owner:
         return f"took over {lock}, which had no owner"
+    return f"took over {lock} from {_owner(owner)}; check `proxgpu history` for what it left"
+
+
+def unreleased_note(problem: str) -> str:
+    """What an apply or rollback that finished says of a lock it could not release (its journal
+    entry is recorded: nothing it did is undone for that).
+
+    >>> unreleased_note("rmdir: Device or resource busy")
+    'the lock was not released (rmdir: Device or resource busy): the next apply or rollback \
+takes it over with --break-lock'
+    """
     return (
-        f"took over {lock} from {owner.get('op', 'apply')} {owner.get('id', '?')} "
-        f"({owner.get('user', '?')}@{owner.get('client', '?')} pid {owner.get('pid', '?')}, "
-        f"since {owner.get('since', '?')}); check `proxgpu history` for what it left"
+        f"the lock was not released ({problem}): the next apply or rollback takes it over with "
+        "--break-lock"
+    )
+
+
+def _owner(owner: dict[str, str]) -> str:
+    """Who holds a lock, as its owner file says: ``apply ID (user@client pid N, since T)``."""
+    get = owner.get
+    return (
+        f"{get('op', 'apply')} {get('id', '?')} ({get('user', '?')}@{get('client', '?')} "
+        f"pid {get('pid', '?')}, since {get('since', '?')})"
     )

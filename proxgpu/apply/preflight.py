@@ -27,6 +27,7 @@ from proxgpu.errors import (
 )
 from proxgpu.host.base import Host
 from proxgpu.host.scripts import read_files
+from proxgpu.inspection.capture import key_number
 from proxgpu.paths import guest_of, is_vm_config
 from proxgpu.planning.model import Plan
 from proxgpu.pve.api import PveResource, guest_status, same_config
@@ -198,8 +199,4 @@ def check_mig_instances(host: Host, plan: Plan) -> None:
 
 def _cap_minor(data: bytes | None) -> int | None:
     """``DeviceFileMinor`` of an NVIDIA capability's /proc file."""
-    for line in (data or b"").decode(errors="replace").splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
-            return int(value.strip())
-    return None
+    return key_number((data or b"").decode(errors="replace").splitlines(), "DeviceFileMinor")

@@ -39,7 +39,7 @@ from proxgpu.apply.restore import Merged, restore
 from proxgpu.apply.trust import check_trusted
 from proxgpu.errors import FileChangedError, RollbackError
 from proxgpu.host.base import Host
-from proxgpu.host.scripts import read_files
+from proxgpu.host.scripts import as_text, read_files
 from proxgpu.paths import PCI_MAPPING, guest_label, with_guest
 from proxgpu.rendering.changes import ChangeSet, FileChange
 
@@ -152,7 +152,7 @@ def _merge_changed(host: Host, entry: JournalEntry, states: list[FileState]) -> 
         if state.kind != "file" or not partly_ours(f.path) or change is None or not change.after:
             raise _changed_since(host, entry, f.path, "")
         shared.append((f, state, change))
-    texts = read_files(host, [f.path for f, _, _ in shared]) if shared else []
+    texts = read_files(host, [f.path for f, _, _ in shared])
     merged = {}
     for (f, state, change), data in zip(shared, texts, strict=True):
         assert change.after is not None and state.sha256 is not None  # checked above
@@ -228,9 +228,9 @@ def _preview(host: Host, entry: JournalEntry | None, *, force: bool) -> Rollback
     files = []
     for f, data in zip(entry.files, now, strict=True):
         whole = f.path not in merged
-        after = wrote[f.path].before if whole else _text(merged[f.path].content)
+        after = wrote[f.path].before if whole else as_text(merged[f.path].content)
         files.append(
-            FileChange(path=f.path, before=_text(data), after=after, why=f"undo {entry.id}")
+            FileChange(path=f.path, before=as_text(data), after=after, why=f"undo {entry.id}")
         )
     # Putting the files back takes effect as writing them did: at the reboot the apply needed.
     preview = ChangeSet(
@@ -253,10 +253,6 @@ def _state(data: bytes | None) -> FileState:
     if data is None:
         return FileState(kind="absent")
     return FileState(kind="file", sha256=hashlib.sha256(data).hexdigest())
-
-
-def _text(data: bytes | None) -> str | None:
-    return None if data is None else data.decode("utf-8", "replace")
 
 
 class _Rollback:
@@ -308,7 +304,7 @@ class _Rollback:
             problem = finish(host, layout, self.lock_id, done, release=True)
             locked = False
             if problem is not None:
-                notes.append(f"the lock was not released ({problem}): break it with --break-lock")
+                notes.append(lock.unreleased_note(problem))
             return replace(result, messages=[*result.messages, *notes])
         finally:
             if locked:

@@ -458,10 +458,7 @@ class _Apply:
         problem = finish(self.host, self.layout, self.lock_id, self.entry, release=True)
         self.locked = False
         if problem is not None:
-            self.notes.append(
-                f"the lock was not released ({problem}): the next apply or rollback takes it "
-                "over with --break-lock"
-            )
+            self.notes.append(lock.unreleased_note(problem))
 
     def _undo(self, exc: BaseException) -> ProxgpuError:
         assert self.entry is not None

@@ -226,13 +226,9 @@ def moved_drivers(inventory: Inventory, plan: Plan) -> dict[str, str | None]:
     ...                                                          tensor_parallel=[]))
     {}
     """
-    drivers = {
-        f.address: f.driver
-        for gpu in inventory.gpus
-        for f in (*gpu.function_info, *gpu.iommu_group_peers)
-    }
+    functions = inventory.gpu_functions
     return {
-        address: drivers.get(address)
+        address: functions[address].driver if address in functions else None
         for group in plan.groups
         if group.role.moves_to_vfio
         for address in group.functions
@@ -250,9 +246,7 @@ def driver_drift(inventory: Inventory, plan: Plan, *, explain: bool = True) -> l
     ...                                                         tensor_parallel=[]))
     []
     """
-    functions = {
-        f.address: f for gpu in inventory.gpus for f in (*gpu.function_info, *gpu.iommu_group_peers)
-    }
+    functions = inventory.gpu_functions
     lines = []
     for group in plan.groups:
         for address in group.functions:

@@ -12,11 +12,11 @@ from proxgpu.rendering.changes import ChangeSet
 
 
 def _group_title(group: PlanGroup) -> str:
-    node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
     target = ", ".join(f"{g.type.upper()} {g.vmid}" for g in group.guests) or "no guest"
     if group.vgpus:
         target = f"vGPUs of {vgpu_list(group.vgpus)}"
-    return f"{node} -> {group.driver} ({group.role.action}), for {target}; CPUs {group.cpus}"
+    action = f"{group.driver} ({group.role.action})"
+    return f"{group.node_label} -> {action}, for {target}; CPUs {group.cpus}"
 
 
 def mig_lines(group: PlanGroup, inv: Inventory) -> list[str]:
@@ -66,24 +66,23 @@ def _tensor_parallel_lines(plan: Plan) -> list[str]:
     """Each host group's NUMA-local sets under a heading naming its containers, each set with
     the GPUs that form it (the numbers are the container's own, so they differ between groups)."""
     lines: list[str] = []
-    heading = None
-    for advice in plan.tensor_parallel:
-        if advice.for_whom != heading:
-            heading = advice.for_whom
-            # With no container named, the numbers are those a container given the group's
-            # GPUs would see: say so rather than speak of a container that is not there.
-            seen_by = "the container will" if advice.guests else "a container given them would"
-            lines.append(
-                f"  NUMA-local {advice.variable} for {heading}, numbered as {seen_by} "
-                f"see them ({advice.ordering_note}):"
-            )
-        # A plan recorded before gpu_sets existed (an older journal entry) has numbers only.
-        gpu_sets = advice.gpu_sets or [[] for _ in advice.device_sets]
-        sets = [
-            f"{numbers} ({', '.join(gpus)})" if gpus else numbers
-            for numbers, gpus in zip(advice.device_sets, gpu_sets, strict=True)
-        ]
-        lines.append(f"    TP={advice.size}: " + " | ".join(sets))
+    for whom, sizes in plan.advice_by_guests():
+        first = sizes[0]
+        # With no container named, the numbers are those a container given the group's
+        # GPUs would see: say so rather than speak of a container that is not there.
+        seen_by = "the container will" if first.guests else "a container given them would"
+        lines.append(
+            f"  NUMA-local {first.variable} for {whom}, numbered as {seen_by} "
+            f"see them ({first.ordering_note}):"
+        )
+        for advice in sizes:
+            # A plan recorded before gpu_sets existed (an older journal entry) has numbers only.
+            gpu_sets = advice.gpu_sets or [[] for _ in advice.device_sets]
+            sets = [
+                f"{numbers} ({', '.join(gpus)})" if gpus else numbers
+                for numbers, gpus in zip(advice.device_sets, gpu_sets, strict=True)
+            ]
+            lines.append(f"    TP={advice.size}: " + " | ".join(sets))
     return lines
 
 

@@ -97,8 +97,8 @@ def _host_report(
     if isinstance(found, ProxgpuError):
         name = str(Target(line.host, line.root))
         print(f"proxgpu: {found}", file=sys.stderr)
-        summary = {"host": name, "error": found.document()}
-        return summary, UnreadHost(name, str(found)), found.exit_code
+        unread: dict[str, object] = {"host": name, "error": found.document()}
+        return unread, UnreadHost(name, str(found)), found.exit_code
     section = replace(found, commands=_commands(line))
     refused = bool(section.refusals)
     host = section.inventory.hostname

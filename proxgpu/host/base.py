@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from proxgpu.errors import CommandError
+from proxgpu.errors import CommandError, CommandOutputTooLargeError, CommandTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,15 @@ class Host(ABC):
         """
         self.commands_run += 1
         start = time.monotonic()
-        result = self._run(tuple(argv), stdin, timeout)
+        limit = DEFAULT_TIMEOUT if timeout is None else timeout
+        try:
+            result = self._run(tuple(argv), stdin, limit)
+        # A transport says which bound stopped the command in Python's words; the error names
+        # the host, the command and the bound, whichever transport ran it.
+        except TimeoutError:
+            raise CommandTimeoutError(self.name, list(argv), limit) from None
+        except OverflowError:
+            raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
         if log.isEnabledFor(logging.DEBUG):  # -vv: each exchange with the host
             log.debug(
                 "%s: ran %s: %d bytes in, %d out, %d err, exit %d, %.3f s",
@@ -125,9 +133,9 @@ class Host(ABC):
         return result
 
     @abstractmethod
-    def _run(
-        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
-    ) -> CommandResult: ...
+    def _run(self, argv: tuple[str, ...], stdin: bytes | None, timeout: float) -> CommandResult:
+        """Run ``argv`` within ``timeout`` seconds and ``max_output`` bytes, raising
+        ``TimeoutError`` or ``OverflowError`` past them (:meth:`run` names the bound)."""
 
     def open_in_background(self) -> None:  # noqa: B027 - most hosts have nothing to open
         """Start opening the host on a thread of its own, so that the caller's own work overlaps

@@ -17,8 +17,8 @@ import signal
 import subprocess
 import time
 
-from proxgpu.errors import CommandOutputTooLargeError, CommandTimeoutError, UsageError
-from proxgpu.host.base import DEFAULT_TIMEOUT, CommandResult, Host
+from proxgpu.errors import UsageError
+from proxgpu.host.base import CommandResult, Host
 from proxgpu.host.pipes import exchange
 from proxgpu.paths import MEMBERS, PCI_DEVICES
 
@@ -31,20 +31,12 @@ class LocalHost(Host):
         self.root = root
         self.name = "localhost" if root == "/" else f"localhost:{root}"
 
-    def _run(
-        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
-    ) -> CommandResult:
-        limit = DEFAULT_TIMEOUT if timeout is None else timeout
+    def _run(self, argv: tuple[str, ...], stdin: bytes | None, timeout: float) -> CommandResult:
+        deadline = time.monotonic() + timeout
         try:
-            code, stdout, stderr = run_bounded(
-                argv, stdin, time.monotonic() + limit, self.max_output
-            )
+            code, stdout, stderr = run_bounded(argv, stdin, deadline, self.max_output)
         except FileNotFoundError:
             return CommandResult(argv, 127, b"", f"{argv[0]}: command not found".encode())
-        except TimeoutError:
-            raise CommandTimeoutError(self.name, list(argv), limit) from None
-        except OverflowError:
-            raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
         return CommandResult(argv, code, stdout, stderr)
 
 

@@ -40,8 +40,6 @@ from pathlib import Path
 
 from proxgpu.errors import (
     AuthenticationError,
-    CommandOutputTooLargeError,
-    CommandTimeoutError,
     HostKeyChangedError,
     HostKeyRevokedError,
     HostKeyUnknownError,
@@ -117,9 +115,9 @@ class OpenSSHHost(SSHTarget):
     """
 
     def _unconnected(self) -> None:
+        super()._unconnected()
         self._user, self._alias, self._port = parse_target(self.target)
         self._folder: str | None = None
-        self._opening: Opening | None = None
         self._open = False
         #: The master's process, once it runs: close waits for its end.
         self._master: Master | None = None
@@ -161,11 +159,6 @@ class OpenSSHHost(SSHTarget):
             except Exception:  # the first command opens it again, and says why it cannot
                 return
             self._opening = Opening(partial(self._finish, starting))
-
-    def _await_opening(self) -> None:
-        opening, self._opening = self._opening, None
-        if opening is not None:
-            opening.wait()
 
     def _ensure_open(self) -> None:
         with self._lock:
@@ -265,10 +258,7 @@ class OpenSSHHost(SSHTarget):
     def _control_path(self) -> str:
         return os.path.join(str(self._folder), "control")
 
-    def _run(
-        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
-    ) -> CommandResult:
-        limit = timeout or self.options.command_timeout
+    def _run(self, argv: tuple[str, ...], stdin: bytes | None, timeout: float) -> CommandResult:
         self._ensure_open()
         log = os.path.join(str(self._folder), f"command-{next(self._commands)}.log")
         try:
@@ -276,14 +266,12 @@ class OpenSSHHost(SSHTarget):
                 self._control_path(),
                 command_line(argv),
                 stdin=stdin,
-                deadline=time.monotonic() + limit,
+                deadline=time.monotonic() + timeout,
                 max_output=self.max_output,
                 log=log,
             )
-        except TimeoutError:
-            raise CommandTimeoutError(self.name, list(argv), limit) from None
-        except OverflowError:
-            raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
+        except (TimeoutError, OverflowError):
+            raise  # a bound, not the connection (a TimeoutError is an OSError): Host.run's
         except OSError as exc:
             raise HostUnreachableError(self.name, f"cannot run {argv[0]}: {exc}") from None
         return CommandResult(argv, self._status(session, argv[0]), session.stdout, session.stderr)

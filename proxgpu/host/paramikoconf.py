@@ -22,7 +22,7 @@ import paramiko
 
 from proxgpu.errors import HostKeyRevokedError, HostKeyUnknownError, UsageError
 from proxgpu.host.knownhosts import GLOBAL_KNOWN_HOSTS, KnownHosts
-from proxgpu.host.sshcommon import SSHOptions, parse_target, with_includes
+from proxgpu.host.sshcommon import SSHOptions, config_text, parse_target
 
 #: What OpenSSH 9.x offers by default (ssh_config(5): Ciphers, MACs, KexAlgorithms,
 #: HostKeyAlgorithms, PubkeyAcceptedAlgorithms); paramiko may use nothing else. Its own lists
@@ -177,12 +177,11 @@ class Config(paramiko.SSHConfig):
 
 
 def read_config(path: str | None) -> Config:
-    config_path = Path(path or "~/.ssh/config").expanduser()
-    if not config_path.exists():
-        if path:
-            raise UsageError(f"{config_path}: no such SSH config file")
-        return Config()
-    return _parsed(with_includes(config_path, depth=0))
+    """The SSH config ``path`` (else ``~/.ssh/config``), parsed once for every host of a fleet.
+
+    :raises UsageError: as :func:`~proxgpu.host.sshcommon.config_text` does.
+    """
+    return _parsed(config_text(path))
 
 
 @functools.lru_cache(maxsize=8)

@@ -33,9 +33,6 @@ from proxgpu.host.base import Host
 
 log = logging.getLogger(__name__)
 
-#: Seconds a script may run unless its caller says otherwise.
-SCRIPT_TIMEOUT = 300.0
-
 
 @dataclass(frozen=True)
 class ScriptRecord:
@@ -133,7 +130,7 @@ def run_script(
     name: str,
     *args: str,
     payload: bytes = b"",
-    timeout: float = SCRIPT_TIMEOUT,
+    timeout: float | None = None,
     check: bool = True,
     bulk: bool = False,
 ) -> ScriptOutput:
@@ -204,16 +201,28 @@ def _unfinished(output: ScriptOutput, token: str) -> str | None:
 def read_files(host: Host, paths: Sequence[str]) -> list[bytes | None]:
     """The bytes of each of ``paths`` (as the host's own system names them: under ``host``'s
     root, a directory tree's or an image's, on its side), ``None`` where one is absent or not a
-    regular file; all in one command, bounded as every command is.
+    regular file; all in one command, bounded as every command is (none for no paths).
 
     >>> from proxgpu.host import DirectoryHost
     >>> tree = DirectoryHost("examples/hosts/ct200")
     >>> [len(data or b"") > 0 for data in read_files(tree, ["/etc/pve/lxc/200.conf", "/nope"])]
     [True, False]
     """
+    if not paths:
+        return []
     prefix = host.root.rstrip("/")
     found: list[bytes | None] = [None] * len(paths)
     for record in run_script(host, "read", *(prefix + path for path in paths)).of("text"):
         if record[1] != "-":
             found[int(record[0])] = base64.b64decode(record[1])
     return found
+
+
+def as_text(data: bytes | None) -> str | None:
+    """A file's bytes as :func:`read_files` gave them, as text (bytes that are not UTF-8
+    replaced, as a plan shows them); ``None`` for an absent file.
+
+    >>> as_text(b"ok \\xff"), as_text(None)
+    ('ok \\ufffd', None)
+    """
+    return None if data is None else data.decode("utf-8", "replace")

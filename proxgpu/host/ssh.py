@@ -26,8 +26,6 @@ import paramiko
 
 from proxgpu.errors import (
     AuthenticationError,
-    CommandOutputTooLargeError,
-    CommandTimeoutError,
     HostKeyChangedError,
     HostUnreachableError,
 )
@@ -74,9 +72,9 @@ class SSHHost(SSHTarget):
     """
 
     def _unconnected(self) -> None:
+        super()._unconnected()
         self._clients: list[paramiko.SSHClient] = []
         self._timeout = self.options.connect_timeout or 10.0
-        self._opening: Opening | None = None
 
     def open_in_background(self) -> None:
         """Start connecting on a thread of its own: the handshake is mostly spent waiting for the
@@ -90,11 +88,6 @@ class SSHHost(SSHTarget):
         if not self._clients:
             self._open_chain()
         return self._clients[-1]
-
-    def _await_opening(self) -> None:
-        opening, self._opening = self._opening, None
-        if opening is not None:
-            opening.wait()
 
     def _open_chain(self) -> None:
         config = read_config(self.options.ssh_config)
@@ -217,11 +210,8 @@ class SSHHost(SSHTarget):
                 raise HostUnreachableError(display, no_banner(timeout)) from exc
             raise HostUnreachableError(display, f"cannot connect: {_describe(exc)}") from exc
 
-    def _run(
-        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
-    ) -> CommandResult:
-        limit = timeout or self.options.command_timeout
-        deadline = time.monotonic() + limit
+    def _run(self, argv: tuple[str, ...], stdin: bytes | None, timeout: float) -> CommandResult:
+        deadline = time.monotonic() + timeout
         transport = self._client().get_transport()
         if transport is None or not transport.is_active():
             raise HostUnreachableError(self.name, "connection lost")
@@ -230,10 +220,8 @@ class SSHHost(SSHTarget):
             channel = transport.open_session(timeout=self._timeout)
             channel.exec_command(command_line(argv))
             result = _collect(channel, argv, stdin, deadline, self.max_output)
-        except TimeoutError as exc:
-            raise CommandTimeoutError(self.name, list(argv), limit) from exc
-        except OverflowError:
-            raise CommandOutputTooLargeError(self.name, list(argv), self.max_output) from None
+        except (TimeoutError, OverflowError):
+            raise  # a bound, not the connection (a TimeoutError is an OSError): Host.run's
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise HostUnreachableError(self.name, f"connection lost: {_describe(exc)}") from exc
         finally:

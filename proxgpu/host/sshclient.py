@@ -25,9 +25,9 @@ from proxgpu.host.openssh import OpenSSHHost
 from proxgpu.host.sshcommon import (
     SSHOptions,
     client_choice,
+    config_text,
     known_hosts_files,
     known_hosts_name,
-    with_includes,
 )
 from proxgpu.host.sshmaster import ssh_binary
 
@@ -60,7 +60,7 @@ def open_ssh(
 def _auto(target: str, options: SSHOptions) -> tuple[str, str]:
     if ssh_binary() is None:
         return "paramiko", "no ssh client on PATH"
-    text = _config_text(options.ssh_config)
+    text = config_text(options.ssh_config)
     # Before paramiko resolves the config: that runs the Match exec commands, and ssh would run
     # them a second time.
     if _MATCH_EXEC.search(text):
@@ -117,11 +117,6 @@ def _is_fido(identity: str) -> bool:
     except OSError:
         return False
     return public.startswith("sk-")
-
-
-def _config_text(path: str | None) -> str:
-    config = Path(path or "~/.ssh/config").expanduser()
-    return with_includes(config, 0) if config.is_file() else ""
 
 
 __all__ = ["open_ssh", "why_openssh"]

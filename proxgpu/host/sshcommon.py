@@ -115,7 +115,6 @@ class SSHOptions:
     accept_new_host_key: bool = False
     #: Seconds to connect; ``None``: ssh_config's ``ConnectTimeout``, else 10.
     connect_timeout: float | None = None
-    command_timeout: float = 300.0
     ssh_config: str | None = None
     #: The system-wide known_hosts; ``None``: ssh_config's ``GlobalKnownHostsFile``, else
     #: ``/etc/ssh/ssh_known_hosts`` (the tests point it at a file of their own).
@@ -151,17 +150,29 @@ class Opening:
 _INCLUDE = re.compile(r"^\s*include\s+(.+?)\s*$", re.IGNORECASE)
 
 
-def with_includes(path: Path, depth: int) -> str:
-    """The config's text with every ``Include`` replaced by the files it names, as OpenSSH reads
-    them (paramiko does not): globs, in lexical order, relative paths from ``~/.ssh``.
+def config_text(path: str | None) -> str:
+    """The text of the SSH config ``path`` (else ``~/.ssh/config``; none there: ``""``) with
+    every ``Include`` replaced by the files it names, as OpenSSH reads them (paramiko does not):
+    globs, in lexical order, relative paths from ``~/.ssh``.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
     >>> _ = (folder / "extra.conf").write_text("Host pve1\\n  Port 2222\\n")
     >>> _ = (folder / "config").write_text(f"Include {folder}/*.conf\\n")
-    >>> with_includes(folder / "config", 0).split()
+    >>> config_text(str(folder / "config")).split()
     ['Host', 'pve1', 'Port', '2222']
+
+    :raises UsageError: for a config named that is not a file, or Includes nested too deep.
     """
+    config = Path(path or "~/.ssh/config").expanduser()
+    if config.is_file():
+        return _with_includes(config, 0)
+    if path:
+        raise UsageError(f"{config}: no such SSH config file")
+    return ""
+
+
+def _with_includes(path: Path, depth: int) -> str:
     if depth > 16:  # OpenSSH's own limit on nested includes
         raise UsageError(f"{path}: Include nested too deep")
     lines = []
@@ -175,7 +186,7 @@ def with_includes(path: Path, depth: int) -> str:
             if not full.is_absolute():
                 full = Path("~/.ssh").expanduser() / full
             for included in sorted(glob.glob(str(full))):
-                lines.append(with_includes(Path(included), depth + 1))
+                lines.append(_with_includes(Path(included), depth + 1))
     return "\n".join(lines) + "\n"
 
 
@@ -218,4 +229,13 @@ class SSHTarget(Host):
         self._unconnected()
 
     def _unconnected(self) -> None:
-        """The transport's own state before its first command (no connection yet)."""
+        """The transport's own state before its first command (no connection yet); a
+        transport's own adds to it."""
+        #: The connection opened in the background (``open_in_background``), until waited for.
+        self._opening: Opening | None = None
+
+    def _await_opening(self) -> None:
+        """Wait for a connection opened in the background, once; raise what opening raised."""
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.wait()

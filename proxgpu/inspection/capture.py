@@ -16,6 +16,7 @@ import base64
 import logging
 import os
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
@@ -442,3 +443,17 @@ def key_value(line: str) -> tuple[str, str]:
     """
     key, _, value = line.partition(":")
     return key.strip(), value.strip()
+
+
+def key_number(lines: Iterable[str], key: str) -> int | None:
+    """The decimal number ``key`` has in NVIDIA's procfs ``Key: value`` lines (its ``params``,
+    a capability's ``access`` file, as nv-procfs.c prints them); ``None`` without one.
+
+    >>> key_number(["DeviceFileUID: 0", "DeviceFileMinor: 13"], "DeviceFileMinor")
+    13
+    """
+    for line in lines:
+        name, value = key_value(line)
+        if name == key and value.isdigit():
+            return int(value)
+    return None

@@ -418,6 +418,16 @@ class Inventory:
         """
         return self.hostname.split(".")[0]
 
+    @property
+    def gpu_functions(self) -> dict[str, PciFunction]:
+        """Every function of each GPU's slot and of its IOMMU group (bridges too), by address:
+        what a split moves, or leaves beside what it moves.
+
+        >>> Inventory(source="s", hostname="h").gpu_functions
+        {}
+        """
+        return {f.address: f for g in self.gpus for f in (*g.function_info, *g.iommu_group_peers)}
+
     def driver_module(self, driver: str) -> str | None:
         """The module that provides ``driver``, a PCI driver loaded now (the name ``softdep`` and
         ``blacklist`` lines use), or ``None`` when it is built into the kernel: its sysfs

@@ -112,13 +112,14 @@ def mig_instances(caps: list[NvidiaCap], gpu_minor: int | None) -> list[MigInsta
     gis: dict[int, NvidiaCap] = {}
     cis: list[tuple[int, int, NvidiaCap]] = []
     for cap in caps:
-        match = _ACCESS.fullmatch(cap.proc_path)
-        if match is None or int(match[1]) != gpu_minor:
+        owner = instance_of(cap)
+        if owner is None or owner[0] != gpu_minor:
             continue
-        if match[3] is None:
-            gis[int(match[2])] = cap
+        _, gi, ci = owner
+        if ci is None:
+            gis[gi] = cap
         else:
-            cis.append((int(match[2]), int(match[3]), cap))
+            cis.append((gi, ci, cap))
     return [
         MigInstance(gi=gi, ci=ci, gi_cap=gis[gi], ci_cap=cap)
         for gi, ci, cap in sorted(cis, key=lambda item: item[:2])
@@ -131,8 +132,7 @@ def in_mig_mode(caps: list[NvidiaCap], gpu_minor: int | None) -> bool:
     in MIG mode has (a GPU instance without compute instances counts: CUDA cannot use the GPU
     whole either way)."""
     return gpu_minor is not None and any(
-        (match := _ACCESS.fullmatch(cap.proc_path)) is not None and int(match[1]) == gpu_minor
-        for cap in caps
+        (owner := instance_of(cap)) is not None and owner[0] == gpu_minor for cap in caps
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from proxgpu.inspection.capture import Capture, key_value
+from proxgpu.inspection.capture import Capture, key_number, key_value
 from proxgpu.inspection.inventory import NvidiaCap
 from proxgpu.paths import NVIDIA_GPUS
 
@@ -40,11 +40,7 @@ def char_majors(capture: Capture) -> dict[str, int]:
 def nvidia_param(capture: Capture, name: str) -> int | None:
     """A number from the nvidia driver's ``params`` file (``DeviceFileMode: 438``, decimal, as
     nv-procfs.c prints them)."""
-    for line in capture.lines.get("/proc/driver/nvidia/params", []):
-        key, _, value = line.partition(":")
-        if key.strip() == name and value.strip().isdigit():
-            return int(value.strip())
-    return None
+    return key_number(capture.lines.get("/proc/driver/nvidia/params", []), name)
 
 
 def nvidia_version(capture: Capture) -> str | None:

@@ -28,7 +28,7 @@ from proxgpu.picture.svg import render_svg
 from proxgpu.picture.topology import assignments
 from proxgpu.pipeline import Proposal, plan_inventory, read_holdings
 from proxgpu.pipeline.documents import shown
-from proxgpu.planning.model import Plan, PlanGroup, TensorParallelAdvice
+from proxgpu.planning.model import Plan, PlanGroup
 from proxgpu.planning.policy import SplitPolicy
 from proxgpu.planning.userspace import next_steps
 from proxgpu.planning.wording import join, mig_list, vgpu_list
@@ -198,7 +198,7 @@ def _section(host: HostReport) -> dict[str, Any]:
         "warnings": list(dict.fromkeys(redact_secrets(w) for w in warnings)),
         "notes": list(dict.fromkeys(redact_secrets(n) for n in notes)),
         "next_steps": next_steps(host.plan.userspace) if host.plan else [],
-        "tensor_parallel": _advice_by_group(host.plan.tensor_parallel if host.plan else []),
+        "tensor_parallel": host.plan.advice_by_guests() if host.plan else [],
         "enable_iommu": bool(host.plan and host.plan.enable_iommu),
         "diffs": _diffs(changes) if changes is not None else [],
         "actions": changes.actions if changes is not None else [],
@@ -237,26 +237,6 @@ def _guests_changed(changes: ChangeSet) -> list[str]:
     return [label for _, label in guests]
 
 
-def _advice_by_group(
-    advice: list[TensorParallelAdvice],
-) -> list[tuple[str, list[TensorParallelAdvice]]]:
-    """The tensor-parallel advice as (containers, their sets), one entry per host group, in plan
-    order: each container numbers its own GPUs.
-
-    >>> [(whom, len(sets)) for whom, sets in _advice_by_group([
-    ...     TensorParallelAdvice(size=1, device_sets=["0"], guests=[{"type": "lxc", "vmid": 200}]),
-    ...     TensorParallelAdvice(size=1, device_sets=["0"], guests=[{"type": "lxc", "vmid": 201}]),
-    ... ])]
-    [('CT 200', 1), ('CT 201', 1)]
-    """
-    groups: list[tuple[str, list[TensorParallelAdvice]]] = []
-    for item in advice:
-        if not groups or groups[-1][0] != item.for_whom:
-            groups.append((item.for_whom, []))
-        groups[-1][1].append(item)
-    return groups
-
-
 def _group_sentence(group: PlanGroup) -> str:
     """One plan group in plain words.
 
@@ -265,7 +245,7 @@ def _group_sentence(group: PlanGroup) -> str:
     ...                           guest={"type": "vm", "vmid": 300}))
     'NUMA node 1: 2 GPUs go to vfio-pci for VM 300, pinned to CPUs 32-63 and memory node 1.'
     """
-    node = "NUMA node ?" if group.numa_node is None else f"NUMA node {group.numa_node}"
+    node = group.node_label
     count = f"{len(group.gpus)} GPU{'s' * (len(group.gpus) != 1)}"
     one = len(group.gpus) == 1
     if group.role.moves_to_vfio:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Estimated width of one character at the picture's 12px: sans-serif (generous), monospace.
+#: Estimated width of one character at the picture's 12px in sans-serif (generous); the only
+#: monospace text, a GPU's address, stands alone on its line and is never measured.
 SANS_PX = 6.8
-MONO_PX = 7.3
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,8 @@ class Wire:
 def text_width(text: str, char_px: float) -> float:
     """The estimated width of ``text`` in pixels.
 
-    >>> text_width("0000:01:00.0", MONO_PX)
-    87.6
+    >>> text_width("NVIDIA H200", SANS_PX)
+    74.8
     """
     return round(len(text) * char_px, 1)
 

@@ -15,7 +15,7 @@ from proxgpu.apply import (
 )
 from proxgpu.apply.journal import select_entry
 from proxgpu.host import Host
-from proxgpu.host.scripts import read_files
+from proxgpu.host.scripts import as_text, read_files
 from proxgpu.pipeline.documents import shown
 from proxgpu.rendering.changes import ChangeSet
 
@@ -72,9 +72,9 @@ def undo(
     if options.dry_run:
         return Undone(entry.id, preview)
     done = rollback(host, entry.id, options, progress=progress)
-    after = _read(host, [f.path for f in preview.files])
+    after = read_files(host, [f.path for f in preview.files])
     files = [
-        f.model_copy(update={"after": _text(data)})
+        f.model_copy(update={"after": as_text(data)})
         for f, data in zip(preview.files, after, strict=True)
     ]
     return Undone(entry.id, preview.model_copy(update={"files": files}), done)
@@ -93,12 +93,3 @@ def undo_target(host: Host, to: str | None = None) -> JournalEntry | None:
     else:
         candidates = [e for e in journal.entries if e.status != "failed"][-1:]
     return next((e for e in candidates if e.status in ("applied", "in-progress")), None)
-
-
-def _read(host: Host, paths: list[str]) -> list[bytes | None]:
-    """The files' bytes on ``host`` (``None``: absent), in one command."""
-    return read_files(host, paths) if paths else []
-
-
-def _text(data: bytes | None) -> str | None:
-    return None if data is None else data.decode("utf-8", "replace")

@@ -231,6 +231,11 @@ class PlanGroup(FrozenModel):
         """
         return [] if self.guest is None else [self.guest, *self.shared_with]
 
+    @property
+    def node_label(self) -> str:
+        """``NUMA node 1`` (``NUMA node ?`` where the node is unknown), as the plan names it."""
+        return "NUMA node ?" if self.numa_node is None else f"NUMA node {self.numa_node}"
+
 
 class TensorParallelAdvice(FrozenModel):
     """NUMA-local device sets of one tensor-parallel size, as values of ``variable``
@@ -320,3 +325,22 @@ class Plan(FrozenModel):
     enable_iommu: bool = False
     notes: list[str] = Field(default_factory=list)
     userspace: list[UserSpace] = Field(default_factory=list)
+
+    def advice_by_guests(self) -> list[tuple[str, list[TensorParallelAdvice]]]:
+        """The tensor-parallel advice as (the containers, their sets), one entry per host
+        group, in plan order: each container numbers its own GPUs.
+
+        >>> def ct(vmid, size):
+        ...     guests = [{"type": "lxc", "vmid": vmid}]
+        ...     return TensorParallelAdvice(size=size, device_sets=["0"], guests=guests)
+        >>> advice = [ct(200, 1), ct(200, 2), ct(201, 1)]
+        >>> plan = Plan(groups=[], warnings=[], tensor_parallel=advice)
+        >>> [(whom, len(sets)) for whom, sets in plan.advice_by_guests()]
+        [('CT 200', 2), ('CT 201', 1)]
+        """
+        groups: list[tuple[str, list[TensorParallelAdvice]]] = []
+        for item in self.tensor_parallel:
+            if not groups or groups[-1][0] != item.for_whom:
+                groups.append((item.for_whom, []))
+            groups[-1][1].append(item)
+        return groups

@@ -1,10 +1,6 @@
 """What moving GPUs to vfio-pci does to the host, for the first day: the console's framebuffer,
 legacy VGA routing, Secure Boot and the kept GPUs' driver, resets, qemu-server's ``new_id``, and
-the MIG instances of a GPU in MIG mode.
-
->>> kernel_version("6.8.12-11-pve"), kernel_version(None)
-((6, 8), None)
-"""
+the MIG instances of a GPU in MIG mode."""
 
 from __future__ import annotations
 
@@ -16,6 +12,7 @@ from proxgpu.planning import wording
 from proxgpu.planning.context import Context
 from proxgpu.planning.model import PlanGroup
 from proxgpu.pve.claims import nvidia_cap_users
+from proxgpu.pve.versions import version_before
 
 #: The kernel whose vfio-pci removes firmware framebuffers on the VGA devices it binds
 #: (commit d17378062079 "vfio/pci: Remove console drivers", Linux 6.0).
@@ -43,11 +40,6 @@ def advise_host(ctx: Context, groups: list[PlanGroup]) -> None:
             _resets(ctx, group)
     _new_id(ctx, moved, kept)
     _mig_instances(ctx, moved)
-
-
-def kernel_version(release: str | None) -> tuple[int, int] | None:
-    match = re.match(r"(\d+)\.(\d+)", release or "")
-    return (int(match[1]), int(match[2])) if match else None
 
 
 def _boot_framebuffer(ctx: Context, moved: list[Gpu]) -> None:
@@ -97,9 +89,8 @@ def _framebuffer_on(ctx: Context, gpu: Gpu) -> tuple[str, str | None] | None:
 
 
 def _framebuffer_warning(ctx: Context, where: str, name: str | None) -> str:
-    kernel = kernel_version(ctx.inventory.kernel)
     release = ctx.inventory.kernel or "unknown"
-    if kernel is None or kernel >= _REMOVES_FRAMEBUFFERS:
+    if not version_before(ctx.inventory.kernel, _REMOVES_FRAMEBUFFERS):
         return (
             f"{where}: vfio-pci removes that framebuffer when it binds the GPU (Linux 6.0 "
             f"and later; the kernel is {release}), so the host's console there freezes: "
@@ -114,8 +105,7 @@ def _framebuffer_warning(ctx: Context, where: str, name: str | None) -> str:
 
 def _unknown_framebuffer_warning(ctx: Context, gpu: Gpu) -> str:
     """The boot GPU moves and ``/proc/fb`` was not read: what to look for, and what follows."""
-    kernel = kernel_version(ctx.inventory.kernel)
-    if kernel is None or kernel >= _REMOVES_FRAMEBUFFERS:
+    if not version_before(ctx.inventory.kernel, _REMOVES_FRAMEBUFFERS):
         follows = (
             "vfio-pci removes it when it binds the GPU, so the host's console there freezes: "
             "keep another way in (serial console, the BMC, SSH)"
@@ -226,8 +216,8 @@ def _functions(ctx: Context, addresses: set[str]) -> list[PciFunction]:
 def _known(ctx: Context) -> set[str]:
     """Every PCI function the inventory describes."""
     inventory = ctx.inventory
-    functions = [f for gpu in inventory.gpus for f in [*gpu.function_info, *gpu.iommu_group_peers]]
-    return {f.address for f in [*functions, *inventory.nics, *inventory.nvswitches]}
+    others = [*inventory.nics, *inventory.nvswitches]
+    return {*inventory.gpu_functions, *(f.address for f in others)}
 
 
 def _new_id(ctx: Context, moved: list[Gpu], kept: list[Gpu]) -> None:

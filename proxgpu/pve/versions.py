@@ -1,8 +1,9 @@
-"""Which Proxmox VE release brought the config options proxgpu writes.
+"""Which Proxmox VE release brought the config options proxgpu writes, and versions compared
+number by number (Proxmox's packages, the kernel's release).
 
 >>> dev_entries("5.0.7", None), dev_entries("5.0.6", "8.4.1"), dev_entries(None, "8.2.4")
 (True, False, True)
->>> pve_at_least("7.2-3", VM_AFFINITY), pve_at_least(None, VM_AFFINITY)
+>>> version_at_least("7.2-3", VM_AFFINITY), version_at_least(None, VM_AFFINITY)
 (False, False)
 """
 
@@ -21,21 +22,31 @@ DEV_ENTRIES_MANAGER = (8, 2, 4)
 VM_AFFINITY = (7, 3)
 
 
-def pve_at_least(version: str | None, release: tuple[int, int]) -> bool:
-    """Whether ``version`` (pve-manager's, ``8.4.1``) is ``release`` or later; unknown is not."""
-    match = re.match(r"(\d+)\.(\d+)", version or "")
-    return match is not None and (int(match[1]), int(match[2])) >= release
-
-
 def version_at_least(version: str | None, release: tuple[int, ...]) -> bool:
-    """Whether the Debian package version ``version`` (``5.1.11``, ``4.0-9``) is ``release`` or
-    later, its numbers compared in order; unknown is not.
+    """Whether the version ``version`` (a Debian package's, ``5.1.11``, ``4.0-9``, or a kernel
+    release, ``6.8.12-11-pve``) is ``release`` or later, its numbers compared in order; unknown
+    is not.
 
     >>> version_at_least("4.0-9", DEV_ENTRIES), version_at_least("5.1.11", DEV_ENTRIES)
     (False, True)
     """
-    numbers = tuple(int(n) for n in re.findall(r"\d+", version or ""))
+    numbers = _numbers(version)
     return bool(numbers) and numbers >= release
+
+
+def version_before(version: str | None, release: tuple[int, ...]) -> bool:
+    """Whether ``version`` is known and earlier than ``release`` (unknown is not: what a check
+    assumes of a release it cannot read is the current behaviour).
+
+    >>> version_before("5.15.158-2-pve", (6, 0)), version_before(None, (6, 0))
+    (True, False)
+    """
+    numbers = _numbers(version)
+    return bool(numbers) and numbers < release
+
+
+def _numbers(version: str | None) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version or ""))
 
 
 def dev_entries(pve_container: str | None, pve_manager: str | None) -> bool:

@@ -21,11 +21,11 @@ from proxgpu.paths import (
 )
 from proxgpu.pci import host_modules, returning_driver
 from proxgpu.planning.model import Plan
+from proxgpu.pve.versions import version_before
 from proxgpu.rendering.conflicts import OURS, before_ours, refuse_shadowed_hook, theirs
 from proxgpu.rendering.context import (
     RenderContext,
     RenderOptions,
-    functions_by_address,
     role_functions,
 )
 from proxgpu.rendering.templating import render_template
@@ -383,7 +383,7 @@ def _render_driverctl(ctx: RenderContext, addresses: list[str]) -> None:
         for path, text in ctx.inventory.host_files.items()
         if path.startswith(DRIVERCTL_DIR + "pci-") and text == ours
     ]
-    known = functions_by_address(ctx.inventory)
+    known = ctx.inventory.gpu_functions
     for address in sorted(set(addresses) | {a for a in stale if a in known}):
         wanted = ours if address in addresses else None
         ctx.file(f"{DRIVERCTL_DIR}pci-{address}", wanted, "driverctl override for vfio-pci")
@@ -411,11 +411,6 @@ def _tell_unmarked_twins(ctx: RenderContext) -> None:
 def _vfio_modules(kernel: str | None) -> list[str]:
     modules = ["vfio", "vfio_iommu_type1", "vfio_pci"]
     # vfio_virqfd became part of vfio in kernel 6.2.
-    if kernel and _kernel_version(kernel) < (6, 2):
+    if version_before(kernel, (6, 2)):
         modules.append("vfio_virqfd")
     return modules
-
-
-def _kernel_version(kernel: str) -> tuple[int, int]:
-    match = re.match(r"(\d+)\.(\d+)", kernel)
-    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)

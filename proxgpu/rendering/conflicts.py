@@ -17,7 +17,7 @@ from proxgpu.paths import (
     MODPROBE_CONF_NAME,
 )
 from proxgpu.planning.model import Plan
-from proxgpu.rendering.context import RenderContext, functions_by_address, role_functions
+from proxgpu.rendering.context import RenderContext, role_functions
 
 #: proxgpu's own modprobe.d files, now and as earlier versions named it.
 OURS = frozenset({MODPROBE_CONF, LEGACY_MODPROBE_CONF})
@@ -50,7 +50,7 @@ def binding_conflicts(inventory: Inventory, plan: Plan) -> list[str]:
     ...                   Plan(groups=[], warnings=[], tensor_parallel=[]))
     []
     """
-    known = functions_by_address(inventory)
+    known = inventory.gpu_functions
     addresses = {a for g in plan.groups if not g.role.moves_to_vfio for a in g.functions}
     kept = [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
     ids = {f"{f.vendor_id}:{f.device_id}" for f in kept}

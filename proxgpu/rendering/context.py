@@ -107,13 +107,9 @@ def containers_named(ctx: RenderContext) -> str:
 def role_functions(ctx: RenderContext, *, to_vfio: bool) -> list[PciFunction]:
     """Every function the plan moves to vfio-pci (``to_vfio``) or keeps on its host driver
     (bridges never move), in address order."""
-    known = functions_by_address(ctx.inventory)
+    known = ctx.inventory.gpu_functions
     addresses = {a for g in ctx.plan.groups if g.role.moves_to_vfio == to_vfio for a in g.functions}
     return [known[a] for a in sorted(addresses) if a in known and not known[a].is_bridge]
-
-
-def functions_by_address(inventory: Inventory) -> dict[str, PciFunction]:
-    return {f.address: f for g in inventory.gpus for f in [*g.function_info, *g.iommu_group_peers]}
 
 
 def require_guests(inventory: Inventory, guests: Iterable[GuestRef]) -> None:

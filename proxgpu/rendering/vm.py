@@ -17,7 +17,7 @@ from proxgpu.pve.config import (
 )
 from proxgpu.pve.mapping import PciMappingConfig, with_node_maps
 from proxgpu.pve.resources import hotplugs_memory, memory_mib
-from proxgpu.pve.versions import VM_AFFINITY, pve_at_least
+from proxgpu.pve.versions import VM_AFFINITY, version_at_least
 from proxgpu.rendering.context import RenderContext, guest_config_of
 
 
@@ -65,7 +65,7 @@ def render_vgpu(ctx: RenderContext, group: PlanGroup, use: VgpuUse, path: str) -
 def _pin(ctx: RenderContext, config: GuestConfig, group: PlanGroup, vmid: int) -> None:
     """vNUMA on, vCPUs on the group's CPUs, memory on its node."""
     config.set("numa", "1")
-    if pve_at_least(ctx.inventory.pve_version, VM_AFFINITY):
+    if version_at_least(ctx.inventory.pve_version, VM_AFFINITY):
         config.set("affinity", group.cpus)
     else:
         ctx.warnings.append(

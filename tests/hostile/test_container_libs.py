@@ -265,9 +265,7 @@ class ToolsLocalHost(LocalHost):
         super().__init__("/")
         self.tools = tools
 
-    def _run(
-        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
-    ) -> CommandResult:
+    def _run(self, argv: tuple[str, ...], stdin: bytes | None, timeout: float) -> CommandResult:
         path = f"PATH={self.tools}:{os.environ['PATH']}"
         return super()._run(("env", path, *argv), stdin, timeout)
 

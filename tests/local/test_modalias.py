@@ -30,7 +30,6 @@ from proxgpu.paths import BIND_SCRIPT, MODPROBE_CONF
 from proxgpu.planning import plan_split
 from proxgpu.planning.model import SplitPolicy
 from proxgpu.rendering import render
-from proxgpu.rendering.context import functions_by_address
 from tests.support.kmodtree import (
     KMODS,
     XHCI_BUILTIN,
@@ -204,7 +203,7 @@ def test_vfio_pci_loads_before_every_module_udev_loads_for_a_moved_function(
     before it. Every module whose own alias matches also gets vfio-pci first when it is loaded
     by name, even where a modprobe.d alias keeps udev from loading it by the modalias."""
     root, inventory = _host(kmod, tmp_path, CONFIGS[config])
-    known = functions_by_address(inventory)
+    known = inventory.gpu_functions
     moved = [
         a for g in plan_split(inventory, SPLIT).groups if g.role.moves_to_vfio for a in g.functions
     ]

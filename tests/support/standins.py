@@ -39,9 +39,7 @@ class ToolsHost(SSHHost):
         super().__init__(target, options, root=root, live=True)
         self.tools = tools
 
-    def _run(
-        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
-    ) -> CommandResult:
+    def _run(self, argv: tuple[str, ...], stdin: bytes | None, timeout: float) -> CommandResult:
         return super()._run(("env", f"PATH={self.tools}:{REMOTE_PATH}", *argv), stdin, timeout)
 
 

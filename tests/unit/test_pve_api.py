@@ -39,9 +39,7 @@ class Canned(Host):
         self.answers = list(answers)
         self.argvs: list[tuple[str, ...]] = []
 
-    def _run(
-        self, argv: tuple[str, ...], stdin: bytes | None, timeout: float | None
-    ) -> CommandResult:
+    def _run(self, argv: tuple[str, ...], stdin: bytes | None, timeout: float) -> CommandResult:
         self.argvs.append(argv)
         returncode, stdout, stderr = self.answers.pop(0)
         return CommandResult(argv, returncode, stdout, stderr)
