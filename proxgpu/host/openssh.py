@@ -40,9 +40,6 @@ from pathlib import Path
 
 from proxgpu.errors import (
     AuthenticationError,
-    HostKeyChangedError,
-    HostKeyRevokedError,
-    HostKeyUnknownError,
     HostUnreachableError,
     UsageError,
 )
@@ -53,6 +50,9 @@ from proxgpu.host.sshcommon import (
     SIGNALLED,
     Opening,
     SSHTarget,
+    key_changed,
+    key_revoked,
+    key_unknown,
     known_hosts_files,
     known_hosts_name,
     no_banner,
@@ -347,30 +347,11 @@ def _failure(display: str, log: str, known: str, timeout: float, user: str) -> E
     kind, fingerprint = offered.groups() if offered else ("", "")
     text = "\n".join(said)
     if _REVOKED.search(text):
-        return HostKeyRevokedError(
-            display,
-            f"host key {kind} {fingerprint} is revoked in known_hosts; "
-            "find out why before trusting this host again",
-            fingerprint,
-            known,
-        )
+        return key_revoked(display, (kind, fingerprint), known, "in known_hosts")
     if "IDENTIFICATION HAS CHANGED" in text or ("Host key for" in text and "changed" in text):
-        return HostKeyChangedError(
-            display,
-            f"host key changed: offered {kind} {fingerprint}, which {known} does not hold; if the "
-            f"host was reinstalled, remove the old key with: "
-            f"{command_line(['ssh-keygen', '-f', known, '-R', display])}",
-            fingerprint,
-            known,
-        )
+        return key_changed(display, (kind, fingerprint), known)
     if "host key is known" in text or "Host key verification failed" in text:
-        return HostKeyUnknownError(
-            display,
-            f"host key {kind} {fingerprint} is not in {known}; check it with the host's console, "
-            "then rerun with --accept-new-host-key",
-            fingerprint,
-            known,
-        )
+        return key_unknown(display, (kind, fingerprint), known)
     if "Permission denied" in text or "Too many authentication failures" in text:
         if "Offering public key" not in log and "Server accepts key" not in log:
             return AuthenticationError(display, no_key(user))

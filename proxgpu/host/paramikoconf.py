@@ -20,9 +20,15 @@ from pathlib import Path
 
 import paramiko
 
-from proxgpu.errors import HostKeyRevokedError, HostKeyUnknownError, UsageError
+from proxgpu.errors import UsageError
 from proxgpu.host.knownhosts import GLOBAL_KNOWN_HOSTS, KnownHosts
-from proxgpu.host.sshcommon import SSHOptions, config_text, parse_target
+from proxgpu.host.sshcommon import (
+    SSHOptions,
+    config_text,
+    key_revoked,
+    key_unknown,
+    parse_target,
+)
 
 #: What OpenSSH 9.x offers by default (ssh_config(5): Ciphers, MACs, KexAlgorithms,
 #: HostKeyAlgorithms, PubkeyAcceptedAlgorithms); paramiko may use nothing else. Its own lists
@@ -111,6 +117,11 @@ def disabled_algorithms() -> dict[str, list[str]]:
         ]
         for kind, attribute in _PARAMIKO_LISTS.items()
     }
+
+
+def offered(key: paramiko.PKey) -> tuple[str, str]:
+    """The key's type and fingerprint, as the host-key errors name a key."""
+    return key.get_name(), fingerprint(key)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -248,29 +259,11 @@ def _words(entry: paramiko.SSHConfigDict, key: str) -> list[str]:
     return str(entry.get(key) or "").split()
 
 
-def forget_key(known_hosts: str, display: str) -> list[str]:
-    """The ``ssh-keygen -R`` command that removes ``display``'s key from ``known_hosts``.
-
-    >>> forget_key(os.path.expanduser("~/.ssh/known_hosts"), "pve1")
-    ['ssh-keygen', '-R', 'pve1']
-    >>> forget_key("/etc/proxgpu/known_hosts", "[pve1]:2222")
-    ['ssh-keygen', '-f', '/etc/proxgpu/known_hosts', '-R', '[pve1]:2222']
-    """
-    if os.path.abspath(known_hosts) == os.path.expanduser("~/.ssh/known_hosts"):
-        return ["ssh-keygen", "-R", display]
-    return ["ssh-keygen", "-f", known_hosts, "-R", display]
-
-
 def refuse_revoked(display: str, known: KnownHosts, key: paramiko.PKey) -> None:
     entry = known.revoked(display, key.asbytes())
     if entry is not None:
-        raise HostKeyRevokedError(
-            display,
-            f"host key {key.get_name()} {fingerprint(key)} is revoked ({entry.path} line "
-            f"{entry.line}); find out why before trusting this host again",
-            fingerprint(key),
-            entry.path,
-        )
+        where = f"({entry.path} line {entry.line})"
+        raise key_revoked(display, offered(key), entry.path, where)
 
 
 def _ca_hint(display: str, known: KnownHosts) -> str:
@@ -310,14 +303,8 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
     ) -> None:
         refuse_revoked(self.display, self.known, key)
         if not self.accept_new:
-            raise HostKeyUnknownError(
-                self.display,
-                f"host key {key.get_name()} {fingerprint(key)} is not in {self.known_hosts}; "
-                f"check it with the host's console, then rerun with --accept-new-host-key"
-                f"{_ca_hint(self.display, self.known)}",
-                fingerprint(key),
-                self.known_hosts,
-            )
+            hint = _ca_hint(self.display, self.known)
+            raise key_unknown(self.display, offered(key), self.known_hosts, hint)
         Path(self.known_hosts).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(self.known_hosts, "a", encoding="ascii") as handle:
             handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")

@@ -26,7 +26,6 @@ import paramiko
 
 from proxgpu.errors import (
     AuthenticationError,
-    HostKeyChangedError,
     HostUnreachableError,
 )
 from proxgpu.host.base import CommandResult, command_line
@@ -37,8 +36,8 @@ from proxgpu.host.paramikoconf import (
     ResolvedHost,
     disabled_algorithms,
     fingerprint,
-    forget_key,
     host_keys,
+    offered,
     read_config,
     refuse_revoked,
     resolve,
@@ -48,6 +47,7 @@ from proxgpu.host.sshcommon import (
     Opening,
     SSHOptions,
     SSHTarget,
+    key_changed,
     known_hosts_name,
     no_banner,
     no_key,
@@ -182,15 +182,8 @@ class SSHHost(SSHTarget):
             )
         except paramiko.BadHostKeyException as exc:
             refuse_revoked(display, known, exc.key)
-            raise HostKeyChangedError(
-                display,
-                f"host key changed: offered {exc.key.get_name()} {fingerprint(exc.key)}, "
-                f"{dest.known_hosts} expects {fingerprint(exc.expected_key)}; if the host was "
-                f"reinstalled, remove the old key with: "
-                f"{command_line(forget_key(dest.known_hosts, display))}",
-                fingerprint(exc.key),
-                dest.known_hosts,
-            ) from exc
+            expected = fingerprint(exc.expected_key)
+            raise key_changed(display, offered(exc.key), dest.known_hosts, expected) from exc
         except paramiko.AuthenticationException as exc:
             raise AuthenticationError(
                 display, f"authentication as {dest.user} failed: {exc}"

@@ -18,8 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxgpu.errors import UsageError
-from proxgpu.host.base import Host
+from proxgpu.errors import (
+    HostKeyChangedError,
+    HostKeyRevokedError,
+    HostKeyUnknownError,
+    UsageError,
+)
+from proxgpu.host.base import Host, command_line
 
 #: The transports ``--ssh-client`` names: ``auto`` picks one per host.
 CLIENTS = ("auto", "openssh", "paramiko")
@@ -188,6 +193,75 @@ def _with_includes(path: Path, depth: int) -> str:
             for included in sorted(glob.glob(str(full))):
                 lines.append(_with_includes(Path(included), depth + 1))
     return "\n".join(lines) + "\n"
+
+
+def key_unknown(
+    display: str, offered: tuple[str, str], known_hosts: str, hint: str = ""
+) -> HostKeyUnknownError:
+    """The refusal of a host key seen for the first time (``offered``: its type and
+    fingerprint), by either transport; ``hint`` adds what else could check it.
+
+    >>> print(key_unknown("pve1", ("ssh-ed25519", "SHA256:abc"), "/root/.ssh/known_hosts"))
+    pve1: host key ssh-ed25519 SHA256:abc is not in /root/.ssh/known_hosts; check it with the \
+host's console, then rerun with --accept-new-host-key
+    """
+    kind, fingerprint = offered
+    return HostKeyUnknownError(
+        display,
+        f"host key {kind} {fingerprint} is not in {known_hosts}; check it with the host's "
+        f"console, then rerun with --accept-new-host-key{hint}",
+        fingerprint,
+        known_hosts,
+    )
+
+
+def key_changed(
+    display: str, offered: tuple[str, str], known_hosts: str, expected: str | None = None
+) -> HostKeyChangedError:
+    """The refusal of a host key other than the one ``known_hosts`` holds (``expected``, its
+    fingerprint, where the transport says it), with the command that forgets the old one.
+
+    >>> print(key_changed("[pve1]:2222", ("ssh-ed25519", "SHA256:new"), "/etc/pg/known_hosts"))
+    [pve1]:2222: host key changed: offered ssh-ed25519 SHA256:new, which /etc/pg/known_hosts \
+does not hold; if the host was reinstalled, remove the old key with: ssh-keygen -f \
+/etc/pg/known_hosts -R '[pve1]:2222'
+    """
+    kind, fingerprint = offered
+    held = f"{known_hosts} expects {expected}" if expected else f"which {known_hosts} does not hold"
+    return HostKeyChangedError(
+        display,
+        f"host key changed: offered {kind} {fingerprint}, {held}; if the host was reinstalled, "
+        f"remove the old key with: {command_line(forget_key(known_hosts, display))}",
+        fingerprint,
+        known_hosts,
+    )
+
+
+def key_revoked(
+    display: str, offered: tuple[str, str], known_hosts: str, where: str
+) -> HostKeyRevokedError:
+    """The refusal of a revoked host key; ``where`` says which line revoked it."""
+    kind, fingerprint = offered
+    return HostKeyRevokedError(
+        display,
+        f"host key {kind} {fingerprint} is revoked {where}; find out why before trusting this "
+        "host again",
+        fingerprint,
+        known_hosts,
+    )
+
+
+def forget_key(known_hosts: str, display: str) -> list[str]:
+    """The ``ssh-keygen -R`` command that removes ``display``'s key from ``known_hosts``.
+
+    >>> forget_key(os.path.expanduser("~/.ssh/known_hosts"), "pve1")
+    ['ssh-keygen', '-R', 'pve1']
+    >>> forget_key("/etc/proxgpu/known_hosts", "[pve1]:2222")
+    ['ssh-keygen', '-f', '/etc/proxgpu/known_hosts', '-R', '[pve1]:2222']
+    """
+    if os.path.abspath(known_hosts) == os.path.expanduser("~/.ssh/known_hosts"):
+        return ["ssh-keygen", "-R", display]
+    return ["ssh-keygen", "-f", known_hosts, "-R", display]
 
 
 def client_choice(option: str | None) -> str:
