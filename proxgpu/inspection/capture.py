@@ -115,9 +115,11 @@ def gather(host: Host, timeout: float = 120.0, *, modes: bool = False) -> Captur
         _apply_checks(capture, output.stdout)
     elif checked and isinstance(host, LocalHost):
         check_files(host, capture)
-    if has_compute_instances(capture):
+    if has_compute_instances(capture.lines):
         # Their UUIDs: a second round trip, only on a host with MIG devices.
-        read_smi(host, capture)
+        outputs, notes = read_smi(host)
+        capture.raw.update(outputs)
+        capture.notes.extend(notes)
     if log.isEnabledFor(logging.DEBUG):  # -vv: each file read, as the gather step read it
         for path in sorted({*capture.lines, *capture.raw}):
             log.debug("%s: read %s (%d bytes)", host.name, path, len(capture.text(path) or ""))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, NoReturn
 
 from proxgpu.errors import SysfsError
@@ -41,7 +42,6 @@ from proxgpu.paths import NVIDIA_SMI_LIST, NVIDIA_SMI_TABLE
 
 if TYPE_CHECKING:
     from proxgpu.host.base import Host
-    from proxgpu.inspection.capture import Capture
 
 #: Seconds each nvidia-smi run may take (it can wait on a GPU that is being reset).
 SMI_SECONDS = 20
@@ -57,19 +57,23 @@ _ROW = re.compile(r"\|\s*([0-9]{1,3})\s+([0-9]{1,3})\s+([0-9]{1,3})\s+([0-9]{1,3
 _COMMANDS = {"list": ("nvidia-smi -L", NVIDIA_SMI_LIST), "table": ("nvidia-smi", NVIDIA_SMI_TABLE)}
 
 
-def has_compute_instances(capture: Capture) -> bool:
-    """Whether /proc, as captured, shows a MIG compute instance (only then is nvidia-smi run)."""
+def has_compute_instances(paths: Iterable[str]) -> bool:
+    """Whether /proc, as captured (``paths``, the files read), shows a MIG compute instance:
+    only then is nvidia-smi run.
+
+    >>> has_compute_instances(["/proc/driver/nvidia/capabilities/gpu0/mig/gi1/ci0/access"])
+    True
+    """
     return any(
-        path.startswith("/proc/driver/nvidia/capabilities/gpu") and "/ci" in path
-        for path in capture.lines
+        path.startswith("/proc/driver/nvidia/capabilities/gpu") and "/ci" in path for path in paths
     )
 
 
-def read_smi(host: Host, capture: Capture) -> None:
-    """Put nvidia-smi's two outputs into ``capture`` (at :data:`NVIDIA_SMI_LIST` and
-    :data:`NVIDIA_SMI_TABLE`): run on a live host, read from a tree where a snapshot kept them.
-    An output that cannot be had (no nvidia-smi, a run past its deadline, a snapshot without
-    it) is left out, with a note saying why where it matters.
+def read_smi(host: Host) -> tuple[dict[str, bytes], list[str]]:
+    """nvidia-smi's two outputs, by the paths a capture keeps them at (:data:`NVIDIA_SMI_LIST`,
+    :data:`NVIDIA_SMI_TABLE`), and notes: run on a live host, read from a tree where a snapshot
+    kept them. An output that cannot be had (no nvidia-smi, a run past its deadline, a snapshot
+    without it) is left out, with a note saying why where it matters.
 
     :raises SysfsError: when the host's answer is not what the script writes.
     """
@@ -84,17 +88,25 @@ def read_smi(host: Host, capture: Capture) -> None:
         check=False,
     )
     if output.returncode != 0:
-        capture.notes.append(
+        failed = (
             f"the MIG devices' UUIDs are unknown: reading nvidia-smi failed (exit "
             f"{output.returncode}); nvidia-smi -L on the host lists them"
         )
-        return
+        return {}, [failed]
+    outputs: dict[str, bytes] = {}
+    notes: list[str] = []
     for record in output.of("output"):
         if len(record.fields) == 2 and record[0] in _COMMANDS:
-            _keep(host.name, capture, record[0], record[1])
+            kept = _kept(host.name, record[0], record[1])
+            if isinstance(kept, bytes):
+                outputs[_COMMANDS[record[0]][1]] = kept
+            else:
+                notes.append(kept)
+    return outputs, notes
 
 
-def _keep(source: str, capture: Capture, name: str, encoded: str) -> None:
+def _kept(source: str, name: str, encoded: str) -> bytes | str:
+    """One output as nvidia-smi printed it, or the note that says why it is unknown."""
     command, path = _COMMANDS[name]
     try:
         answer = base64.b64decode(encoded, validate=True)
@@ -107,15 +119,14 @@ def _keep(source: str, capture: Capture, name: str, encoded: str) -> None:
     if not marked or not status.isdigit():
         why = f"more than {SMI_LIMIT} bytes, cut short"
     elif status == b"0":
-        capture.raw[path] = text
-        return
+        return text
     elif status == b"127":
         why = "no nvidia-smi on the host"
     elif status in {b"124", b"137"}:
         why = f"it did not finish within {SMI_SECONDS} s"
     else:
         why = f"it exited {status.decode()}"
-    capture.notes.append(f"{command}: {why}, so the MIG devices' UUIDs are unknown")
+    return f"{command}: {why}, so the MIG devices' UUIDs are unknown"
 
 
 def mig_uuids(listing: str, table: str, source: str) -> dict[tuple[str, int, int], str]:

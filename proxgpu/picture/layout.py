@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 
 from proxgpu.inspection.inventory import Gpu, Inventory, PciFunction
 from proxgpu.picture.legend import header_shapes, legend_items
-from proxgpu.picture.shapes import SANS_PX, Rect, Text, Wire, text_width, wrap, wrap_parts
+from proxgpu.picture.shapes import (
+    SANS_PX,
+    Picture,
+    Rect,
+    Text,
+    Wire,
+    text_width,
+    wrap,
+    wrap_parts,
+)
 from proxgpu.picture.topology import Assignment, Column, TreeNode, build_topology, shared_groups
 
 MARGIN = 16
@@ -37,20 +46,6 @@ FRAME_LABEL = 16
 MIN_WIDTH = 720
 #: Room around a column drawn alone, for its border.
 EDGE = 2
-
-
-@dataclass
-class Picture:
-    """A laid-out picture: its size and shapes; GPU and node boxes by their SVG ids."""
-
-    width: float
-    height: float
-    title: str
-    rects: list[Rect] = field(default_factory=list)
-    texts: list[Text] = field(default_factory=list)
-    lines: list[Wire] = field(default_factory=list)
-    gpu_boxes: dict[str, Rect] = field(default_factory=dict)
-    node_boxes: dict[str, Rect] = field(default_factory=dict)
 
 
 def svg_id(prefix: str, value: object) -> str:

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from proxgpu.picture.shapes import SANS_PX, Rect, Text, text_width, wrap
+from proxgpu.picture.shapes import SANS_PX, Picture, Rect, Text, text_width, wrap
 from proxgpu.picture.topology import shared_groups
 from proxgpu.planning.model import Role
 
 if TYPE_CHECKING:
-    from proxgpu.picture.layout import Picture
     from proxgpu.picture.topology import Assignment, Column
 
 SWATCH = 14
@@ -73,7 +72,6 @@ def header_shapes(picture: Picture, items: list[tuple[str, str]], margin: float)
     """Draw the title (wrapped onto a second line when long) and the legend ``items`` at the
     top of ``picture``; return the y below them.
 
-    >>> from proxgpu.picture.layout import Picture
     >>> picture = Picture(width=720, height=0, title="pve1: Proxmox VE 8.4.1")
     >>> header_shapes(picture, [("pg-gpu-plain", "GPU")], 16)
     76

@@ -1,4 +1,5 @@
-"""The drawing primitives a picture is made of, and the text measure they are laid out with.
+"""The drawing primitives a picture is made of, the picture that holds them, and the text
+measure they are laid out with.
 
 No font is fetched or embedded, so the width of text is an estimate from the number of characters,
 on the generous side: a label is wrapped or cut before it could overflow its box.
@@ -11,7 +12,7 @@ False
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: Estimated width of one character at the picture's 12px in sans-serif (generous); the only
 #: monospace text, a GPU's address, stands alone on its line and is never measured.
@@ -84,6 +85,20 @@ class Wire:
 
     d: str
     css: str
+
+
+@dataclass
+class Picture:
+    """A laid-out picture: its size and shapes; GPU and node boxes by their SVG ids."""
+
+    width: float
+    height: float
+    title: str
+    rects: list[Rect] = field(default_factory=list)
+    texts: list[Text] = field(default_factory=list)
+    lines: list[Wire] = field(default_factory=list)
+    gpu_boxes: dict[str, Rect] = field(default_factory=dict)
+    node_boxes: dict[str, Rect] = field(default_factory=dict)
 
 
 def text_width(text: str, char_px: float) -> float:

@@ -13,7 +13,8 @@ import re
 from xml.sax.saxutils import escape
 
 from proxgpu.inspection.inventory import Inventory
-from proxgpu.picture.layout import Picture, lay_out
+from proxgpu.picture.layout import lay_out
+from proxgpu.picture.shapes import Picture
 from proxgpu.picture.topology import Assignment
 from proxgpu.rendering.templating import render_markup
 
@@ -23,7 +24,6 @@ def render_svg(picture: Picture, *, standalone: bool = True) -> str:
     sheet a file needs (an HTML page puts an inline ``<svg>`` in its namespace by itself and
     holds the style sheet once for all its pictures).
 
-    >>> from proxgpu.picture.layout import Picture
     >>> render_svg(Picture(width=10, height=10, title="a & b"), standalone=False)[:4]
     '<svg'
     """

@@ -24,7 +24,7 @@ from proxgpu.host import DirectoryHost, LocalHost
 from proxgpu.host.base import MAX_OUTPUT
 from proxgpu.host.ssh import SSHHost
 from proxgpu.inspection import inspect, smi
-from proxgpu.inspection.capture import Capture, gather
+from proxgpu.inspection.capture import gather
 from proxgpu.inspection.smi import read_smi
 from tests.support.hostile_scratch import Scratch, gone
 from tests.support.sshd import Sshd, client_options
@@ -33,7 +33,6 @@ from tests.support.trees import copy_example, sriov_tree
 
 GPU = "sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"
 VFS = "/sys/bus/pci/devices/0001:"
-MIG = "/proc/driver/nvidia/capabilities/gpu0/mig"
 #: A line of a probe script that sets ``hwm`` to its process's peak memory in KiB. VmHWM, not
 #: ru_maxrss: Linux keeps ru_maxrss across exec, so a child forked from a large pytest would
 #: report the parent's size.
@@ -265,15 +264,14 @@ def test_a_hung_nvidia_smi_ends_at_its_deadline_and_inspection_carries_on(
     fake_tool(bin_dir, "nvidia-smi", f"sleep 600 & echo $$ $! >> {pids}\nwait\n")
     on_path(monkeypatch, bin_dir)
     monkeypatch.setattr(smi, "SMI_SECONDS", 1)
-    capture = Capture(lines={f"{MIG}/gi1/ci0/access": ["DeviceFileMinor: 13"]})
     start = time.monotonic()
-    read_smi(LocalHost(), capture)
+    outputs, notes = read_smi(LocalHost())
     assert time.monotonic() - start < 10
-    assert capture.notes == [
+    assert notes == [
         f"{command}: it did not finish within 1 s, so the MIG devices' UUIDs are unknown"
         for command in ("nvidia-smi -L", "nvidia-smi")
     ]
-    assert capture.raw == {}
+    assert outputs == {}
     started = [int(pid) for pid in pids.read_text().split()]
     assert len(started) == 4
     assert all(gone(pid) for pid in started), "a process nvidia-smi started was left behind"

@@ -17,7 +17,6 @@ import pytest
 from proxgpu.cli import main
 from proxgpu.host import DirectoryHost, LocalHost
 from proxgpu.inspection import inspect
-from proxgpu.inspection.capture import Capture
 from proxgpu.inspection.smi import mig_uuids, read_smi
 from proxgpu.paths import NVIDIA_SMI_LIST, NVIDIA_SMI_TABLE
 from tests.support.standins import (
@@ -31,23 +30,15 @@ from tests.support.standins import (
 )
 from tests.support.trees import EXAMPLES
 
-CI_ACCESS = "/proc/driver/nvidia/capabilities/gpu0/mig/gi1/ci0/access"
-
-
-def with_compute_instance() -> Capture:
-    return Capture(lines={CI_ACCESS: ["DeviceFileMinor: 13", "DeviceFileMode: 292"]})
-
 
 def test_on_a_live_host_both_outputs_are_read_as_nvidia_smi_printed_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mig_nvidia_smi(tmp_path)
     on_path(monkeypatch, tmp_path)
-    capture = with_compute_instance()
-    read_smi(LocalHost(), capture)
-    raw = {NVIDIA_SMI_LIST: MIG_LISTING.encode(), NVIDIA_SMI_TABLE: MIG_TABLE.encode()}
-    assert capture.raw == raw
-    assert capture.notes == []
+    outputs, notes = read_smi(LocalHost())
+    assert outputs == {NVIDIA_SMI_LIST: MIG_LISTING.encode(), NVIDIA_SMI_TABLE: MIG_TABLE.encode()}
+    assert notes == []
     assert mig_uuids(MIG_LISTING, MIG_TABLE, "localhost")[MIG_GPU0, 1, 2] == MIG_CI[2]
 
 
@@ -66,10 +57,9 @@ def test_an_output_nvidia_smi_cannot_give_is_left_out_with_a_note(
         fake_tool(tmp_path, "nvidia-smi", body + "\n")
     # Where the tools are, and no nvidia-smi there.
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    capture = with_compute_instance()
-    read_smi(LocalHost(), capture)
-    assert capture.raw == {}
-    assert capture.notes[0] == note
+    outputs, notes = read_smi(LocalHost())
+    assert outputs == {}
+    assert notes[0] == note
 
 
 def test_a_snapshot_keeps_the_outputs_and_its_tree_gives_the_same_uuids(

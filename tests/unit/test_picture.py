@@ -15,8 +15,9 @@ from proxgpu.picture import (
     inventory_tree,
     render_report,
 )
-from proxgpu.picture.layout import MAX_COLUMNS, Picture, lay_out, svg_id
+from proxgpu.picture.layout import MAX_COLUMNS, lay_out, svg_id
 from proxgpu.picture.report import plan_report
+from proxgpu.picture.shapes import Picture
 from proxgpu.picture.topology import UNKNOWN_ROOT
 from proxgpu.planning import SplitPolicy, plan_split
 from tests.support.factories import (
