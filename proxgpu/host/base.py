@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from proxgpu.errors import CommandError, CommandOutputTooLargeError, CommandTimeoutError
+from proxgpu.errors import (
+    CommandError,
+    CommandOutputTooLargeError,
+    CommandTimeoutError,
+    UsageError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +103,13 @@ class Host(ABC):
         :raises HostUnreachableError: when the transport fails (not when the command does).
         :raises CommandTimeoutError: when it runs past ``timeout`` seconds in all.
         :raises CommandOutputTooLargeError: when it answers more than ``max_output`` bytes.
+        :raises UsageError: for a ``timeout`` that is not more than 0 (``None``: the default).
         """
+        limit = DEFAULT_TIMEOUT if timeout is None else timeout
+        if limit <= 0:  # GNU timeout reads 0 as "no limit", a deadline as "already past"
+            raise UsageError(f"{self.name}: {argv[0]}: timeout {limit} s: give more than 0")
         self.commands_run += 1
         start = time.monotonic()
-        limit = DEFAULT_TIMEOUT if timeout is None else timeout
         try:
             result = self._run(tuple(argv), stdin, limit)
         # A transport says which bound stopped the command in Python's words; the error names

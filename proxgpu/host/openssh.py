@@ -270,8 +270,8 @@ class OpenSSHHost(SSHTarget):
                 max_output=self.max_output,
                 log=log,
             )
-        except (TimeoutError, OverflowError):
-            raise  # a bound, not the connection (a TimeoutError is an OSError): Host.run's
+        except TimeoutError:
+            raise  # the command's deadline, which Host.run names (not a lost connection)
         except OSError as exc:
             raise HostUnreachableError(self.name, f"cannot run {argv[0]}: {exc}") from None
         return CommandResult(argv, self._status(session, argv[0]), session.stdout, session.stderr)

@@ -119,7 +119,7 @@ def disabled_algorithms() -> dict[str, list[str]]:
     }
 
 
-def offered(key: paramiko.PKey) -> tuple[str, str]:
+def key_identity(key: paramiko.PKey) -> tuple[str, str]:
     """The key's type and fingerprint, as the host-key errors name a key."""
     return key.get_name(), fingerprint(key)
 
@@ -263,7 +263,7 @@ def refuse_revoked(display: str, known: KnownHosts, key: paramiko.PKey) -> None:
     entry = known.revoked(display, key.asbytes())
     if entry is not None:
         where = f"({entry.path} line {entry.line})"
-        raise key_revoked(display, offered(key), entry.path, where)
+        raise key_revoked(display, key_identity(key), entry.path, where)
 
 
 def _ca_hint(display: str, known: KnownHosts) -> str:
@@ -304,7 +304,7 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         refuse_revoked(self.display, self.known, key)
         if not self.accept_new:
             hint = _ca_hint(self.display, self.known)
-            raise key_unknown(self.display, offered(key), self.known_hosts, hint)
+            raise key_unknown(self.display, key_identity(key), self.known_hosts, hint)
         Path(self.known_hosts).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(self.known_hosts, "a", encoding="ascii") as handle:
             handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")

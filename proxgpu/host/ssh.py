@@ -37,7 +37,7 @@ from proxgpu.host.paramikoconf import (
     disabled_algorithms,
     fingerprint,
     host_keys,
-    offered,
+    key_identity,
     read_config,
     refuse_revoked,
     resolve,
@@ -183,7 +183,7 @@ class SSHHost(SSHTarget):
         except paramiko.BadHostKeyException as exc:
             refuse_revoked(display, known, exc.key)
             expected = fingerprint(exc.expected_key)
-            raise key_changed(display, offered(exc.key), dest.known_hosts, expected) from exc
+            raise key_changed(display, key_identity(exc.key), dest.known_hosts, expected) from exc
         except paramiko.AuthenticationException as exc:
             raise AuthenticationError(
                 display, f"authentication as {dest.user} failed: {exc}"
@@ -213,8 +213,8 @@ class SSHHost(SSHTarget):
             channel = transport.open_session(timeout=self._timeout)
             channel.exec_command(command_line(argv))
             result = _collect(channel, argv, stdin, deadline, self.max_output)
-        except (TimeoutError, OverflowError):
-            raise  # a bound, not the connection (a TimeoutError is an OSError): Host.run's
+        except TimeoutError:
+            raise  # the command's deadline, which Host.run names (not a lost connection)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise HostUnreachableError(self.name, f"connection lost: {_describe(exc)}") from exc
         finally:

@@ -240,7 +240,8 @@ does not hold; if the host was reinstalled, remove the old key with: ssh-keygen 
 def key_revoked(
     display: str, offered: tuple[str, str], known_hosts: str, where: str
 ) -> HostKeyRevokedError:
-    """The refusal of a revoked host key; ``where`` says which line revoked it."""
+    """The refusal of a revoked host key; ``where`` says where it is revoked (the file and
+    line, where the transport knows them)."""
     kind, fingerprint = offered
     return HostKeyRevokedError(
         display,

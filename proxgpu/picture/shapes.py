@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: Estimated width of one character at the picture's 12px in sans-serif (generous); the only
-#: monospace text, a GPU's address, stands alone on its line and is never measured.
+#: Estimated width of one character at the picture's 12px in sans-serif (generous). The
+#: monospace text (an address, with a short word after it) is never measured: it fits any box.
 SANS_PX = 6.8
 
 

@@ -40,6 +40,24 @@ def test_a_slow_command_times_out_as_a_command_not_as_the_host() -> None:
     assert not isinstance(err.value, HostUnreachableError)
 
 
+@pytest.mark.parametrize("timeout", [0, -1.5])
+def test_a_timeout_that_is_no_time_is_refused_by_every_host(timeout: float) -> None:
+    """0 would mean "no limit" to GNU timeout (a connection's hosts) and "already past" here:
+    it is refused before any command runs, whichever the host."""
+    ran: list[str] = []
+
+    def execute(command: str, stdin: bytes) -> tuple[int, bytes, bytes]:
+        ran.append(command)
+        return 0, b"", b""
+
+    for host in (LocalHost(), CommandHost("pve1", execute)):
+        with pytest.raises(UsageError, match=f"true: timeout {timeout} s: give more than 0"):
+            host.run(["true"], timeout=timeout)
+        assert host.commands_run == 0
+    assert ran == []
+    assert CommandHost("pve1", execute).run(["true"], timeout=0.5).ok, "a positive one runs"
+
+
 def test_connect_chooses_the_kind_of_host(tmp_path: Path) -> None:
     assert isinstance(connect(), LocalHost) and connect().name == "localhost"
     tree = connect(root=str(tmp_path))
