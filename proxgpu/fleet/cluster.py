@@ -35,6 +35,7 @@ from proxgpu.fleet.engine import (
     roll_out,
 )
 from proxgpu.host import Host, connect
+from proxgpu.host.local import snapshot_node_trees
 from proxgpu.host.scripts import read_files
 from proxgpu.host.sshcommon import parse_target
 from proxgpu.inspection import GpuFilter, Inventory, inspect
@@ -122,7 +123,7 @@ def snapshot_nodes(root: str | Path) -> ClusterNodes:
         top, first = root.parent, root.name
     else:
         top = root
-        trees = sorted(p.name for p in root.iterdir() if (p / member_file).is_file())
+        trees = snapshot_node_trees(str(root))
         if not trees:
             raise UsageError(f"{root}: no NODE/{member_file} below: not a cluster snapshot")
         first = trees[0]

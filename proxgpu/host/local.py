@@ -127,13 +127,23 @@ pve3): add --cluster, or name one node's tree (--root examples/hosts/cluster-3/p
         _refuse_cluster_snapshot(root)
 
 
+def snapshot_node_trees(root: str) -> list[str]:
+    """The nodes whose trees the directory ``root`` holds, as a cluster snapshot lays them out
+    (``NODE/etc/pve/.members``), sorted.
+
+    >>> snapshot_node_trees("examples/hosts/cluster-3")
+    ['pve1', 'pve2', 'pve3']
+    """
+    members = MEMBERS.lstrip("/")
+    with os.scandir(root) as entries:
+        return sorted(e.name for e in entries if os.path.isfile(os.path.join(e.path, members)))
+
+
 def _refuse_cluster_snapshot(root: str) -> None:
     # A few stat calls: a host's tree has its PCI devices; a snapshot has NODE/.members trees.
     if os.path.isdir(os.path.join(root, PCI_DEVICES.strip("/"))):
         return
-    members = MEMBERS.lstrip("/")
-    with os.scandir(root) as entries:
-        nodes = sorted(e.name for e in entries if os.path.isfile(os.path.join(e.path, members)))
+    nodes = snapshot_node_trees(root)
     if nodes:
         raise UsageError(
             f"{root}: a cluster snapshot (nodes {', '.join(nodes)}): add --cluster, "
