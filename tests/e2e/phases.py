@@ -44,8 +44,10 @@ BUDGET_ENV = "PROXGPU_E2E_BUDGET_S"
 # teardown: to the run's summary (``tests/conftest.py``), from pytest-xdist's workers too.
 PHASES_KEY = "e2e-phases"
 # The tier's wall time on a 2-core machine of CI's kind, two test hosts side by side: measured
-# at 1411 s with the fast tier sharing the cores; 30 minutes leaves a margin for a slower run.
-DEFAULT_BUDGET_S = 1800.0
+# at 1443 to 1712 s with the fast tier sharing the cores (the same cases, run to run). 35 minutes
+# leaves a margin for a slower run and keeps the whole of .ci/run under 40 minutes, under half of
+# CI's 90: the tier is held to what CI can afford, not to its best run.
+DEFAULT_BUDGET_S = 2100.0
 # A test's own time that no named phase covers (SSH commands, assertions).
 OTHER = "other"
 
