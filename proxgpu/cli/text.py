@@ -46,13 +46,6 @@ def _gpu_row(gpu: Gpu) -> list[str]:
     ]
 
 
-def _header(inv: Inventory) -> str:
-    pve = f"Proxmox VE {inv.pve_version}" if inv.pve_version else "not Proxmox VE"
-    iommu = "IOMMU on" if inv.iommu_enabled else "IOMMU off"
-    nvidia = f", nvidia {inv.nvidia_driver_version}" if inv.nvidia_driver_version else ""
-    return f"{inv.hostname}: {pve}, kernel {inv.kernel or '?'}, {inv.boot_loader}, {iommu}{nvidia}"
-
-
 def _gpu_details(gpu: Gpu) -> str:
     """The facts the table has no room for, one line per GPU."""
     facts = [
@@ -152,7 +145,7 @@ def _claiming_modules(inv: Inventory) -> tuple[list[str], list[str]]:
 
 def render_inventory(inv: Inventory) -> str:
     """The inventory as a sysadmin reads it at a glance."""
-    lines = [_header(inv), f"Kernel command line: {inv.kernel_cmdline or '?'}", ""]
+    lines = [inv.summary, f"Kernel command line: {inv.kernel_cmdline or '?'}", ""]
     header = ["ADDRESS", "MODEL", "DRIVER", "DEVICE", "IOMMU", "OTHER FUNCTIONS"]
     groups: list[tuple[str, list[Gpu]]] = [
         (

@@ -419,6 +419,22 @@ class Inventory:
         return self.hostname.split(".")[0]
 
     @property
+    def summary(self) -> str:
+        """The host in one line, as ``inspect``'s text, its tree and its picture head it: name,
+        Proxmox VE, kernel, boot loader, IOMMU, nvidia driver.
+
+        >>> Inventory(source="s", hostname="pve1", pve_version="8.4.1", kernel="6.8.12-11-pve",
+        ...           boot_loader="grub", iommu_enabled=True).summary
+        'pve1: Proxmox VE 8.4.1, kernel 6.8.12-11-pve, grub, IOMMU on'
+        """
+        facts = [f"Proxmox VE {self.pve_version}" if self.pve_version else "not Proxmox VE"]
+        facts += [f"kernel {self.kernel or '?'}", self.boot_loader]
+        facts.append("IOMMU on" if self.iommu_enabled else "IOMMU off")
+        if self.nvidia_driver_version:
+            facts.append(f"nvidia {self.nvidia_driver_version}")
+        return f"{self.hostname}: " + ", ".join(facts)
+
+    @property
     def gpu_functions(self) -> dict[str, PciFunction]:
         """Every function of each GPU's slot and of its IOMMU group (bridges too), by address:
         what a split moves, or leaves beside what it moves.

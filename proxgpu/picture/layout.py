@@ -63,7 +63,7 @@ def lay_out(inventory: Inventory, roles: dict[str, Assignment] | None = None) ->
     columns = build_topology(inventory)
     per_row = min(MAX_COLUMNS, max(1, len(columns)))
     width = max(MIN_WIDTH, 2 * MARGIN + per_row * COLUMN_WIDTH + (per_row - 1) * COLUMN_GAP)
-    picture = Picture(width=width, height=0, title=host_title(inventory))
+    picture = Picture(width=width, height=0, title=inventory.summary)
     top = header_shapes(picture, legend_items(columns, roles), MARGIN)
     for start in range(0, len(columns), per_row):
         heights = [
@@ -89,7 +89,7 @@ def lay_out_parts(
     (680, [(334, ['numa-0'], 4), (334, ['numa-1'], 4)])
     """
     columns = build_topology(inventory)
-    head = Picture(width=2 * COLUMN_WIDTH + COLUMN_GAP, height=0, title=host_title(inventory))
+    head = Picture(width=2 * COLUMN_WIDTH + COLUMN_GAP, height=0, title=inventory.summary)
     head.height = header_shapes(head, legend_items(columns, roles), EDGE) - PAD - 2
     parts = []
     for column in columns:
@@ -97,16 +97,6 @@ def lay_out_parts(
         part.height = _column(part, column, EDGE, EDGE, roles) + 2 * EDGE
         parts.append(part)
     return head, parts
-
-
-def host_title(inventory: Inventory) -> str:
-    """The host in one line: name, Proxmox VE, kernel, IOMMU, nvidia driver."""
-    facts = [f"Proxmox VE {inventory.pve_version}" if inventory.pve_version else "not Proxmox VE"]
-    facts.append(f"kernel {inventory.kernel or '?'}")
-    facts.append("IOMMU on" if inventory.iommu_enabled else "IOMMU off")
-    if inventory.nvidia_driver_version:
-        facts.append(f"nvidia {inventory.nvidia_driver_version}")
-    return f"{inventory.hostname}: " + ", ".join(facts)
 
 
 def _gib(kib: int | None) -> str:

@@ -11,13 +11,12 @@
 from __future__ import annotations
 
 from proxgpu.inspection.inventory import Gpu, Inventory
-from proxgpu.picture.layout import host_title
 from proxgpu.picture.topology import Assignment, TreeNode, build_topology, shared_groups
 
 
 def inventory_tree(inventory: Inventory, roles: dict[str, Assignment] | None = None) -> str:
     """The host as a text tree: each NUMA node, its PCIe tree, each GPU with its facts."""
-    lines = [host_title(inventory)]
+    lines = [inventory.summary]
     for column in build_topology(inventory):
         gpus = len(column.gpus())
         memory = f"{column.memory_kib / 1048576:.0f} GiB" if column.memory_kib else "memory ?"
