@@ -50,7 +50,7 @@ def render_plan(plan: Plan, inv: Inventory) -> str:
         rows = [["GPU", "MODEL", "NOW", "FUNCTIONS"]]
         for address in group.gpus:
             gpu = inv.gpu(address)
-            rows.append([address, gpu.model or "?", gpu.driver or "-", str(len(gpu.functions))])
+            rows.append([address, gpu.label, gpu.driver or "-", str(len(gpu.functions))])
         lines.append(table(rows, indent="    "))
         lines += [f"    {line}" for line in mig_lines(group, inv)]
     lines += _tensor_parallel_lines(plan)

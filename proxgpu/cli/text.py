@@ -38,7 +38,7 @@ def _gpu_row(gpu: Gpu) -> list[str]:
         peers.append(f"{bridges} bridge{'s' if bridges > 1 else ''}")
     return [
         gpu.address,
-        gpu.model or f"{gpu.vendor_id}:{gpu.device_id}",
+        gpu.label,
         gpu.driver or "-",
         "-" if gpu.nvidia_minor is None else f"/dev/nvidia{gpu.nvidia_minor}",
         "-" if gpu.iommu_group is None else str(gpu.iommu_group),

@@ -303,6 +303,12 @@ class Gpu:
     virtual_functions: list[VirtualFunction] = field(default_factory=list)
 
     @property
+    def label(self) -> str:
+        """Its model as pci.ids names it, else its ``vendor:device`` IDs: how the plan, the
+        inventory's text and the picture name it."""
+        return self.model or f"{self.vendor_id}:{self.device_id}"
+
+    @property
     def host_driver(self) -> str | None:
         """The driver this GPU holds on the host after a split: its own, or, when it is unbound
         or on vfio-pci, the one it returns to (``None`` when proxgpu cannot tell)."""

@@ -223,8 +223,7 @@ def _card_lines(
     mono = "pg-muted-mono" if muted else "pg-mono"
     body = "pg-muted" if muted else "pg-text"
     lines = [(gpu.address, mono + " pg-bold")]
-    model = gpu.model or f"{gpu.vendor_id}:{gpu.device_id}"
-    lines += [(line, body) for line in wrap(model, width, SANS_PX)]
+    lines += [(line, body) for line in wrap(gpu.label, width, SANS_PX)]
     facts = [_driver_fact(gpu, role)]
     if role is not None and gpu.nvidia_minor is not None:
         facts.append(f"nvidia{gpu.nvidia_minor}")

@@ -46,7 +46,7 @@ def _branch(
 
 def _label(node: TreeNode) -> str:
     if node.gpu is not None:
-        return f"{node.address} {node.gpu.model or node.gpu.vendor_id + ':' + node.gpu.device_id}"
+        return f"{node.address} {node.gpu.label}"
     if node.function is not None:
         kind = "NIC" if node.kind == "nic" else "in a GPU's IOMMU group"
         return f"{node.address} {kind}: {node.function.name or node.function.class_code}"

@@ -25,6 +25,24 @@ def test_inspect_groups_gpus_by_numa_node(capsys: pytest.CaptureFixture[str]) ->
     assert "Proxmox VE 8.4.1" in out and "systemd-boot" in out
 
 
+def test_a_gpu_whose_model_is_unknown_is_named_by_its_ids_everywhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Neither pci.ids nor NVIDIA's information files name the model: the inventory's text, its
+    tree and the plan's table all name the GPU by its vendor:device IDs (the plan said "?")."""
+    root = copy_example(tmp_path)
+    (root / "usr/share/misc/pci.ids").unlink()
+    for info in (root / "proc/driver/nvidia/gpus").glob("*/information"):
+        lines = info.read_text().splitlines(keepends=True)
+        info.write_text("".join(line for line in lines if not line.startswith("Model:")))
+    for argv in (["inspect"], ["inspect", "--tree"], ["plan", "--lxc", "200"]):
+        assert main([*argv, "--root", str(root)]) == 0
+        out = capsys.readouterr().out
+        rows = [line for line in out.splitlines() if "0000:81:00.0" in line]
+        assert rows and any("10de:2bb1" in row for row in rows), (argv, rows)
+        assert "NVIDIA RTX PRO 6000" not in out
+
+
 def test_inspect_json_is_the_inventory(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "--root", CT200, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
