@@ -62,8 +62,8 @@ def _gpu_details(gpu: Gpu) -> str:
     if gpu.mig_mode:
         devices = [f"GI {i.gi} CI {i.ci} {i.uuid or '(UUID unknown)'}" for i in gpu.mig_instances]
         facts.append(f"MIG mode: {', '.join(devices) or 'no compute instance'}")
-    if gpu.virtual_functions_said:
-        facts.append(gpu.virtual_functions_said)
+    if said := gpu.virtual_functions_said:
+        facts.append(said)
     if gpu.bmc_display:
         facts.append("BMC display (the board's remote console): never planned unless named")
     return f"    {gpu.address}  " + ", ".join(facts)

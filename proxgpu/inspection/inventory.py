@@ -304,8 +304,8 @@ class Gpu:
 
     @property
     def label(self) -> str:
-        """Its model as pci.ids names it, else its ``vendor:device`` IDs: how the plan, the
-        inventory's text and the picture name it."""
+        """Its model (NVIDIA's driver's name for it, else pci.ids'), else its ``vendor:device``
+        IDs: how the plan, the inventory's text and the picture name it."""
         return self.model or f"{self.vendor_id}:{self.device_id}"
 
     @property

@@ -68,7 +68,7 @@ def _details(node: TreeNode, shared: set[int], roles: dict[str, Assignment] | No
             f".{f.address.rsplit('.', 1)[1]} {_kind(f.class_code)}, driver {f.driver or '-'}"
             for f in node.gpu.function_info[1:]
         ]
-        + ([node.gpu.virtual_functions_said] if node.gpu.virtual_functions_said else [])
+        + [said for said in (node.gpu.virtual_functions_said,) if said]
     )
 
 
